@@ -1,0 +1,501 @@
+//! The one IR: a closed set of ops in a typed arena, with types (dtype + symbolic shape) inferred as nodes are added.
+//!
+//! Every node is added through [`Graph::add`], which runs shape and dtype inference and refuses ill-typed ops, so a
+//! `Graph` that exists is well-typed. Spans live in a side table ([`Graph::span`]) so diagnostics can point at the
+//! user's code without the IR caring about syntax.
+
+use std::fmt;
+
+/// Index of a node in its [`Graph`]. Nodes are only ever appended, so a handle always points backwards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(pub u32);
+
+impl NodeId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "%{}", self.0)
+    }
+}
+
+/// Element types. Masks (`Bool`) are stored as f32 0.0/1.0 so every kernel computes in f32; `I64` only feeds
+/// `embedding` and `to_f32`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DType {
+    F32,
+    I64,
+    Bool,
+}
+
+impl DType {
+    /// Bytes per element in a buffer.
+    pub fn size(self) -> usize {
+        match self {
+            DType::F32 | DType::Bool => 4,
+            DType::I64 => 8,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::I64 => "i64",
+            DType::Bool => "bool",
+        }
+    }
+}
+
+/// A dimension: `coeff × product of dynamic symbols`. A static dim has no symbols; `batch` is `1 × batch`; a
+/// reshape to `[batch * seq, 384]` gives `1 × batch·seq`. Symbols index [`Graph::dyn_dims`], kept sorted.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Dim {
+    pub coeff: usize,
+    pub syms: Vec<u16>,
+}
+
+impl Dim {
+    pub fn fixed(n: usize) -> Dim {
+        Dim {
+            coeff: n,
+            syms: Vec::new(),
+        }
+    }
+
+    pub fn symbol(sym: u16) -> Dim {
+        Dim {
+            coeff: 1,
+            syms: vec![sym],
+        }
+    }
+
+    pub fn as_static(&self) -> Option<usize> {
+        self.syms.is_empty().then_some(self.coeff)
+    }
+
+    pub fn is_one(&self) -> bool {
+        self.as_static() == Some(1)
+    }
+
+    pub fn mul(&self, other: &Dim) -> Dim {
+        let mut syms = self.syms.clone();
+        syms.extend_from_slice(&other.syms);
+        syms.sort_unstable();
+        Dim {
+            coeff: self.coeff * other.coeff,
+            syms,
+        }
+    }
+
+    /// Value of this dim once the dynamic dims are known.
+    pub fn eval(&self, dyn_values: &[usize]) -> usize {
+        self.syms
+            .iter()
+            .fold(self.coeff, |acc, &s| acc * dyn_values[s as usize])
+    }
+}
+
+/// A shape: a list of dims, outermost first. A scalar has no dims.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Shape(pub Vec<Dim>);
+
+impl Shape {
+    pub fn scalar() -> Shape {
+        Shape(Vec::new())
+    }
+
+    pub fn rank(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn dims(&self) -> &[Dim] {
+        &self.0
+    }
+
+    /// The element count as one monomial.
+    pub fn numel(&self) -> Dim {
+        self.0.iter().fold(Dim::fixed(1), |acc, d| acc.mul(d))
+    }
+
+    pub fn eval(&self, dyn_values: &[usize]) -> Vec<usize> {
+        self.0.iter().map(|d| d.eval(dyn_values)).collect()
+    }
+
+    pub fn last(&self) -> Option<&Dim> {
+        self.0.last()
+    }
+}
+
+/// The type of a node's value.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TensorType {
+    pub dtype: DType,
+    pub shape: Shape,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    Neg,
+    Abs,
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Tanh,
+    Sigmoid,
+    Relu,
+    /// GELU, erf form: `x/2 · (1 + erf(x/√2))`.
+    Gelu,
+    /// GELU, tanh approximation: `x/2 · (1 + tanh(√(2/π)(x + 0.044715x³)))`.
+    GeluTanh,
+    Silu,
+}
+
+impl UnaryOp {
+    pub const ALL: [UnaryOp; 12] = [
+        UnaryOp::Neg,
+        UnaryOp::Abs,
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Sqrt,
+        UnaryOp::Rsqrt,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
+        UnaryOp::Relu,
+        UnaryOp::Gelu,
+        UnaryOp::GeluTanh,
+        UnaryOp::Silu,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Neg => "neg",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Log => "log",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Rsqrt => "rsqrt",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Sigmoid => "sigmoid",
+            UnaryOp::Relu => "relu",
+            UnaryOp::Gelu => "gelu",
+            UnaryOp::GeluTanh => "gelu_tanh",
+            UnaryOp::Silu => "silu",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<UnaryOp> {
+        UnaryOp::ALL.into_iter().find(|op| op.name() == name)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Max,
+    Min,
+    Pow,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Eq,
+    Ne,
+}
+
+impl BinaryOp {
+    pub fn is_comparison(self) -> bool {
+        matches!(
+            self,
+            BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge | BinaryOp::Eq | BinaryOp::Ne
+        )
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+            BinaryOp::Max => "max",
+            BinaryOp::Min => "min",
+            BinaryOp::Pow => "pow",
+            BinaryOp::Lt => "lt",
+            BinaryOp::Le => "le",
+            BinaryOp::Gt => "gt",
+            BinaryOp::Ge => "ge",
+            BinaryOp::Eq => "eq",
+            BinaryOp::Ne => "ne",
+        }
+    }
+
+    /// The method names users write for the non-operator binaries.
+    pub fn from_method(name: &str) -> Option<BinaryOp> {
+        Some(match name {
+            "add" => BinaryOp::Add,
+            "sub" => BinaryOp::Sub,
+            "mul" => BinaryOp::Mul,
+            "div" => BinaryOp::Div,
+            "max" => BinaryOp::Max,
+            "min" => BinaryOp::Min,
+            "pow" => BinaryOp::Pow,
+            "lt" => BinaryOp::Lt,
+            "le" => BinaryOp::Le,
+            "gt" => BinaryOp::Gt,
+            "ge" => BinaryOp::Ge,
+            "eq" => BinaryOp::Eq,
+            "ne" => BinaryOp::Ne,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    Sum,
+    Mean,
+    Max,
+}
+
+impl ReduceOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Mean => "mean",
+            ReduceOp::Max => "max",
+        }
+    }
+}
+
+/// The closed op set. Semantics of each op are written in `ARCHITECTURE.md` ("Op semantics").
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// The `index`-th input of `forward`.
+    Input(u32),
+    /// The `index`-th parameter of the model (see [`Graph::params`]).
+    Param(u32),
+    /// A scalar f32 constant (shape `[]`), broadcast wherever it is used.
+    Scalar(f64),
+    Unary(UnaryOp, NodeId),
+    /// NumPy broadcasting of both operands; comparisons give `Bool`.
+    Binary(BinaryOp, NodeId, NodeId),
+    /// `where_(mask, a, b)`: `a` where mask is true (non-zero), else `b`; all three broadcast.
+    Where(NodeId, NodeId, NodeId),
+    /// `to_f32()`: ids or masks to f32.
+    Cast(NodeId, DType),
+    Reduce {
+        op: ReduceOp,
+        input: NodeId,
+        axis: usize,
+        keepdim: bool,
+    },
+    /// Numerically stable softmax along `axis`.
+    Softmax { input: NodeId, axis: usize },
+    /// Layer norm over the last axis: `(x - mean) / sqrt(var + eps) * gamma + beta`, biased variance.
+    LayerNorm {
+        input: NodeId,
+        gamma: NodeId,
+        beta: NodeId,
+        eps: f64,
+    },
+    /// RMS norm over the last axis: `x / sqrt(mean(x²) + eps) * gamma`.
+    RmsNorm {
+        input: NodeId,
+        gamma: NodeId,
+        eps: f64,
+    },
+    /// Matrix product over the last two axes, broadcasting the leading ones. Transposed operands are `Permute`s.
+    MatMul(NodeId, NodeId),
+    /// `out.dims[i] = in.dims[perm[i]]`. A view: no data moves unless a consumer needs it contiguous.
+    Permute { input: NodeId, perm: Vec<usize> },
+    /// Same elements, row-major order kept, new shape (equal element count).
+    Reshape { input: NodeId, shape: Shape },
+    /// Elements `start..end` of `axis`.
+    Slice {
+        input: NodeId,
+        axis: usize,
+        start: usize,
+        end: usize,
+    },
+    /// Concatenation along `axis`; all other dims equal.
+    Concat { inputs: Vec<NodeId>, axis: usize },
+    /// Rows of `table` (`[V, D]`) picked by integer `ids` (any shape) → `ids.shape + [D]`. Out-of-range ids give
+    /// zeros in the CPU kernels and an error in the reference; ids come from users, so inputs are validated at run
+    /// time before launch.
+    Embedding { table: NodeId, ids: NodeId },
+}
+
+impl Op {
+    /// The nodes this op reads, in a fixed order.
+    pub fn operands(&self) -> Vec<NodeId> {
+        match self {
+            Op::Input(_) | Op::Param(_) | Op::Scalar(_) => Vec::new(),
+            Op::Unary(_, a) | Op::Cast(a, _) => vec![*a],
+            Op::Binary(_, a, b) | Op::MatMul(a, b) => vec![*a, *b],
+            Op::Where(m, a, b) => vec![*m, *a, *b],
+            Op::Reduce { input, .. }
+            | Op::Softmax { input, .. }
+            | Op::Permute { input, .. }
+            | Op::Reshape { input, .. }
+            | Op::Slice { input, .. } => vec![*input],
+            Op::LayerNorm {
+                input, gamma, beta, ..
+            } => vec![*input, *gamma, *beta],
+            Op::RmsNorm { input, gamma, .. } => vec![*input, *gamma],
+            Op::Concat { inputs, .. } => inputs.clone(),
+            Op::Embedding { table, ids } => vec![*table, *ids],
+        }
+    }
+
+    /// Ops computed one element at a time from the same element of their (broadcast) operands.
+    pub fn is_elementwise(&self) -> bool {
+        matches!(
+            self,
+            Op::Unary(..) | Op::Binary(..) | Op::Where(..) | Op::Cast(..) | Op::Scalar(_)
+        )
+    }
+
+    /// Ops that only re-index their input (no arithmetic): consumers can read through them with strides.
+    pub fn is_view(&self) -> bool {
+        matches!(self, Op::Permute { .. } | Op::Reshape { .. } | Op::Slice { .. })
+    }
+
+    pub fn is_leaf(&self) -> bool {
+        matches!(self, Op::Input(_) | Op::Param(_))
+    }
+
+    /// A short name for dumps and reports.
+    pub fn name(&self) -> String {
+        match self {
+            Op::Input(i) => format!("input{i}"),
+            Op::Param(i) => format!("param{i}"),
+            Op::Scalar(v) => format!("const({v:?})"),
+            Op::Unary(u, _) => u.name().to_string(),
+            Op::Binary(b, ..) => b.name().to_string(),
+            Op::Where(..) => "where".into(),
+            Op::Cast(_, d) => format!("to_{}", d.name()),
+            Op::Reduce { op, .. } => op.name().to_string(),
+            Op::Softmax { .. } => "softmax".into(),
+            Op::LayerNorm { .. } => "layer_norm".into(),
+            Op::RmsNorm { .. } => "rms_norm".into(),
+            Op::MatMul(..) => "matmul".into(),
+            Op::Permute { .. } => "permute".into(),
+            Op::Reshape { .. } => "reshape".into(),
+            Op::Slice { .. } => "slice".into(),
+            Op::Concat { .. } => "concat".into(),
+            Op::Embedding { .. } => "embedding".into(),
+        }
+    }
+}
+
+/// A node: an op and its inferred type.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    pub op: Op,
+    pub ty: TensorType,
+}
+
+/// An input of `forward`, with its declared type.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InputInfo {
+    pub name: String,
+    pub ty: TensorType,
+}
+
+/// A model parameter: its checkpoint name (field path, renames applied) and type.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ParamInfo {
+    pub name: String,
+    pub ty: TensorType,
+}
+
+/// A captured `forward`: nodes in topological order (operands always come first), plus the side tables.
+#[derive(Clone, Debug, Default)]
+pub struct Graph {
+    pub nodes: Vec<Node>,
+    spans: Vec<proc_macro2::Span>,
+    /// Names of the dynamic dims, indexed by the symbols in [`Dim`].
+    pub dyn_dims: Vec<String>,
+    pub inputs: Vec<InputInfo>,
+    pub params: Vec<ParamInfo>,
+    pub outputs: Vec<NodeId>,
+}
+
+impl Graph {
+    pub fn new() -> Graph {
+        Graph::default()
+    }
+
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id.index()]
+    }
+
+    pub fn ty(&self, id: NodeId) -> &TensorType {
+        &self.nodes[id.index()].ty
+    }
+
+    pub fn span(&self, id: NodeId) -> proc_macro2::Span {
+        self.spans[id.index()]
+    }
+
+    pub fn ids(&self) -> impl Iterator<Item = NodeId> {
+        (0..self.nodes.len() as u32).map(NodeId)
+    }
+
+    /// Adds a node after inferring its type; the error says what is wrong with the operands.
+    pub fn add(&mut self, op: Op, span: proc_macro2::Span) -> Result<NodeId, crate::infer::TypeError> {
+        let ty = crate::infer::infer(self, &op)?;
+        Ok(self.push(Node { op, ty }, span))
+    }
+
+    /// Appends a node whose type is already known (inputs and params are typed by their declarations).
+    pub fn push(&mut self, node: Node, span: proc_macro2::Span) -> NodeId {
+        let id = NodeId(self.nodes.len() as u32);
+        self.nodes.push(node);
+        self.spans.push(span);
+        id
+    }
+
+    pub fn dyn_dim(&mut self, name: &str) -> u16 {
+        if let Some(i) = self.dyn_dims.iter().position(|d| d == name) {
+            return i as u16;
+        }
+        self.dyn_dims.push(name.to_string());
+        (self.dyn_dims.len() - 1) as u16
+    }
+
+    /// Number of nodes that read each node, outputs counted as readers.
+    pub fn use_counts(&self) -> Vec<usize> {
+        let mut counts = vec![0; self.nodes.len()];
+        for node in &self.nodes {
+            for operand in node.op.operands() {
+                counts[operand.index()] += 1;
+            }
+        }
+        for out in &self.outputs {
+            counts[out.index()] += 1;
+        }
+        counts
+    }
+
+    /// Formats a shape with dynamic dims by name, e.g. `[batch, seq, 384]`.
+    pub fn fmt_shape(&self, shape: &Shape) -> String {
+        let dims: Vec<String> = shape.0.iter().map(|d| self.fmt_dim(d)).collect();
+        format!("[{}]", dims.join(", "))
+    }
+
+    pub fn fmt_dim(&self, dim: &Dim) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if dim.coeff != 1 || dim.syms.is_empty() {
+            parts.push(dim.coeff.to_string());
+        }
+        parts.extend(dim.syms.iter().map(|&s| self.dyn_dims[s as usize].clone()));
+        parts.join("*")
+    }
+}
