@@ -1,4 +1,6 @@
 //! The fuse compiler. See `ARCHITECTURE.md` at the repository root for the pipeline and its invariants.
 
+pub mod front;
 pub mod infer;
 pub mod ir;
+pub mod plan;

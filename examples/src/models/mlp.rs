@@ -1,0 +1,35 @@
+//! A two-layer perceptron with GELU: the smallest real model (workload W2's shape).
+
+use fuse_runtime::fused_model;
+
+#[fused_model]
+pub mod mlp {
+    pub const D_IN: usize = 1024;
+    pub const D_HIDDEN: usize = 4096;
+    pub const D_OUT: usize = 1024;
+
+    pub struct Linear<const IN: usize, const OUT: usize> {
+        #[shape(OUT, IN)]
+        weight: Tensor,
+        #[shape(OUT)]
+        bias: Tensor,
+    }
+
+    impl<const IN: usize, const OUT: usize> Linear<IN, OUT> {
+        pub fn forward(&self, x: Tensor) -> Tensor {
+            x.matmul(&self.weight.t()) + &self.bias
+        }
+    }
+
+    pub struct Mlp {
+        fc1: Linear<D_IN, D_HIDDEN>,
+        fc2: Linear<D_HIDDEN, D_OUT>,
+    }
+
+    impl Mlp {
+        pub fn forward(&self, #[shape(batch, D_IN)] x: Tensor) -> Tensor {
+            let h = self.fc1.forward(&x).gelu();
+            self.fc2.forward(&h)
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! The front end: a `#[fused_model] mod` (syn) → one [`Graph`] per root model, or spanned errors.
+
+mod consts;
+mod diag;
+mod lower;
+mod model;
+
+pub use consts::ConstVal;
+pub use diag::Diagnostics;
+
+use crate::ir::Graph;
+
+/// One compiled model of a module: a struct that no other struct uses as a field.
+pub struct CapturedModel {
+    pub name: syn::Ident,
+    pub graph: Graph,
+}
+
+/// What the front end made of a module. `errors` holds every error found (each on its own span); the names of
+/// the root structs are kept even then, so the macro can emit stubs beside the errors.
+pub struct Capture {
+    pub module: syn::Ident,
+    pub models: Vec<CapturedModel>,
+    pub root_names: Vec<syn::Ident>,
+    pub errors: Option<syn::Error>,
+}
+
+/// Captures every root model of `module`.
+pub fn capture(module: &syn::ItemMod) -> Capture {
+    let mut diags = Diagnostics::default();
+    let source = model::read_module(module, &mut diags);
+    let roots = source.roots();
+    let root_names: Vec<syn::Ident> = roots.iter().map(|&i| source.structs[i].name.clone()).collect();
+    let mut models = Vec::new();
+    for &root in &roots {
+        let before = diags.len();
+        let mut lowerer = lower::Lowerer::new(&source, &mut diags);
+        lowerer.lower_root(root);
+        let graph = std::mem::take(&mut lowerer.g);
+        if diags.len() == before {
+            models.push(CapturedModel {
+                name: source.structs[root].name.clone(),
+                graph,
+            });
+        }
+    }
+    Capture {
+        module: module.ident.clone(),
+        models,
+        root_names,
+        errors: diags.finish().err(),
+    }
+}
+
+/// Captures from source text (the form `build.rs` and the tests use; spans then point into that text).
+pub fn capture_str(source: &str) -> Result<Capture, syn::Error> {
+    let module: syn::ItemMod = syn::parse_str(source)?;
+    Ok(capture(&module))
+}

@@ -1,0 +1,115 @@
+//! Strided access: how a kernel reads a value in memory through views (permute, reshape, slice) and NumPy
+//! broadcasting, as an offset and one stride per iterated dim. Strides and offsets are symbolic in the dynamic dims.
+
+use crate::ir::{Dim, Graph, NodeId, Op, Shape};
+
+/// `element(i0, .., in) = base[offset + Σ ik · strides[k]]` over `shape`. A stride with `coeff == 0` is a broadcast.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Access {
+    pub base: NodeId,
+    /// A sum of monomials.
+    pub offset: Vec<Dim>,
+    pub shape: Vec<Dim>,
+    pub strides: Vec<Dim>,
+}
+
+pub fn zero() -> Dim {
+    Dim {
+        coeff: 0,
+        syms: Vec::new(),
+    }
+}
+
+/// Row-major strides of a contiguous shape.
+pub fn contiguous_strides(shape: &[Dim]) -> Vec<Dim> {
+    let mut strides = vec![Dim::fixed(1); shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1].mul(&shape[i + 1]);
+    }
+    strides
+}
+
+impl Access {
+    /// Whether a size-1 dim's stride matters: it never does, so compare only the dims longer than 1.
+    pub fn is_contiguous(&self) -> bool {
+        let want = contiguous_strides(&self.shape);
+        self.shape
+            .iter()
+            .zip(self.strides.iter().zip(&want))
+            .all(|(d, (s, w))| d.is_one() || s == w)
+    }
+
+    pub fn is_broadcast(stride: &Dim) -> bool {
+        stride.coeff == 0
+    }
+}
+
+/// Why a view cannot be read in place.
+#[derive(Debug)]
+pub struct NeedsCopy(pub NodeId);
+
+/// The access of `node` (a materialized value or a chain of views over one) over its own shape.
+/// `materialized(n)` says whether `n` is in memory. A reshape of a non-contiguous view cannot be expressed with
+/// strides: the error names the view that must be copied first.
+pub fn view_access(
+    g: &Graph,
+    node: NodeId,
+    materialized: &dyn Fn(NodeId) -> bool,
+) -> Result<Access, NeedsCopy> {
+    if materialized(node) || !g.node(node).op.is_view() {
+        let shape = g.ty(node).shape.0.clone();
+        return Ok(Access {
+            base: node,
+            offset: Vec::new(),
+            strides: contiguous_strides(&shape),
+            shape,
+        });
+    }
+    match &g.node(node).op {
+        Op::Permute { input, perm } => {
+            let inner = view_access(g, *input, materialized)?;
+            Ok(Access {
+                base: inner.base,
+                offset: inner.offset,
+                shape: perm.iter().map(|&p| inner.shape[p].clone()).collect(),
+                strides: perm.iter().map(|&p| inner.strides[p].clone()).collect(),
+            })
+        }
+        Op::Slice {
+            input, axis, start, ..
+        } => {
+            let mut a = view_access(g, *input, materialized)?;
+            if *start > 0 {
+                a.offset.push(a.strides[*axis].mul(&Dim::fixed(*start)));
+            }
+            a.shape[*axis] = g.ty(node).shape.0[*axis].clone();
+            Ok(a)
+        }
+        Op::Reshape { input, shape } => {
+            let inner = view_access(g, *input, materialized)?;
+            if !inner.is_contiguous() {
+                return Err(NeedsCopy(*input));
+            }
+            Ok(Access {
+                base: inner.base,
+                offset: inner.offset,
+                strides: contiguous_strides(&shape.0),
+                shape: shape.0.clone(),
+            })
+        }
+        _ => unreachable!("is_view() covers exactly permute, slice and reshape"),
+    }
+}
+
+/// Broadcasts `a` (right-aligned) to `target`: new leading dims and size-1 dims get stride 0.
+pub fn broadcast_to(mut a: Access, target: &Shape) -> Access {
+    let rank = target.rank();
+    let pad = rank - a.shape.len();
+    let mut strides = vec![zero(); pad];
+    for (d, s) in a.shape.iter().zip(&a.strides) {
+        strides.push(if d.is_one() { zero() } else { s.clone() });
+    }
+    a.shape = target.0.clone();
+    a.strides = strides;
+    a
+}

@@ -1,0 +1,181 @@
+//! Fusion planning: which ops share a kernel. One question decides it, [`can_fuse`], so the report can say why two
+//! ops were kept apart.
+
+use std::fmt;
+
+use crate::ir::{Graph, NodeId, Op};
+
+/// What a node is to the planner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    /// Inputs and params: already in memory.
+    Leaf,
+    /// Scalar constants: inlined into every kernel that reads them.
+    Constant,
+    /// Permute / reshape / slice: read through strides, never a kernel of their own unless a consumer needs them
+    /// contiguous.
+    View,
+    Elementwise,
+    /// A reduction over the last axis, softmax, layer norm or RMS norm: one kernel iterates rows.
+    Row,
+    MatMul,
+    /// Embedding gather and concat: kernels of their own.
+    Standalone,
+}
+
+pub fn class(op: &Op) -> Class {
+    match op {
+        Op::Input(_) | Op::Param(_) => Class::Leaf,
+        Op::Scalar(_) => Class::Constant,
+        Op::Permute { .. } | Op::Reshape { .. } | Op::Slice { .. } => Class::View,
+        Op::Unary(..) | Op::Binary(..) | Op::Where(..) | Op::Cast(..) => Class::Elementwise,
+        Op::Reduce { .. } | Op::Softmax { .. } | Op::LayerNorm { .. } | Op::RmsNorm { .. } => Class::Row,
+        Op::MatMul(..) => Class::MatMul,
+        Op::Embedding { .. } | Op::Concat { .. } => Class::Standalone,
+    }
+}
+
+/// Why a producer was not fused into its consumer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WhyNot {
+    /// The plan was built unfused on purpose.
+    EagerPlan,
+    /// The producer's value is read by more than one op (or is a model output), so it must be in memory.
+    MultipleUses(usize),
+    /// The producer's value is broadcast into a larger shape; fusing would recompute it per element.
+    Broadcast,
+    /// Both sides already hold a reduction or a matmul; a kernel has at most one.
+    TwoAnchors,
+    /// A matmul reads its operands from memory; elementwise producers are not fused into it.
+    MatMulOperand,
+    /// The consumer is a gather/concat kernel of its own.
+    Standalone,
+    /// A row op fuses only its row input (not gamma/beta) as a prologue.
+    NotRowInput,
+    /// The consumer does not compute element by element (e.g. a view).
+    ConsumerKind,
+}
+
+impl fmt::Display for WhyNot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WhyNot::EagerPlan => write!(f, "eager plan: one kernel per op"),
+            WhyNot::MultipleUses(n) => write!(f, "value read {n} times, kept in memory"),
+            WhyNot::Broadcast => write!(f, "value is broadcast into a larger shape"),
+            WhyNot::TwoAnchors => write!(f, "both sides hold a reduction or matmul"),
+            WhyNot::MatMulOperand => write!(f, "matmul reads its operands from memory"),
+            WhyNot::Standalone => write!(f, "gather/concat run as kernels of their own"),
+            WhyNot::NotRowInput => write!(f, "only the row input of a norm is fused as its prologue"),
+            WhyNot::ConsumerKind => write!(f, "consumer is not a computing op"),
+        }
+    }
+}
+
+/// A fusion group under construction: its nodes and its anchor (row op or matmul), if any.
+#[derive(Clone, Debug)]
+pub struct Group {
+    pub nodes: Vec<NodeId>,
+    pub anchor: Option<NodeId>,
+}
+
+/// Can `producer` (the output of `group`) be computed in the same kernel as `consumer`? `operand_pos` is the
+/// producer's position among the consumer's operands.
+pub fn can_fuse(
+    g: &Graph,
+    uses: &[usize],
+    group: &Group,
+    producer: NodeId,
+    consumer: NodeId,
+    operand_pos: usize,
+) -> Result<(), WhyNot> {
+    let consumer_class = class(&g.node(consumer).op);
+    match consumer_class {
+        Class::Elementwise => {}
+        Class::Row => {
+            if operand_pos != 0 {
+                return Err(WhyNot::NotRowInput);
+            }
+            if group.anchor.is_some() {
+                return Err(WhyNot::TwoAnchors);
+            }
+        }
+        Class::MatMul => return Err(WhyNot::MatMulOperand),
+        Class::Standalone => return Err(WhyNot::Standalone),
+        Class::Leaf | Class::Constant | Class::View => return Err(WhyNot::ConsumerKind),
+    }
+    if uses[producer.index()] != 1 {
+        return Err(WhyNot::MultipleUses(uses[producer.index()]));
+    }
+    // Row consumers read the producer as their row input, whose shape is the producer's own.
+    if consumer_class == Class::Elementwise && g.ty(producer).shape != g.ty(consumer).shape {
+        return Err(WhyNot::Broadcast);
+    }
+    Ok(())
+}
+
+/// A refused fusion, for the report.
+#[derive(Clone, Debug)]
+pub struct Refusal {
+    pub producer: NodeId,
+    pub consumer: NodeId,
+    pub why: WhyNot,
+}
+
+/// Groups the computing nodes of `g` into kernels. Each consumer absorbs the groups of the producers it may
+/// fuse with; since a fused producer has exactly one reader, merging can never create a cycle between kernels.
+pub fn group(g: &Graph, fused: bool) -> (Vec<Group>, Vec<Refusal>) {
+    let uses = g.use_counts();
+    let mut group_of: Vec<Option<usize>> = vec![None; g.nodes.len()];
+    let mut groups: Vec<Option<Group>> = Vec::new();
+    let mut refusals = Vec::new();
+    for id in g.ids() {
+        let c = class(&g.node(id).op);
+        if matches!(c, Class::Leaf | Class::Constant | Class::View) {
+            continue;
+        }
+        let mut merged = Group {
+            nodes: Vec::new(),
+            anchor: matches!(c, Class::Row | Class::MatMul).then_some(id),
+        };
+        for (pos, operand) in g.node(id).op.operands().into_iter().enumerate() {
+            let Some(gi) = group_of[operand.index()] else {
+                continue;
+            };
+            let Some(candidate) = groups[gi].as_ref() else {
+                continue;
+            };
+            let verdict = if fused {
+                can_fuse(g, &uses, candidate, operand, id, pos).and_then(|()| {
+                    if candidate.anchor.is_some() && merged.anchor.is_some() {
+                        Err(WhyNot::TwoAnchors)
+                    } else {
+                        Ok(())
+                    }
+                })
+            } else {
+                Err(WhyNot::EagerPlan)
+            };
+            match verdict {
+                Ok(()) => {
+                    if let Some(taken) = groups[gi].take() {
+                        merged.anchor = merged.anchor.or(taken.anchor);
+                        merged.nodes.extend(taken.nodes);
+                    }
+                }
+                Err(why) => refusals.push(Refusal {
+                    producer: operand,
+                    consumer: id,
+                    why,
+                }),
+            }
+        }
+        merged.nodes.push(id);
+        merged.nodes.sort();
+        let gi = groups.len();
+        for n in &merged.nodes {
+            group_of[n.index()] = Some(gi);
+        }
+        groups.push(Some(merged));
+    }
+    (groups.into_iter().flatten().collect(), refusals)
+}

@@ -1,0 +1,296 @@
+//! From a checked graph to a [`Plan`]: fusion groups → kernels with their strided reads → the static memory plan
+//! → the plan hash. A `Plan` can only be made here, from a graph that passed inference, so the writers in
+//! `back/` only ever see validated input.
+
+pub mod access;
+pub mod fusion;
+pub mod memory;
+mod report;
+
+use std::collections::BTreeSet;
+
+pub use access::Access;
+pub use fusion::{can_fuse, Refusal, WhyNot};
+pub use memory::MemoryPlan;
+pub use report::{dot, dump, dump_graph, kernel_bytes};
+
+use crate::ir::{Dim, Graph, NodeId, Op, Shape};
+use fusion::{class, Class};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Maximal fusion.
+    Fused,
+    /// One kernel per op (views are still read in place, as eager frameworks do).
+    Eager,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum KernelKind {
+    /// Elementwise ops over the output shape (a materialising copy is the empty case).
+    Elementwise,
+    /// Prologue (elementwise, into the row) → `anchor` over the last axis → epilogue (elementwise, per output row).
+    Row { anchor: NodeId },
+    /// A (batched) GEMM with its elementwise epilogue applied per output block.
+    MatMul { anchor: NodeId },
+    Gather { node: NodeId },
+    Concat { node: NodeId },
+}
+
+impl KernelKind {
+    pub fn name(&self) -> &'static str {
+        match self {
+            KernelKind::Elementwise => "elementwise",
+            KernelKind::Row { .. } => "row",
+            KernelKind::MatMul { .. } => "matmul",
+            KernelKind::Gather { .. } => "gather",
+            KernelKind::Concat { .. } => "concat",
+        }
+    }
+}
+
+/// One read of a value held in memory (directly or through views), broadcast over the shape it is read at.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Read {
+    /// The operand node as the ops see it (a view, a leaf, or another kernel's output).
+    pub node: NodeId,
+    pub access: Access,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Kernel {
+    pub name: String,
+    pub kind: KernelKind,
+    /// Nodes computed here, in graph order; the last is `output`.
+    pub nodes: Vec<NodeId>,
+    pub output: NodeId,
+    pub reads: Vec<Read>,
+}
+
+impl Kernel {
+    pub fn computes(&self, id: NodeId) -> bool {
+        self.nodes.contains(&id)
+    }
+
+    pub fn read(&self, id: NodeId) -> Option<&Read> {
+        self.reads.iter().find(|r| r.node == id)
+    }
+}
+
+/// Where a materialised value lives at run time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Storage {
+    Input(u32),
+    Param(u32),
+    Arena(usize),
+    Output(usize),
+}
+
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub graph: Graph,
+    pub mode: Mode,
+    pub kernels: Vec<Kernel>,
+    pub refusals: Vec<Refusal>,
+    /// Every value in memory, with its storage, in a fixed order (buffer ids index this).
+    pub buffers: Vec<(NodeId, Storage)>,
+    pub memory: MemoryPlan,
+    pub hash: u64,
+}
+
+impl Plan {
+    pub fn buffer_of(&self, node: NodeId) -> Option<usize> {
+        self.buffers.iter().position(|(n, _)| *n == node)
+    }
+}
+
+/// The planning passes, in order.
+pub fn plan(graph: &Graph, mode: Mode) -> Plan {
+    let (groups, refusals) = fusion::group(graph, mode == Mode::Fused);
+    let roots: BTreeSet<NodeId> = groups.iter().filter_map(|g| g.nodes.last().copied()).collect();
+    let copies = views_needing_copies(graph, &roots);
+    let kernels = build_kernels(graph, groups, &copies);
+    let buffers = storage(graph, &kernels);
+    let memory = memory::plan(graph, &liveness(&kernels, &buffers));
+    let mut plan = Plan {
+        graph: graph.clone(),
+        mode,
+        kernels,
+        refusals,
+        buffers,
+        memory,
+        hash: 0,
+    };
+    plan.hash = fnv1a(dump(&plan).as_bytes());
+    plan
+}
+
+/// Reshapes of non-contiguous views cannot be read in place: their input view is materialised by a copy kernel.
+fn views_needing_copies(g: &Graph, roots: &BTreeSet<NodeId>) -> BTreeSet<NodeId> {
+    let mut copies = BTreeSet::new();
+    for id in g.ids() {
+        if !matches!(g.node(id).op, Op::Reshape { .. }) {
+            continue;
+        }
+        let in_memory = |n: NodeId| roots.contains(&n) || copies.contains(&n);
+        if let Err(access::NeedsCopy(view)) = access::view_access(g, id, &in_memory) {
+            copies.insert(view);
+        }
+    }
+    copies
+}
+
+fn is_materialized(g: &Graph, roots: &BTreeSet<NodeId>, n: NodeId) -> bool {
+    roots.contains(&n) || matches!(g.node(n).op, Op::Input(_) | Op::Param(_))
+}
+
+fn build_kernels(g: &Graph, groups: Vec<fusion::Group>, copies: &BTreeSet<NodeId>) -> Vec<Kernel> {
+    let mut units: Vec<(NodeId, Vec<NodeId>, Option<NodeId>)> = groups
+        .into_iter()
+        .filter_map(|gr| gr.nodes.last().copied().map(|root| (root, gr.nodes, gr.anchor)))
+        .collect();
+    units.extend(copies.iter().map(|&c| (c, Vec::new(), None)));
+    units.sort_by_key(|u| u.0);
+    let roots: BTreeSet<NodeId> = units.iter().map(|u| u.0).collect();
+    let in_memory = |n: NodeId| is_materialized(g, &roots, n);
+    let mut kernels = Vec::new();
+    for (index, (root, nodes, anchor)) in units.into_iter().enumerate() {
+        let kind = match anchor.map(|a| (a, class(&g.node(a).op))) {
+            Some((a, Class::Row)) => KernelKind::Row { anchor: a },
+            Some((a, _)) => KernelKind::MatMul { anchor: a },
+            None => match &g.node(root).op {
+                Op::Embedding { .. } => KernelKind::Gather { node: root },
+                Op::Concat { .. } => KernelKind::Concat { node: root },
+                _ => KernelKind::Elementwise,
+            },
+        };
+        let mut k = Kernel {
+            name: format!("k{index}_{}", kind.name()),
+            kind,
+            nodes: nodes.clone(),
+            output: root,
+            reads: Vec::new(),
+        };
+        // A copy kernel reads its view through the view's own access and computes nothing.
+        let operands: Vec<(NodeId, Shape)> = if nodes.is_empty() {
+            vec![(root, g.ty(root).shape.clone())]
+        } else {
+            read_shapes(g, &k)
+        };
+        for (operand, at) in operands {
+            if matches!(g.node(operand).op, Op::Scalar(_)) || k.reads.iter().any(|r| r.node == operand) {
+                continue;
+            }
+            let own = if nodes.is_empty() {
+                // Copy kernels read the view of their own output node.
+                let inner = |n: NodeId| n != root && in_memory(n);
+                access::view_access(g, operand, &inner)
+            } else {
+                access::view_access(g, operand, &in_memory)
+            };
+            // Every reshape that needed a copy got one above, so this cannot fail; keep the node for the report.
+            let Ok(own) = own else { continue };
+            k.reads.push(Read {
+                node: operand,
+                access: access::broadcast_to(own, &at),
+            });
+        }
+        kernels.push(k);
+    }
+    kernels
+}
+
+/// The operands a kernel reads from memory, each with the shape it is read at.
+fn read_shapes(g: &Graph, k: &Kernel) -> Vec<(NodeId, Shape)> {
+    let mut out = Vec::new();
+    for &id in &k.nodes {
+        let node = g.node(id);
+        let operands = node.op.operands();
+        for (pos, operand) in operands.iter().copied().enumerate() {
+            if k.computes(operand) {
+                continue;
+            }
+            let at = match &node.op {
+                Op::MatMul(a, b) => matmul_operand_shape(g, id, if pos == 0 { *a } else { *b }),
+                Op::Reduce { .. } | Op::Softmax { .. } | Op::LayerNorm { .. } | Op::RmsNorm { .. }
+                | Op::Embedding { .. } | Op::Concat { .. } => g.ty(operand).shape.clone(),
+                _ => g.ty(id).shape.clone(),
+            };
+            out.push((operand, at));
+        }
+    }
+    out
+}
+
+/// A matmul operand is read at the output's batch dims followed by its own two matrix dims.
+fn matmul_operand_shape(g: &Graph, mm: NodeId, operand: NodeId) -> Shape {
+    let out = &g.ty(mm).shape.0;
+    let own = &g.ty(operand).shape.0;
+    let mut dims: Vec<Dim> = out[..out.len() - 2].to_vec();
+    dims.extend_from_slice(&own[own.len() - 2..]);
+    Shape(dims)
+}
+
+/// Inputs and params first (their own memory), then every kernel output: graph outputs get their own allocation,
+/// the rest live in the arena.
+fn storage(g: &Graph, kernels: &[Kernel]) -> Vec<(NodeId, Storage)> {
+    let mut buffers = Vec::new();
+    for id in g.ids() {
+        match g.node(id).op {
+            Op::Input(i) => buffers.push((id, Storage::Input(i))),
+            Op::Param(i) => buffers.push((id, Storage::Param(i))),
+            _ => {}
+        }
+    }
+    for k in kernels {
+        let storage = match g.outputs.iter().position(|&o| o == k.output) {
+            Some(i) => Storage::Output(i),
+            None => Storage::Arena(usize::MAX),
+        };
+        buffers.push((k.output, storage));
+    }
+    buffers
+}
+
+fn liveness(kernels: &[Kernel], buffers: &[(NodeId, Storage)]) -> Vec<memory::Interval> {
+    let mut intervals = Vec::new();
+    for (def, k) in kernels.iter().enumerate() {
+        let in_arena = buffers
+            .iter()
+            .any(|&(n, s)| n == k.output && matches!(s, Storage::Arena(_)));
+        if !in_arena {
+            continue;
+        }
+        let last_use = kernels
+            .iter()
+            .enumerate()
+            .filter(|(_, other)| other.reads.iter().any(|r| r.access.base == k.output))
+            .map(|(i, _)| i)
+            .max()
+            .unwrap_or(def);
+        intervals.push(memory::Interval {
+            node: k.output,
+            def,
+            last_use,
+        });
+    }
+    intervals
+}
+
+/// Arena slots are known only after the memory plan; fill them into the buffer table.
+impl Plan {
+    pub fn storage_of(&self, buffer: usize) -> Storage {
+        let (node, s) = self.buffers[buffer];
+        match s {
+            Storage::Arena(_) => Storage::Arena(self.memory.slot_of(node).unwrap_or(0)),
+            other => other,
+        }
+    }
+}
+
+/// FNV-1a, 64-bit: stable across platforms and Rust versions, unlike `DefaultHasher`.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}

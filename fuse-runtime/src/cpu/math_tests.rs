@@ -1,0 +1,220 @@
+//! Accuracy sweeps of `math` against f64 references (~1e6 points each; the measured maxima are printed with
+//! `--nocapture`).
+
+use super::*;
+
+/// `n` points evenly spaced in [lo, hi].
+fn linear(lo: f32, hi: f32, n: usize) -> impl Iterator<Item = f32> {
+    let step = (f64::from(hi) - f64::from(lo)) / (n - 1) as f64;
+    (0..n).map(move |i| (f64::from(lo) + step * i as f64) as f32)
+}
+
+/// About `n` f32 values evenly spaced in bit pattern between two non-negative floats, i.e. spread evenly over
+/// the binades (every exponent gets the same share).
+fn by_bits(lo: f32, hi: f32, n: u32) -> impl Iterator<Item = f32> {
+    let (a, b) = (lo.to_bits(), hi.to_bits());
+    let step = ((b - a) / n).max(1);
+    (a..=b).step_by(step as usize).map(f32::from_bits)
+}
+
+/// Both signs of `by_bits(0, f32::MAX)`: a sweep over all finite f32.
+fn all_finite(n: u32) -> impl Iterator<Item = f32> {
+    by_bits(0.0, f32::MAX, n / 2).flat_map(|x| [x, -x])
+}
+
+/// Max over `xs` of `err(got, reference)`, returning the worst input too for the failure message.
+fn worst(
+    xs: impl Iterator<Item = f32>,
+    f: impl Fn(f32) -> f32,
+    reference: impl Fn(f64) -> f64,
+    err: impl Fn(f64, f64) -> f64,
+) -> (f64, f32) {
+    let mut w = (0.0f64, 0.0f32);
+    for x in xs {
+        let got = f64::from(f(x));
+        let want = reference(f64::from(x));
+        let e = err(got, want);
+        assert!(!e.is_nan(), "x = {x:e}: got {got:e}, want {want:e}");
+        if e > w.0 {
+            w = (e, x);
+        }
+    }
+    w
+}
+
+fn abs_err(got: f64, want: f64) -> f64 {
+    if got == want {
+        0.0
+    } else {
+        (got - want).abs()
+    }
+}
+
+fn rel_err(got: f64, want: f64) -> f64 {
+    if got == want {
+        0.0
+    } else {
+        (got - want).abs() / want.abs()
+    }
+}
+
+/// Relative for |want| > 1, absolute below: the right scale for functions that grow like x (GELU, SiLU).
+fn mixed_err(got: f64, want: f64) -> f64 {
+    abs_err(got, want) / want.abs().max(1.0)
+}
+
+fn check(name: &str, (e, x): (f64, f32), bound: f64) {
+    eprintln!("{name}: max error {e:.3e} at x = {x:e}");
+    assert!(e <= bound, "{name}: error {e:e} at x = {x:e} exceeds {bound:e}");
+}
+
+fn gelu_ref(x: f64) -> f64 {
+    0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2))
+}
+
+#[test]
+fn exp_accuracy() {
+    check(
+        "exp",
+        worst(linear(-87.0, 88.0, 1_000_000), exp, f64::exp, rel_err),
+        4e-7,
+    );
+    assert_eq!(exp(0.0), 1.0);
+    assert_eq!(exp(f32::NEG_INFINITY), 0.0);
+    assert_eq!(exp(-200.0), 0.0);
+    assert_eq!(exp(89.0), f32::INFINITY);
+    assert_eq!(exp(f32::INFINITY), f32::INFINITY);
+    assert!(exp(f32::NAN).is_nan());
+    // Gradual underflow: exp(-100) ≈ 3.7e-44 is a subnormal, not 0.
+    assert!((f64::from(exp(-100.0)) - (-100f64).exp()).abs() < 2e-45);
+}
+
+#[test]
+fn log_accuracy() {
+    check(
+        "log",
+        worst(by_bits(f32::MIN_POSITIVE, f32::MAX, 1_000_000), log, f64::ln, rel_err),
+        4e-7,
+    );
+    check(
+        "log near 1",
+        worst(linear(0.5, 2.0, 200_000), log, f64::ln, rel_err),
+        4e-7,
+    );
+    check(
+        "log subnormal",
+        worst(by_bits(1e-45, f32::MIN_POSITIVE, 10_000), log, f64::ln, rel_err),
+        4e-7,
+    );
+    assert_eq!(log(1.0), 0.0);
+    assert_eq!(log(0.0), f32::NEG_INFINITY);
+    assert_eq!(log(f32::INFINITY), f32::INFINITY);
+    assert!(log(-1.0).is_nan());
+    assert!(log(f32::NAN).is_nan());
+}
+
+#[test]
+fn tanh_accuracy() {
+    check(
+        "tanh",
+        worst(linear(-10.0, 10.0, 500_000), tanh, f64::tanh, abs_err),
+        4e-7,
+    );
+    check(
+        "tanh all f32",
+        worst(all_finite(500_000), tanh, f64::tanh, abs_err),
+        4e-7,
+    );
+    assert_eq!(tanh(f32::INFINITY), 1.0);
+    assert_eq!(tanh(f32::NEG_INFINITY), -1.0);
+    assert!(tanh(f32::NAN).is_nan());
+}
+
+#[test]
+fn erf_accuracy() {
+    check(
+        "erf",
+        worst(linear(-5.0, 5.0, 500_000), erf, libm::erf, abs_err),
+        4e-7,
+    );
+    check(
+        "erf all f32",
+        worst(all_finite(500_000), erf, libm::erf, abs_err),
+        4e-7,
+    );
+    assert_eq!(erf(0.0), 0.0);
+    assert_eq!(erf(f32::INFINITY), 1.0);
+    assert_eq!(erf(f32::NEG_INFINITY), -1.0);
+    assert!(erf(f32::NAN).is_nan());
+}
+
+#[test]
+fn activations_accuracy() {
+    let sig = |x: f64| 1.0 / (1.0 + (-x).exp());
+    check(
+        "sigmoid",
+        worst(linear(-30.0, 30.0, 300_000), sigmoid, sig, abs_err),
+        4e-7,
+    );
+    check(
+        "silu",
+        worst(linear(-30.0, 30.0, 300_000), silu, |x| x * sig(x), mixed_err),
+        5e-7,
+    );
+    check(
+        "gelu",
+        worst(linear(-12.0, 12.0, 300_000), gelu, gelu_ref, mixed_err),
+        5e-7,
+    );
+    let gelu_tanh_ref = |x: f64| {
+        let k = (2.0 / std::f64::consts::PI).sqrt();
+        0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh())
+    };
+    check(
+        "gelu_tanh",
+        worst(linear(-12.0, 12.0, 300_000), gelu_tanh, gelu_tanh_ref, mixed_err),
+        5e-7,
+    );
+    check(
+        "rsqrt",
+        worst(by_bits(f32::MIN_POSITIVE, f32::MAX, 100_000), rsqrt, |x| 1.0 / x.sqrt(), rel_err),
+        2.5e-7,
+    );
+    for f in [sigmoid, silu, gelu, gelu_tanh] {
+        assert!(f(f32::NAN).is_nan());
+    }
+    for f in [silu, gelu, gelu_tanh] {
+        assert_eq!(f(0.0), 0.0);
+    }
+    assert_eq!(sigmoid(0.0), 0.5);
+    assert_eq!(sigmoid(f32::INFINITY), 1.0);
+    assert_eq!(sigmoid(f32::NEG_INFINITY), 0.0);
+    assert_eq!(gelu(-20.0), 0.0);
+    assert_eq!(gelu(20.0), 20.0);
+}
+
+/// A loop compiled with AVX2/FMA enabled must compute what the baseline build computes (no contraction into
+/// FMA happens without explicit `mul_add`, so this is exact in practice; 2e-7 allows for a different LLVM).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn target_feature_copy_matches_baseline() {
+    #[target_feature(enable = "avx2,fma")]
+    fn gelu_avx2(xs: &[f32], out: &mut [f32]) {
+        for (o, &x) in out.iter_mut().zip(xs) {
+            *o = gelu(x);
+        }
+    }
+    if !dispatch_avx2() {
+        eprintln!("no AVX2 on this CPU; skipped");
+        return;
+    }
+    let xs: Vec<f32> = linear(-8.0, 8.0, 100_003).collect();
+    let base: Vec<f32> = xs.iter().map(|&x| gelu(x)).collect();
+    let mut fast = vec![0.0; xs.len()];
+    // SAFETY: dispatch_avx2 confirmed AVX2 and FMA.
+    unsafe { gelu_avx2(&xs, &mut fast) };
+    for ((&x, &a), &b) in xs.iter().zip(&base).zip(&fast) {
+        assert!((a - b).abs() <= 2e-7, "x = {x}: {a} vs {b}");
+    }
+    assert!(!dispatch_avx512() || dispatch_avx2());
+}

@@ -1,0 +1,1 @@
+pub mod gemm; pub mod math; pub mod rows;

@@ -1,0 +1,94 @@
+//! The one error type of the runtime.
+//!
+//! Every variant names the input, dimension, weight or file involved, because these errors reach people who
+//! called a generated model with the wrong data or pointed it at the wrong checkpoint, and "shape mismatch" alone
+//! does not tell them what to fix.
+
+use std::path::PathBuf;
+
+use crate::tensor::DType;
+
+/// Everything that can go wrong when running a compiled model.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error("expected {expected} input tensor(s), got {found}")]
+    InputCount { expected: usize, found: usize },
+
+    #[error("input `{input}` must have rank {expected}, got a tensor of shape {found:?}")]
+    InputRank {
+        input: String,
+        expected: usize,
+        found: Vec<usize>,
+    },
+
+    #[error("input `{input}` must have shape {expected}, got {found:?}")]
+    InputShape {
+        input: String,
+        expected: String,
+        found: Vec<usize>,
+    },
+
+    #[error("input `{input}` must be {expected}, got {found}")]
+    InputDType {
+        input: String,
+        expected: DType,
+        found: DType,
+    },
+
+    #[error(
+        "dimension `{dim}` is {first} in an earlier input but {found} in input `{input}`; \
+         every use of a named dimension must agree"
+    )]
+    InconsistentDim {
+        dim: String,
+        first: usize,
+        found: usize,
+        input: String,
+    },
+
+    #[error("dimension `{dim}` is 0; empty tensors are not supported")]
+    ZeroDim { dim: String },
+
+    #[error("input `{input}` holds id {id}, outside the vocabulary 0..{vocab}")]
+    IdOutOfRange { input: String, id: i64, vocab: usize },
+
+    #[error("cannot read `{}`: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("`{}` is not a valid safetensors file: {message}", path.display())]
+    Safetensors { path: PathBuf, message: String },
+
+    #[error("weight `{name}` is missing from `{}`", path.display())]
+    MissingWeight { name: String, path: PathBuf },
+
+    #[error("weight `{name}` must have shape {expected:?}, the file has {found:?}")]
+    WeightShape {
+        name: String,
+        expected: Vec<usize>,
+        found: Vec<usize>,
+    },
+
+    #[error("weight `{name}` must be {expected} (or f16/bf16, which are widened), the file has {found}")]
+    WeightDType {
+        name: String,
+        expected: DType,
+        found: String,
+    },
+
+    #[error("tensor data has {found} element(s) but its shape needs {expected}")]
+    TensorData { expected: usize, found: usize },
+
+    #[error("no CUDA device available: {reason}")]
+    NoCudaDevice { reason: String },
+
+    #[error("CUDA error: {message}")]
+    Cuda { message: String },
+}
+
+/// The runtime's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,296 @@
+//! Parameter loading: safetensors checkpoints, or seeded random weights when no checkpoint is given.
+//!
+//! A compiled model knows every parameter's name and shape at build time (its [`ParamSpec`] table), so loading
+//! checks the file against that table up front and names the first tensor that does not fit, instead of failing
+//! later inside a kernel with an index error.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+
+use crate::error::{Error, Result};
+use crate::tensor::{normal_samples, DType, Tensor, TensorData};
+
+/// One f32 parameter a compiled model expects.
+#[derive(Clone, Copy, Debug)]
+pub struct ParamSpec {
+    /// The tensor's name in the checkpoint (e.g. `encoder.layer.0.attention.self.query.weight`).
+    pub name: &'static str,
+    pub shape: &'static [usize],
+    /// How [`random_weights`] fills it when there is no checkpoint.
+    pub init: Init,
+}
+
+/// A normal distribution `mean + std * N(0, 1)` for random initialisation.
+#[derive(Clone, Copy, Debug)]
+pub struct Init {
+    pub mean: f32,
+    pub std: f32,
+}
+
+/// Loads every parameter of `specs`, in order, from the safetensors file at `path`.
+///
+/// F16 and BF16 tensors are widened to f32, so half-precision checkpoints work unchanged. Tensors in the file
+/// that no spec names (e.g. BERT's i64 `position_ids` buffer) are ignored.
+pub fn load_safetensors(path: &Path, specs: &[ParamSpec]) -> Result<Vec<Tensor>> {
+    let bytes = std::fs::read(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let file = SafeTensors::deserialize(&bytes).map_err(|e| Error::Safetensors {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    specs
+        .iter()
+        .map(|spec| {
+            let view = file.tensor(spec.name).map_err(|_| Error::MissingWeight {
+                name: spec.name.to_string(),
+                path: path.to_path_buf(),
+            })?;
+            if view.shape() != spec.shape {
+                return Err(Error::WeightShape {
+                    name: spec.name.to_string(),
+                    expected: spec.shape.to_vec(),
+                    found: view.shape().to_vec(),
+                });
+            }
+            let values = widen_to_f32(&view).ok_or_else(|| Error::WeightDType {
+                name: spec.name.to_string(),
+                expected: DType::F32,
+                found: format!("{:?}", view.dtype()),
+            })?;
+            Tensor::from_f32(spec.shape, values)
+        })
+        .collect()
+}
+
+/// The view's elements as f32, or `None` for a dtype that is not a float of at most 32 bits.
+///
+/// Goes through `from_le_bytes` on byte chunks because safetensors gives no alignment guarantee for the data.
+fn widen_to_f32(view: &TensorView<'_>) -> Option<Vec<f32>> {
+    let data = view.data();
+    let values = match view.dtype() {
+        Dtype::F32 => data
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+        Dtype::F16 => data
+            .chunks_exact(2)
+            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+        Dtype::BF16 => data
+            .chunks_exact(2)
+            .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+        _ => return None,
+    };
+    Some(values)
+}
+
+/// Random parameters `mean + std * N(0, 1)` for each spec; the same for the same seed on every platform.
+///
+/// Parameter `i` draws from ChaCha8 stream `i` of the seed, so two parameters of the same shape differ and
+/// adding a parameter does not change the values of the ones before it.
+pub fn random_weights(specs: &[ParamSpec], seed: u64) -> Vec<Tensor> {
+    specs
+        .iter()
+        .enumerate()
+        .map(|(i, spec)| {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            rng.set_stream(i as u64);
+            let n = spec.shape.iter().product();
+            let mut values = normal_samples(&mut rng, n);
+            for v in &mut values {
+                *v = spec.init.mean + spec.init.std * *v;
+            }
+            Tensor::f32_from_shape(spec.shape, values)
+        })
+        .collect()
+}
+
+/// Writes named tensors to a safetensors file (f32 as F32, ids as I64); for tests and tools that make
+/// checkpoints.
+pub fn save_safetensors(path: &Path, names_and_tensors: &[(&str, &Tensor)]) -> Result<()> {
+    let invalid = |message: String| Error::Safetensors {
+        path: path.to_path_buf(),
+        message,
+    };
+    let mut seen = HashSet::new();
+    let mut buffers = Vec::with_capacity(names_and_tensors.len());
+    for (name, tensor) in names_and_tensors {
+        if !seen.insert(*name) {
+            return Err(invalid(format!("tensor name `{name}` given twice")));
+        }
+        let (dtype, bytes): (Dtype, Vec<u8>) = match tensor.data() {
+            TensorData::F32(v) => (Dtype::F32, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
+            TensorData::I64(v) => (Dtype::I64, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
+        };
+        buffers.push((*name, dtype, tensor.shape().to_vec(), bytes));
+    }
+    let views = buffers
+        .iter()
+        .map(|(name, dtype, shape, bytes)| {
+            TensorView::new(*dtype, shape.clone(), bytes)
+                .map(|view| (*name, view))
+                .map_err(|e| invalid(e.to_string()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let serialized = safetensors::serialize(views, &None).map_err(|e| invalid(e.to_string()))?;
+    std::fs::write(path, serialized).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    const INIT: Init = Init {
+        mean: 0.0,
+        std: 0.02,
+    };
+    const SPECS: &[ParamSpec] = &[
+        ParamSpec {
+            name: "w",
+            shape: &[3, 4],
+            init: INIT,
+        },
+        ParamSpec {
+            name: "b",
+            shape: &[4],
+            init: Init {
+                mean: 1.0,
+                std: 0.0,
+            },
+        },
+    ];
+
+    /// A fresh file path under the target's temp dir, unique per test.
+    fn temp_path(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("fuse-runtime-weights-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.join(format!("{tag}.safetensors"))
+    }
+
+    #[test]
+    fn round_trip() {
+        let path = temp_path("round_trip");
+        let params = random_weights(SPECS, 7);
+        let ids = Tensor::from_i64(&[2], vec![0, 1]).unwrap();
+        save_safetensors(
+            &path,
+            &[("b", &params[1]), ("w", &params[0]), ("position_ids", &ids)],
+        )
+        .unwrap();
+        let loaded = load_safetensors(&path, SPECS).unwrap();
+        assert_eq!(loaded, params);
+        assert_eq!(params[1].as_f32().unwrap(), &[1.0; 4]);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn random_weights_deterministic_and_distinct() {
+        let specs = [SPECS[0], ParamSpec { name: "w2", ..SPECS[0] }];
+        let a = random_weights(&specs, 1);
+        assert_eq!(a, random_weights(&specs, 1));
+        assert_ne!(a[0], a[1]);
+        assert_ne!(a, random_weights(&specs, 2));
+        assert!(a[0].as_f32().unwrap().iter().all(|x| x.abs() < 0.2));
+    }
+
+    #[test]
+    fn missing_file_names_the_path() {
+        let path = temp_path("does_not_exist");
+        let err = load_safetensors(&path, SPECS).unwrap_err();
+        assert!(matches!(err, Error::Io { .. }), "{err:?}");
+        assert!(err.to_string().contains("does_not_exist.safetensors"), "{err}");
+    }
+
+    #[test]
+    fn corrupt_file_is_an_error_not_a_panic() {
+        let path = temp_path("corrupt");
+        let params = random_weights(SPECS, 7);
+        save_safetensors(&path, &[("w", &params[0]), ("b", &params[1])]).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        for cut in [0, 5, 8, 20, bytes.len() - 1] {
+            std::fs::write(&path, &bytes[..cut]).unwrap();
+            let err = load_safetensors(&path, SPECS).unwrap_err();
+            assert!(matches!(err, Error::Safetensors { .. }), "{err:?}");
+            assert!(err.to_string().contains("corrupt.safetensors"), "{err}");
+        }
+        std::fs::write(&path, b"\xff\xff\xff\xff\xff\xff\xff\xffgarbage").unwrap();
+        assert!(matches!(
+            load_safetensors(&path, SPECS),
+            Err(Error::Safetensors { .. })
+        ));
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn wrong_shape_and_missing_name() {
+        let path = temp_path("wrong_shape");
+        let w = Tensor::zeros(&[4, 3]);
+        let b = Tensor::zeros(&[4]);
+        save_safetensors(&path, &[("w", &w), ("b", &b)]).unwrap();
+        match load_safetensors(&path, SPECS).unwrap_err() {
+            Error::WeightShape {
+                name,
+                expected,
+                found,
+            } => {
+                assert_eq!(name, "w");
+                assert_eq!(expected, vec![3, 4]);
+                assert_eq!(found, vec![4, 3]);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        save_safetensors(&path, &[("w", &Tensor::zeros(&[3, 4]))]).unwrap();
+        match load_safetensors(&path, SPECS).unwrap_err() {
+            Error::MissingWeight { name, .. } => assert_eq!(name, "b"),
+            other => panic!("unexpected {other:?}"),
+        }
+        let ids = Tensor::from_i64(&[4], vec![0; 4]).unwrap();
+        save_safetensors(&path, &[("w", &Tensor::zeros(&[3, 4])), ("b", &ids)]).unwrap();
+        match load_safetensors(&path, SPECS).unwrap_err() {
+            Error::WeightDType { name, found, .. } => {
+                assert_eq!(name, "b");
+                assert_eq!(found, "I64");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn half_precision_is_widened() {
+        let path = temp_path("half");
+        let w: Vec<f32> = (0..12).map(|i| i as f32 * 0.25 - 1.0).collect();
+        let b = [0.5f32, -2.0, 3.0, 1e-3];
+        let w16: Vec<u8> = w
+            .iter()
+            .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
+            .collect();
+        let b16: Vec<u8> = b
+            .iter()
+            .flat_map(|&x| half::bf16::from_f32(x).to_le_bytes())
+            .collect();
+        let views = vec![
+            ("w", TensorView::new(Dtype::F16, vec![3, 4], &w16).unwrap()),
+            ("b", TensorView::new(Dtype::BF16, vec![4], &b16).unwrap()),
+        ];
+        std::fs::write(&path, safetensors::serialize(views, &None).unwrap()).unwrap();
+        let loaded = load_safetensors(&path, SPECS).unwrap();
+        assert_eq!(loaded[0].as_f32().unwrap(), &w[..]);
+        let lb = loaded[1].as_f32().unwrap();
+        for (x, y) in lb.iter().zip(&b) {
+            assert!((x - y).abs() <= y.abs() / 128.0, "{x} vs {y}");
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+}

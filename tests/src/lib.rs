@@ -1,0 +1,3 @@
+//! Test support for fuse.
+
+pub mod reference;
