@@ -1,5 +1,6 @@
 //! The fuse compiler. See `ARCHITECTURE.md` at the repository root for the pipeline and its invariants.
 
+pub mod back;
 pub mod front;
 pub mod infer;
 pub mod ir;

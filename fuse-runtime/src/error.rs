@@ -51,7 +51,11 @@ pub enum Error {
     ZeroDim { dim: String },
 
     #[error("input `{input}` holds id {id}, outside the vocabulary 0..{vocab}")]
-    IdOutOfRange { input: String, id: i64, vocab: usize },
+    IdOutOfRange {
+        input: String,
+        id: i64,
+        vocab: usize,
+    },
 
     #[error("cannot read `{}`: {source}", path.display())]
     Io {
@@ -73,7 +77,9 @@ pub enum Error {
         found: Vec<usize>,
     },
 
-    #[error("weight `{name}` must be {expected} (or f16/bf16, which are widened), the file has {found}")]
+    #[error(
+        "weight `{name}` must be {expected} (or f16/bf16, which are widened), the file has {found}"
+    )]
     WeightDType {
         name: String,
         expected: DType,

@@ -1,9 +1,43 @@
-//! Run-time support for models compiled by fuse. (Temporary root; the lead extends it.)
+//! Run-time support for models compiled by fuse: host [`Tensor`]s, weight loading, the CPU executor and the plan
+//! report. Users depend on this crate only; it re-exports the [`fused_model`] macro.
+//!
+//! ```ignore
+//! use fuse_runtime::{fused_model, Tensor};
+//!
+//! #[fused_model]
+//! pub mod mlp {
+//!     pub struct Mlp {
+//!         #[shape(16, 8)]
+//!         weight: Tensor,
+//!     }
+//!     impl Mlp {
+//!         pub fn forward(&self, #[shape(batch, 8)] x: Tensor) -> Tensor {
+//!             x.matmul(&self.weight.t()).gelu()
+//!         }
+//!     }
+//! }
+//! ```
 
 pub mod cpu;
 pub mod error;
+pub mod exec;
+pub mod model;
+pub mod report;
 pub mod tensor;
 pub mod weights;
 
 pub use error::{Error, Result};
+pub use fuse_macros::fused_model;
+pub use model::{CompiledModel, ModelSpec, PlanMode};
+pub use report::PlanReport;
 pub use tensor::{DType, Tensor, TensorData};
+
+/// Items the generated code refers to. Not a stable API.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::cpu::math;
+    pub use crate::cpu::par::{gather_rows, gemm, strided_copy, for_rows, GemmSpec};
+    pub use crate::cpu::rows;
+    pub use crate::exec::{BufferKind, BufferSpec, Ctx, DimSpec, InputSpec, KernelInfo, Mono, OutputSpec, Program};
+    pub use crate::weights::{Init, ParamSpec};
+}

@@ -25,6 +25,14 @@ impl DType {
             DType::I64 => "i64",
         }
     }
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::I64 => 8,
+        }
+    }
 }
 
 impl fmt::Display for DType {
@@ -178,6 +186,14 @@ impl Tensor {
         self.data
     }
 
+    /// Start of the element buffer, for the executor's buffer table.
+    pub(crate) fn data_ptr(&self) -> *const u8 {
+        match &self.data {
+            TensorData::F32(v) => v.as_ptr() as *const u8,
+            TensorData::I64(v) => v.as_ptr() as *const u8,
+        }
+    }
+
     pub fn as_f32(&self) -> Option<&[f32]> {
         match &self.data {
             TensorData::F32(v) => Some(v),
@@ -286,7 +302,11 @@ mod tests {
         let v = a.as_f32().unwrap();
         let n = v.len() as f64;
         let mean = v.iter().map(|&x| f64::from(x)).sum::<f64>() / n;
-        let var = v.iter().map(|&x| (f64::from(x) - mean).powi(2)).sum::<f64>() / n;
+        let var = v
+            .iter()
+            .map(|&x| (f64::from(x) - mean).powi(2))
+            .sum::<f64>()
+            / n;
         assert!(mean.abs() < 0.02, "mean {mean}");
         assert!((var - 1.0).abs() < 0.02, "var {var}");
         assert!(v.iter().all(|x| x.is_finite()));

@@ -196,7 +196,13 @@ mod tests {
 
     #[test]
     fn random_weights_deterministic_and_distinct() {
-        let specs = [SPECS[0], ParamSpec { name: "w2", ..SPECS[0] }];
+        let specs = [
+            SPECS[0],
+            ParamSpec {
+                name: "w2",
+                ..SPECS[0]
+            },
+        ];
         let a = random_weights(&specs, 1);
         assert_eq!(a, random_weights(&specs, 1));
         assert_ne!(a[0], a[1]);
@@ -209,7 +215,10 @@ mod tests {
         let path = temp_path("does_not_exist");
         let err = load_safetensors(&path, SPECS).unwrap_err();
         assert!(matches!(err, Error::Io { .. }), "{err:?}");
-        assert!(err.to_string().contains("does_not_exist.safetensors"), "{err}");
+        assert!(
+            err.to_string().contains("does_not_exist.safetensors"),
+            "{err}"
+        );
     }
 
     #[test]

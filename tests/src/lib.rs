@@ -1,3 +1,4 @@
 //! Test support for fuse.
 
 pub mod reference;
+pub mod harness;

@@ -9,7 +9,7 @@
 //! - no `f32::round`, `f32::floor` or `mul_add`: on the baseline x86-64 target these lower to library calls
 //!   (there is no SSE2 instruction for them), which would stop vectorisation. Rounding uses the 1.5·2²³ trick.
 //! - integer arithmetic on bit patterns is `wrapping_*`, so debug builds have no overflow-check branches.
-//! - clamping goes through [`clamp_nan`], which keeps NaN (`f32::max`/`min` would turn NaN into a bound).
+//! - clamping goes through `clamp_nan`, which keeps NaN (`f32::max`/`min` would turn NaN into a bound).
 //!
 //! Accuracy (measured by the tests below against f64 references, default x86-64 target): see each function.
 
@@ -103,60 +103,60 @@ pub fn log(x: f32) -> f32 {
     }
 }
 
-/// Hyperbolic tangent. Absolute error ≤ 2e-7 everywhere; NaN gives NaN.
+/// Hyperbolic tangent. Absolute error ≤ 4e-7 everywhere; NaN gives NaN.
+///
+/// A rational x·P(x²)/Q(x²) of degree (4, 4) in x², fitted for this file (near-minimax against the f64
+/// reference, then nudged by single ulps to minimise the error of the f32 evaluation). It costs half of the
+/// exp-based formula and needs no select; P and Q have only positive coefficients, so Q ≥ 1 and Horner's rule
+/// is well conditioned. Past 7.9, tanh is within 3e-7 of ±1 and the result is exactly ±1.
 #[inline(always)]
 pub fn tanh(x: f32) -> f32 {
-    let a = x.abs();
-    // Near 0, 1 - 2/(e^2a + 1) cancels badly; the Cephes odd polynomial is accurate there.
-    let z = x * x;
-    let p = -5.704_988_7e-3;
-    let p = p * z + 2.063_908_8e-2;
-    let p = p * z - 5.373_971_5e-2;
-    let p = p * z + 1.333_144_2e-1;
-    let p = p * z - 3.333_328e-1;
-    let small = p * z * x + x;
-    // exp overflows to ∞ for large a, which correctly gives 1.
-    let large = (1.0 - 2.0 / (exp(2.0 * a) + 1.0)).copysign(x);
-    if a < 0.625 {
-        small
+    let s = x * x;
+    let p = 1.525_968_2e-8;
+    let p = p * s + 2.190_341_7e-5;
+    let p = p * s + 3.571_695_9e-3;
+    let p = p * s + 1.344_445_2e-1;
+    let p = p * s + 1.0;
+    let q = 8.530_548e-7;
+    let q = q * s + 3.411_743e-4;
+    let q = q * s + 2.616_441_2e-2;
+    let q = q * s + 4.677_777_3e-1;
+    let q = q * s + 1.0;
+    // A select, not a clamp of x, so that huge inputs (whose s overflows) never reach the result and NaN falls
+    // through to `x * p / q`.
+    if x.abs() >= 7.9 {
+        1.0f32.copysign(x)
     } else {
-        large
+        x * p / q
     }
 }
 
-/// Split point of [`erf`]'s two approximations.
-const ERF_SPLIT: f32 = 0.921_875;
-
-/// Error function. Absolute error ≤ 2e-7 over all f32; NaN gives NaN.
+/// Error function. Absolute error ≤ 4e-7 over all f32; NaN gives NaN.
 ///
-/// Coefficients were fitted for this file (near-minimax, Lawson iterations against mpmath): below 0.921875,
-/// erf(x) = x·P(x²) with P of degree 5; above, erf(|x|) = 1 − exp(Q(|x|)) with Q of degree 6, which tracks the
-/// Gaussian tail far better than a polynomial in x could. Past 3.93 erf rounds to 1 in f32.
+/// A rational x·P(x²)/Q(x²) of degree (6, 4), fitted like [`tanh`]'s; past 3.92 the result is exactly ±1
+/// (the true value is within 4e-8 of it). A two-piece version (odd polynomial near 0, 1 − exp(poly) in the tail) reached 1.2e-7 but
+/// made GELU 3.5× slower (48 ms against 13.5 ms over 16 M floats on SSE2; 11 ms against 3.6 ms with AVX-512,
+/// where this one is memory-bound), and the error left here is f32 rounding in the evaluation, well inside
+/// what f32 models tolerate.
 #[inline(always)]
 pub fn erf(x: f32) -> f32 {
     let s = x * x;
-    let p = -5.834_973e-4;
-    let p = p * s + 4.956_401e-3;
-    let p = p * s - 2.673_498_4e-2;
-    let p = p * s + 1.128_062_16e-1;
-    let p = p * s - 3.761_230_7e-1;
-    let p = p * s + 1.128_379_1;
-    let small = x * p;
-
-    let a = x.abs();
-    let t = clamp_nan(a, ERF_SPLIT, 3.93);
-    let q = 1.947_166_2e-4;
-    let q = q * t - 3.031_444_3e-3;
-    let q = q * t + 2.218_084_2e-2;
-    let q = q * t - 1.038_378_7e-1;
-    let q = q * t - 6.372_868_4e-1;
-    let q = q * t - 1.127_614_9;
-    let q = q * t - 2.100_391_6e-4;
-    let large = (1.0 - exp(q)).copysign(x);
-    if a <= ERF_SPLIT {
-        small
+    let p = 1.992_146e-8;
+    let p = p * s - 1.994_306_3e-6;
+    let p = p * s + 1.489_877e-4;
+    let p = p * s + 3.972_922e-3;
+    let p = p * s + 5.139_735_7e-2;
+    let p = p * s + 2.061_148_6e-1;
+    let p = p * s + 1.128_378_7;
+    let q = 1.024_132e-3;
+    let q = q * s + 1.488_927_2e-2;
+    let q = q * s + 1.175_648_2e-1;
+    let q = q * s + 5.159_933e-1;
+    let q = q * s + 1.0;
+    if x.abs() >= 3.92 {
+        1.0f32.copysign(x)
     } else {
-        large
+        x * p / q
     }
 }
 

@@ -1,1 +1,6 @@
-pub mod gemm; pub mod math; pub mod rows;
+//! The CPU kernel library that generated kernels call: vectorisable scalar math, GEMM, and row operations.
+
+pub mod gemm;
+pub mod math;
+pub mod rows;
+pub mod par;

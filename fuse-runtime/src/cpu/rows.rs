@@ -1,0 +1,274 @@
+//! Row primitives on contiguous f32 slices: reductions, softmax and normalisation.
+//!
+//! Reductions keep [`LANES`] independent partial sums. A single running sum is a serial dependency chain that
+//! LLVM may not reorder (float addition is not associative), so it would stay scalar; independent lanes map
+//! straight onto SIMD registers (16 = one AVX-512 register, or four SSE registers). Everything is
+//! `#[inline(always)]` so that a generated kernel compiled under `#[target_feature]` (see
+//! [`super::math::dispatch_avx512`]) gets copies vectorised for its instruction set.
+
+use super::math;
+
+/// Number of independent accumulators in the reductions.
+pub const LANES: usize = 16;
+
+/// Pairwise sum of the lane accumulators (keeps the rounding error of the final step at log₂ 16 adds).
+#[inline(always)]
+fn reduce_sum(mut acc: [f32; LANES]) -> f32 {
+    let mut width = LANES / 2;
+    while width > 0 {
+        for i in 0..width {
+            acc[i] += acc[i + width];
+        }
+        width /= 2;
+    }
+    acc[0]
+}
+
+/// Σ f(x) over the row with lane accumulators.
+#[inline(always)]
+fn lane_sum(row: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    let chunks = row.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for (a, &x) in acc.iter_mut().zip(chunk) {
+            *a += f(x);
+        }
+    }
+    for (a, &x) in acc.iter_mut().zip(tail) {
+        *a += f(x);
+    }
+    reduce_sum(acc)
+}
+
+/// Sum of the row (0 for an empty row).
+#[inline(always)]
+pub fn sum(row: &[f32]) -> f32 {
+    lane_sum(row, |x| x)
+}
+
+/// Largest element; -∞ for an empty row. NaN elements are skipped (as `f32::max` does).
+#[inline(always)]
+pub fn max(row: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; LANES];
+    let chunks = row.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for (a, &x) in acc.iter_mut().zip(chunk) {
+            *a = a.max(x);
+        }
+    }
+    for (a, &x) in acc.iter_mut().zip(tail) {
+        *a = a.max(x);
+    }
+    acc.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x))
+}
+
+/// Softmax of the row, in place, shifted by the row maximum so exp never overflows.
+///
+/// A row whose entries are all -∞ (every position masked) becomes all zeros rather than NaN, so a fully
+/// padded attention row contributes nothing instead of poisoning the output. NaN anywhere gives NaN everywhere.
+#[inline(always)]
+pub fn softmax_in_place(row: &mut [f32]) {
+    let m = max(row);
+    let shift = if m == f32::NEG_INFINITY { 0.0 } else { m };
+    let mut acc = [0.0f32; LANES];
+    let mut chunks = row.chunks_exact_mut(LANES);
+    for chunk in &mut chunks {
+        for (a, x) in acc.iter_mut().zip(chunk) {
+            *x = math::exp(*x - shift);
+            *a += *x;
+        }
+    }
+    for (a, x) in acc.iter_mut().zip(chunks.into_remainder()) {
+        *x = math::exp(*x - shift);
+        *a += *x;
+    }
+    let total = reduce_sum(acc);
+    let inv = if total > 0.0 { 1.0 / total } else { 0.0 };
+    let inv = if total.is_nan() { f32::NAN } else { inv };
+    for x in row.iter_mut() {
+        *x *= inv;
+    }
+}
+
+/// Layer normalisation of `row` into `out`: (x − mean) / √(var + eps) · gamma + beta, with the biased variance.
+///
+/// The variance is taken in a second pass over (x − mean)² rather than as E(x²) − mean², which cancels
+/// catastrophically in f32 when |mean| ≫ std (e.g. activations with a large offset).
+///
+/// # Panics
+/// If `gamma`, `beta` or `out` is not as long as `row` (a bug in the caller, not bad data).
+#[inline(always)]
+pub fn layer_norm(row: &[f32], gamma: &[f32], beta: &[f32], eps: f32, out: &mut [f32]) {
+    let n = row.len();
+    assert!(
+        gamma.len() == n && beta.len() == n && out.len() == n,
+        "layer_norm: row {n}, gamma {}, beta {}, out {}",
+        gamma.len(),
+        beta.len(),
+        out.len()
+    );
+    if n == 0 {
+        return;
+    }
+    let mean = sum(row) / n as f32;
+    let var = lane_sum(row, |x| (x - mean) * (x - mean)) / n as f32;
+    let inv = math::rsqrt(var + eps);
+    for (((o, &x), &g), &b) in out.iter_mut().zip(row).zip(gamma).zip(beta) {
+        *o = (x - mean) * inv * g + b;
+    }
+}
+
+/// RMS normalisation of `row` into `out`: x / √(mean(x²) + eps) · gamma.
+///
+/// # Panics
+/// If `gamma` or `out` is not as long as `row`.
+#[inline(always)]
+pub fn rms_norm(row: &[f32], gamma: &[f32], eps: f32, out: &mut [f32]) {
+    let n = row.len();
+    assert!(
+        gamma.len() == n && out.len() == n,
+        "rms_norm: row {n}, gamma {}, out {}",
+        gamma.len(),
+        out.len()
+    );
+    if n == 0 {
+        return;
+    }
+    let inv = math::rsqrt(lane_sum(row, |x| x * x) / n as f32 + eps);
+    for ((o, &x), &g) in out.iter_mut().zip(row).zip(gamma) {
+        *o = x * inv * g;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::Tensor;
+
+    const LENGTHS: [usize; 6] = [1, 7, 16, 33, 384, 1000];
+
+    fn randv(n: usize, seed: u64, scale: f32, offset: f32) -> Vec<f32> {
+        let t = Tensor::randn(&[n], seed);
+        t.as_f32()
+            .unwrap()
+            .iter()
+            .map(|&x| x * scale + offset)
+            .collect()
+    }
+
+    fn f64s(v: &[f32]) -> Vec<f64> {
+        v.iter().map(|&x| f64::from(x)).collect()
+    }
+
+    #[test]
+    fn sum_and_max() {
+        for (i, &n) in LENGTHS.iter().enumerate() {
+            let row = randv(n, i as u64, 3.0, 0.5);
+            let want: f64 = f64s(&row).iter().sum();
+            let scale: f64 = f64s(&row).iter().map(|x| x.abs()).sum();
+            assert!(
+                (f64::from(sum(&row)) - want).abs() <= 1e-6 * scale,
+                "n = {n}"
+            );
+            let want_max = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+            assert_eq!(max(&row), want_max, "n = {n}");
+        }
+        assert_eq!(sum(&[]), 0.0);
+        assert_eq!(max(&[]), f32::NEG_INFINITY);
+        assert_eq!(max(&[f32::NAN, 1.0, -2.0]), 1.0);
+    }
+
+    #[test]
+    fn softmax_matches_f64() {
+        for (i, &n) in LENGTHS.iter().enumerate() {
+            let mut row = randv(n, 100 + i as u64, 4.0, 30.0);
+            let x = f64s(&row);
+            let m = x.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let z: f64 = x.iter().map(|v| (v - m).exp()).sum();
+            softmax_in_place(&mut row);
+            for (got, v) in row.iter().zip(&x) {
+                let want = (v - m).exp() / z;
+                assert!(
+                    (f64::from(*got) - want).abs() <= 1e-6 * want + 1e-9,
+                    "n = {n}: {got} vs {want}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn softmax_masking() {
+        let mut row = [0.0, f32::NEG_INFINITY, 0.0, f32::NEG_INFINITY];
+        softmax_in_place(&mut row);
+        assert_eq!(row, [0.5, 0.0, 0.5, 0.0]);
+        let mut masked = [f32::NEG_INFINITY; 5];
+        softmax_in_place(&mut masked);
+        assert_eq!(masked, [0.0; 5]);
+        let mut nan = [1.0, f32::NAN, 2.0];
+        softmax_in_place(&mut nan);
+        assert!(nan.iter().all(|x| x.is_nan()));
+        softmax_in_place(&mut []);
+    }
+
+    fn layer_norm_ref(x: &[f64], g: &[f64], b: &[f64], eps: f64) -> Vec<f64> {
+        let n = x.len() as f64;
+        let mean = x.iter().sum::<f64>() / n;
+        let var = x.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
+        let inv = 1.0 / (var + eps).sqrt();
+        x.iter()
+            .zip(g)
+            .zip(b)
+            .map(|((v, g), b)| (v - mean) * inv * g + b)
+            .collect()
+    }
+
+    #[test]
+    fn layer_norm_matches_f64() {
+        // The offset case fails with a one-pass E[x²] − mean² variance.
+        for (offset, tol) in [(0.0f32, 2e-6), (1000.0, 2e-4)] {
+            for (i, &n) in LENGTHS.iter().enumerate() {
+                let row = randv(n, 200 + i as u64, 2.0, offset);
+                let gamma = randv(n, 300 + i as u64, 1.0, 1.0);
+                let beta = randv(n, 400 + i as u64, 0.1, 0.0);
+                let mut out = vec![f32::NAN; n];
+                layer_norm(&row, &gamma, &beta, 1e-5, &mut out);
+                let want = layer_norm_ref(&f64s(&row), &f64s(&gamma), &f64s(&beta), 1e-5);
+                for ((&got, w), &g) in out.iter().zip(&want).zip(&gamma) {
+                    let err = (f64::from(got) - w).abs();
+                    assert!(
+                        err <= tol * (1.0 + w.abs() + f64::from(g).abs()),
+                        "offset {offset} n {n}: {got} vs {w}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn rms_norm_matches_f64() {
+        for (i, &n) in LENGTHS.iter().enumerate() {
+            let row = randv(n, 500 + i as u64, 2.0, 0.3);
+            let gamma = randv(n, 600 + i as u64, 1.0, 1.0);
+            let mut out = vec![f32::NAN; n];
+            rms_norm(&row, &gamma, 1e-6, &mut out);
+            let x = f64s(&row);
+            let inv = 1.0 / (x.iter().map(|v| v * v).sum::<f64>() / n as f64 + 1e-6).sqrt();
+            for ((&got, v), &g) in out.iter().zip(&x).zip(&gamma) {
+                let want = v * inv * f64::from(g);
+                assert!(
+                    (f64::from(got) - want).abs() <= 2e-6 * (1.0 + want.abs()),
+                    "n {n}: {got} vs {want}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "layer_norm")]
+    fn layer_norm_length_mismatch_panics() {
+        let mut out = [0.0; 3];
+        layer_norm(&[1.0, 2.0, 3.0], &[1.0; 2], &[0.0; 3], 1e-5, &mut out);
+    }
+}

@@ -1,0 +1,384 @@
+//! One Rust function per planned kernel. Every kernel iterates rows of its output: the outer indices are split
+//! from the row number, each read gets its base offset for the row, and the inner loop is straight-line f32 code
+//! that LLVM vectorises (the runtime runs it under AVX-512/AVX2 when the CPU has them).
+
+use proc_macro2::TokenStream;
+use quote::quote;
+
+use super::expr::{
+    decompose_row, dim_expr, elementwise_body, read_setup, row_base, row_bind, var,
+};
+use crate::ir::{NodeId, Op, ReduceOp};
+use crate::plan::{Kernel, KernelKind, Plan, Read};
+
+const RT: fn() -> TokenStream = || quote!(::fuse_runtime::__private);
+
+pub fn write_kernel(plan: &Plan, k: &Kernel, fn_name: &syn::Ident) -> TokenStream {
+    let body = match &k.kind {
+        KernelKind::Elementwise => elementwise(plan, k),
+        KernelKind::Row { anchor } => row(plan, k, *anchor),
+        KernelKind::MatMul { anchor } => matmul(plan, k, *anchor),
+        KernelKind::Gather { node } => gather(plan, k, *node),
+        KernelKind::Concat { node } => concat(plan, k, *node),
+    };
+    let rt = RT();
+    quote! {
+        #[allow(unused_variables, unused_mut, clippy::all)]
+        fn #fn_name(ctx: &#rt::Ctx<'_>) {
+            let d = ctx.dims();
+            #body
+        }
+    }
+}
+
+fn out_index(plan: &Plan, k: &Kernel) -> usize {
+    plan.buffer_of(k.output).unwrap_or(usize::MAX)
+}
+
+/// Iteration shape as an array named `shape`; a scalar iterates as `[1]`.
+fn shape_decl(dims: &[crate::ir::Dim]) -> (TokenStream, usize) {
+    if dims.is_empty() {
+        return (quote!(let shape: [usize; 1] = [1usize];), 1);
+    }
+    let n = dims.len();
+    let dims = dims.iter().map(dim_expr);
+    (quote!(let shape: [usize; #n] = [#(#dims),*];), n)
+}
+
+/// Per-row set-up of a group of reads: bases and inner bindings.
+fn bind_reads(plan: &Plan, reads: &[&Read], rank: usize) -> TokenStream {
+    let stmts = reads.iter().map(|r| {
+        let base = row_base(r, rank.saturating_sub(1));
+        let bind = row_bind(r, rank, plan.graph.ty(r.access.base).dtype);
+        quote!(#base #bind)
+    });
+    quote!(#(#stmts)*)
+}
+
+fn setups(plan: &Plan, reads: &[&Read]) -> TokenStream {
+    let s = reads.iter().map(|r| read_setup(plan, r));
+    quote!(#(#s)*)
+}
+
+fn elementwise(plan: &Plan, k: &Kernel) -> TokenStream {
+    let rt = RT();
+    let g = &plan.graph;
+    let (shape, rank) = shape_decl(&g.ty(k.output).shape.0);
+    let reads: Vec<&Read> = k.reads.iter().collect();
+    let setup = setups(plan, &reads);
+    let binds = bind_reads(plan, &reads, rank);
+    let decompose = decompose_row(rank - 1);
+    let out = out_index(plan, k);
+    // A copy kernel computes nothing: its value is its single read.
+    let (body, result) = if k.nodes.is_empty() {
+        let value = match k.reads.first() {
+            Some(r) => super::expr::row_load(r, rank, g.ty(r.access.base).dtype),
+            None => quote!(0.0f32),
+        };
+        (quote!(), value)
+    } else {
+        let v = var("v", k.output);
+        (elementwise_body(plan, k, &k.nodes, rank, None), quote!(#v))
+    };
+    quote! {
+        #shape
+        let len = shape[#rank - 1];
+        #setup
+        let out = ctx.out_f32(#out);
+        #rt::for_rows(out, len, &|row0: usize, chunk: &mut [f32]| {
+            for (r, o) in chunk.chunks_exact_mut(len).enumerate() {
+                let row = row0 + r;
+                #decompose
+                #binds
+                for j in 0..len {
+                    #body
+                    o[j] = #result;
+                }
+            }
+        });
+    }
+}
+
+/// The prologue feeds the anchor's row input; the epilogue is everything after the anchor.
+fn split_row_nodes(plan: &Plan, k: &Kernel, anchor: NodeId) -> (Vec<NodeId>, Vec<NodeId>) {
+    let g = &plan.graph;
+    let mut feeds = vec![false; g.nodes.len()];
+    if let Some(&input) = g.node(anchor).op.operands().first() {
+        feeds[input.index()] = true;
+    }
+    for &id in k.nodes.iter().rev() {
+        if feeds[id.index()] {
+            for o in g.node(id).op.operands() {
+                feeds[o.index()] = true;
+            }
+        }
+    }
+    let prologue = k.nodes.iter().copied().filter(|n| feeds[n.index()] && *n != anchor).collect();
+    let epilogue = k.nodes.iter().copied().filter(|n| !feeds[n.index()] && *n != anchor).collect();
+    (prologue, epilogue)
+}
+
+fn row(plan: &Plan, k: &Kernel, anchor: NodeId) -> TokenStream {
+    let rt = RT();
+    let g = &plan.graph;
+    let op = &g.node(anchor).op;
+    let operands = op.operands();
+    let input = operands[0];
+    let (shape, rank) = shape_decl(&g.ty(input).shape.0);
+    let (prologue, epilogue) = split_row_nodes(plan, k, anchor);
+    let is_reduce = matches!(op, Op::Reduce { .. });
+    let out_rank = g.ty(k.output).shape.rank();
+    // Reads by phase: the prologue's over the input shape, the epilogue's over the output shape.
+    let in_reads: Vec<&Read> = k
+        .reads
+        .iter()
+        .filter(|r| prologue.iter().any(|&n| g.node(n).op.operands().contains(&r.node)) || r.node == input)
+        .collect();
+    let side_reads: Vec<&Read> = operands[1..].iter().filter_map(|&n| k.read(n)).collect();
+    let out_reads: Vec<&Read> = k
+        .reads
+        .iter()
+        .filter(|r| epilogue.iter().any(|&n| g.node(n).op.operands().contains(&r.node)))
+        .collect();
+    let all: Vec<&Read> = k.reads.iter().collect();
+    let setup = setups(plan, &all);
+    let in_binds = bind_reads(plan, &in_reads, rank);
+    // Epilogue reads of a reduction without keepdim have one dim fewer: every dim is an outer dim.
+    let out_binds = if is_reduce && out_rank + 1 == rank {
+        let stmts = out_reads.iter().map(|r| {
+            let base = row_base(r, rank - 1);
+            let x = var("x", r.node);
+            let buf = var("buf", r.node);
+            let b = var("base", r.node);
+            quote!(#base let #x = #buf[#b];)
+        });
+        quote!(#(#stmts)*)
+    } else {
+        bind_reads(plan, &out_reads, rank)
+    };
+    let side = side_reads.iter().map(|r| {
+        let x = var("side", r.node);
+        let buf = var("buf", r.node);
+        let off = var("off", r.node);
+        quote!(let #x = &#buf[#off..#off + len];)
+    });
+    let decompose = decompose_row(rank - 1);
+    let out = out_index(plan, k);
+    // The row input, gathered into `row_buf` (prologue evaluated per element).
+    let fill = {
+        let body = elementwise_body(plan, k, &prologue, rank, None);
+        let value = if prologue.contains(&input) {
+            let v = var("v", input);
+            quote!(#v)
+        } else {
+            match k.read(input) {
+                Some(r) => super::expr::row_load(r, rank, g.ty(r.access.base).dtype),
+                None => quote!(0.0f32),
+            }
+        };
+        quote!(for j in 0..len { #body row_buf[j] = #value; })
+    };
+    let side_names: Vec<_> = side_reads.iter().map(|r| var("side", r.node)).collect();
+    // The anchor writes into `dst` (the output row, or `tmp` when an epilogue follows).
+    let anchor_into = |dst: TokenStream| -> TokenStream {
+        match op {
+            Op::Softmax { .. } => quote! {
+                #rt::rows::softmax_in_place(&mut row_buf);
+                #dst.copy_from_slice(&row_buf);
+            },
+            Op::LayerNorm { eps, .. } => {
+                let eps = *eps as f32;
+                let (gm, bt) = (&side_names[0], &side_names[1]);
+                quote!(#rt::rows::layer_norm(&row_buf, #gm, #bt, #eps, #dst);)
+            }
+            Op::RmsNorm { eps, .. } => {
+                let eps = *eps as f32;
+                let gm = &side_names[0];
+                quote!(#rt::rows::rms_norm(&row_buf, #gm, #eps, #dst);)
+            }
+            Op::Reduce { op: r, .. } => {
+                let value = match r {
+                    ReduceOp::Sum => quote!(#rt::rows::sum(&row_buf)),
+                    ReduceOp::Mean => quote!(#rt::rows::sum(&row_buf) / len as f32),
+                    ReduceOp::Max => quote!(#rt::rows::max(&row_buf)),
+                };
+                quote!(#dst[0] = #value;)
+            }
+            _ => quote!(),
+        }
+    };
+    let out_len = if is_reduce { quote!(1usize) } else { quote!(len) };
+    let finish = if epilogue.is_empty() {
+        anchor_into(quote!(o))
+    } else {
+        let run = anchor_into(quote!(&mut tmp[..]));
+        let av = var("a", anchor);
+        let body = elementwise_body(plan, k, &epilogue, rank, Some((anchor, quote!(#av))));
+        let result = var("v", k.output);
+        let out_binds = out_binds.clone();
+        quote! {
+            #run
+            #out_binds
+            for j in 0..o.len() {
+                let #av = tmp[j];
+                #body
+                o[j] = #result;
+            }
+        }
+    };
+    quote! {
+        #shape
+        let len = shape[#rank - 1];
+        #setup
+        #(#side)*
+        let out = ctx.out_f32(#out);
+        let out_len = #out_len;
+        #rt::for_rows(out, out_len, &|row0: usize, chunk: &mut [f32]| {
+            let mut row_buf = vec![0.0f32; len];
+            let mut tmp = vec![0.0f32; len];
+            for (r, o) in chunk.chunks_exact_mut(out_len).enumerate() {
+                let row = row0 + r;
+                #decompose
+                #in_binds
+                #fill
+                #finish
+            }
+        });
+    }
+}
+
+fn matmul(plan: &Plan, k: &Kernel, anchor: NodeId) -> TokenStream {
+    let rt = RT();
+    let g = &plan.graph;
+    let Op::MatMul(a, b) = g.node(anchor).op else {
+        return quote!();
+    };
+    let (Some(ra), Some(_)) = (k.read(a), k.read(b)) else {
+        return quote!();
+    };
+    let out_shape = &g.ty(k.output).shape.0;
+    let (shape, rank) = shape_decl(out_shape);
+    let batch = rank - 2;
+    let kdim = dim_expr(&ra.access.shape[rank - 1]);
+    let (sa, sb) = (var("st", a), var("st", b));
+    let (oa, ob) = (var("off", a), var("off", b));
+    let (ba, bb) = (var("buf", a), var("buf", b));
+    let epilogue: Vec<NodeId> = k.nodes.iter().copied().filter(|&n| n != anchor).collect();
+    let epi_reads: Vec<&Read> = k
+        .reads
+        .iter()
+        .filter(|r| epilogue.iter().any(|&n| g.node(n).op.operands().contains(&r.node)))
+        .collect();
+    let all: Vec<&Read> = k.reads.iter().collect();
+    let setup = setups(plan, &all);
+    let out = out_index(plan, k);
+    let batch_dims = (0..batch).map(|i| quote!(shape[#i]));
+    let a_batch = (0..batch).map(|i| quote!(#sa[#i]));
+    let b_batch = (0..batch).map(|i| quote!(#sb[#i]));
+    let (am, ak) = (batch, batch + 1);
+    let epilogue_fn = if epilogue.is_empty() {
+        quote!(None)
+    } else {
+        let decompose = decompose_row(rank - 1);
+        let binds = bind_reads(plan, &epi_reads, rank);
+        let av = var("a", anchor);
+        let body = elementwise_body(plan, k, &epilogue, rank, Some((anchor, quote!(#av))));
+        let result = var("v", k.output);
+        quote!(Some(&|first_row: usize, block: &mut [f32]| {
+            let len = shape[#rank - 1];
+            for (r, o) in block.chunks_exact_mut(len).enumerate() {
+                let row = first_row + r;
+                #decompose
+                #binds
+                for j in 0..len {
+                    let #av = o[j];
+                    #body
+                    o[j] = #result;
+                }
+            }
+        }))
+    };
+    quote! {
+        #shape
+        #setup
+        let out = ctx.out_f32(#out);
+        let spec = #rt::GemmSpec::<#batch> {
+            batch: [#(#batch_dims),*],
+            a_batch: [#(#a_batch),*],
+            b_batch: [#(#b_batch),*],
+            m: shape[#rank - 2],
+            k: #kdim,
+            n: shape[#rank - 1],
+            a_offset: #oa,
+            a_rs: #sa[#am],
+            a_cs: #sa[#ak],
+            b_offset: #ob,
+            b_rs: #sb[#am],
+            b_cs: #sb[#ak],
+        };
+        #rt::gemm(&spec, #ba, #bb, out, #epilogue_fn);
+    }
+}
+
+fn gather(plan: &Plan, k: &Kernel, node: NodeId) -> TokenStream {
+    let rt = RT();
+    let g = &plan.graph;
+    let Op::Embedding { table, ids } = g.node(node).op else {
+        return quote!();
+    };
+    let (Some(rt_read), Some(ri)) = (k.read(table), k.read(ids)) else {
+        return quote!();
+    };
+    let (shape, rank) = shape_decl(&g.ty(ids).shape.0);
+    let setup = setups(plan, &[rt_read, ri]);
+    let (bt, ot) = (var("buf", table), var("off", table));
+    let (bi, oi, si) = (var("buf", ids), var("off", ids), var("st", ids));
+    let vocab = dim_expr(&g.ty(table).shape.0[0]);
+    let dim = dim_expr(&g.ty(table).shape.0[1]);
+    let out = out_index(plan, k);
+    let idx = (0..rank).map(|i| {
+        let ii = quote::format_ident!("i{}", i);
+        quote!(+ #ii * #si[#i])
+    });
+    let decompose = decompose_row(rank);
+    quote! {
+        #shape
+        #setup
+        let out = ctx.out_f32(#out);
+        let table = &#bt[#ot..];
+        #rt::gather_rows(table, #vocab, #dim, out, &|row: usize| {
+            #decompose
+            #bi[#oi #(#idx)*]
+        });
+    }
+}
+
+fn concat(plan: &Plan, k: &Kernel, node: NodeId) -> TokenStream {
+    let rt = RT();
+    let g = &plan.graph;
+    let Op::Concat { inputs, axis } = &g.node(node).op else {
+        return quote!();
+    };
+    let out_shape = &g.ty(node).shape.0;
+    let out_strides = crate::plan::access::contiguous_strides(out_shape);
+    let out = out_index(plan, k);
+    let mut start = 0usize;
+    let mut copies = Vec::new();
+    for &input in inputs {
+        let Some(read) = k.read(input) else { continue };
+        let setup = read_setup(plan, read);
+        let (buf, off, st) = (var("buf", input), var("off", input), var("st", input));
+        let shape = read.access.shape.iter().map(dim_expr);
+        let dst_strides = out_strides.iter().map(dim_expr);
+        let dst_off = dim_expr(&out_strides[*axis].mul(&crate::ir::Dim::fixed(start)));
+        copies.push(quote! {{
+            #setup
+            #rt::strided_copy(#buf, #off, &#st, &[#(#shape),*], out, #dst_off, &[#(#dst_strides),*]);
+        }});
+        start += g.ty(input).shape.0[*axis].as_static().unwrap_or(0);
+    }
+    quote! {
+        let out = ctx.out_f32(#out);
+        #(#copies)*
+    }
+}

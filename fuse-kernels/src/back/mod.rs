@@ -1,0 +1,3 @@
+//! Code writers. Each takes only a validated [`crate::plan::Plan`].
+
+pub mod cpu;

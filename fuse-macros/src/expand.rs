@@ -1,0 +1,240 @@
+//! Expansion: each root model becomes a struct over `fuse_runtime::CompiledModel`, with its fused and eager
+//! programs (CPU kernels written by `fuse_kernels::back::cpu`) in a private module beside it.
+
+use proc_macro2::TokenStream;
+use quote::{format_ident, quote};
+
+use fuse_kernels::front::{capture, CapturedModel};
+use fuse_kernels::ir::{DType, Graph, Op};
+use fuse_kernels::plan::{plan, Mode};
+
+pub fn expand(module: &syn::ItemMod) -> TokenStream {
+    let cap = capture(module);
+    if let Some(errors) = cap.errors {
+        return crate::fallback::stub(module, &cap.root_names, errors);
+    }
+    let source = quote!(#module).to_string();
+    let models = cap.models.iter().map(|m| expand_model(module, m, &source));
+    let consts = kept_items(module);
+    let attrs = &module.attrs;
+    let vis = &module.vis;
+    let ident = &module.ident;
+    quote! {
+        #(#attrs)*
+        #vis mod #ident {
+            #(#consts)*
+            #(#models)*
+        }
+    }
+}
+
+/// The module's constants stay usable from outside (`encoder::HIDDEN`).
+pub fn kept_items(module: &syn::ItemMod) -> Vec<syn::Item> {
+    let Some((_, items)) = &module.content else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .filter(|i| matches!(i, syn::Item::Const(_)))
+        .cloned()
+        .collect()
+}
+
+fn forward_fn<'m>(module: &'m syn::ItemMod, model: &syn::Ident) -> Option<&'m syn::ImplItemFn> {
+    let (_, items) = module.content.as_ref()?;
+    items.iter().find_map(|item| match item {
+        syn::Item::Impl(imp) => match imp.self_ty.as_ref() {
+            syn::Type::Path(p) if p.path.is_ident(model) => imp.items.iter().find_map(|i| match i {
+                syn::ImplItem::Fn(f) if f.sig.ident == "forward" => Some(f),
+                _ => None,
+            }),
+            _ => None,
+        },
+        _ => None,
+    })
+}
+
+/// Random-init scale per parameter: matrices ~ N(0, 1/fan_in); norm gains ~ 1 + N(0, 0.1²); other vectors small.
+fn param_init(g: &Graph, index: usize) -> (f32, f32) {
+    let ty = &g.params[index].ty;
+    let is_gain = g.nodes.iter().any(|n| match &n.op {
+        Op::LayerNorm { gamma, .. } | Op::RmsNorm { gamma, .. } => {
+            g.node(*gamma).op == Op::Param(index as u32)
+        }
+        _ => false,
+    });
+    if is_gain {
+        return (1.0, 0.1);
+    }
+    match ty.shape.0.last().and_then(|d| d.as_static()) {
+        Some(fan_in) if ty.shape.rank() >= 2 => (0.0, 1.0 / (fan_in as f32).sqrt()),
+        _ => (0.0, 0.1),
+    }
+}
+
+/// The row count of the embedding table an input's ids index, if any (checked at run time before launch).
+fn id_bound(g: &Graph, input: u32) -> Option<usize> {
+    g.nodes.iter().find_map(|n| match n.op {
+        Op::Embedding { table, ids } => {
+            let mut cur = ids;
+            loop {
+                match &g.node(cur).op {
+                    Op::Input(i) if *i == input => return g.ty(table).shape.0[0].as_static(),
+                    Op::Permute { input, .. } | Op::Reshape { input, .. } | Op::Slice { input, .. } => {
+                        cur = *input
+                    }
+                    _ => return None,
+                }
+            }
+        }
+        _ => None,
+    })
+}
+
+fn dtype(d: DType) -> TokenStream {
+    match d {
+        DType::I64 => quote!(::fuse_runtime::DType::I64),
+        DType::F32 | DType::Bool => quote!(::fuse_runtime::DType::F32),
+    }
+}
+
+fn expand_model(module: &syn::ItemMod, m: &CapturedModel, source: &str) -> TokenStream {
+    let g = &m.graph;
+    let name = &m.name;
+    let name_str = name.to_string();
+    let private = format_ident!("__fuse_{}", name_str.to_lowercase());
+    let fused = plan(g, Mode::Fused);
+    let eager = plan(g, Mode::Eager);
+    let (fused_items, fused_program) = fuse_kernels::back::cpu::write_program(&fused, &name_str);
+    let (eager_items, eager_program) = fuse_kernels::back::cpu::write_program(&eager, &name_str);
+    let rt = quote!(::fuse_runtime::__private);
+    let params = g.params.iter().enumerate().map(|(i, p)| {
+        let pname = &p.name;
+        let dims = p.ty.shape.0.iter().map(|d| d.as_static().unwrap_or(0));
+        let (mean, std) = param_init(g, i);
+        quote!(#rt::ParamSpec { name: #pname, shape: &[#(#dims),*], init: #rt::Init { mean: #mean, std: #std } })
+    });
+    let inputs = g.inputs.iter().enumerate().map(|(i, input)| {
+        let iname = &input.name;
+        let dt = dtype(input.ty.dtype);
+        let dims = input.ty.shape.0.iter().map(|d| match d.syms.first() {
+            Some(&s) => {
+                let s = s as usize;
+                quote!(#rt::DimSpec::Dyn(#s))
+            }
+            None => {
+                let c = d.coeff;
+                quote!(#rt::DimSpec::Fixed(#c))
+            }
+        });
+        let text = g.fmt_shape(&input.ty.shape);
+        let bound = match id_bound(g, i as u32) {
+            Some(b) => quote!(Some(#b)),
+            None => quote!(None),
+        };
+        quote!(#rt::InputSpec { name: #iname, dtype: #dt, dims: &[#(#dims),*], shape_text: #text, id_bound: #bound })
+    });
+    let dyn_dims = &g.dyn_dims;
+    let arg_names: Vec<syn::Ident> = g.inputs.iter().map(|i| format_ident!("{}", i.name)).collect();
+    let n_out = g.outputs.len();
+    let (ret_ty, ret_expr) = if n_out == 1 {
+        (
+            quote!(::fuse_runtime::Tensor),
+            quote!(self.core.run_one(mode, &[#(#arg_names),*])),
+        )
+    } else {
+        let tys = (0..n_out).map(|_| quote!(::fuse_runtime::Tensor));
+        let vars: Vec<syn::Ident> = (0..n_out).map(|i| format_ident!("out{}", i)).collect();
+        (
+            quote!((#(#tys),*)),
+            quote! {{
+                let mut outs = self.core.run(mode, &[#(#arg_names),*])?.into_iter();
+                #(let #vars = outs.next().ok_or(::fuse_runtime::Error::InputCount { expected: #n_out, found: 0 })?;)*
+                Ok((#(#vars),*))
+            }},
+        )
+    };
+    let docs = forward_fn(module, name)
+        .map(|f| f.attrs.iter().filter(|a| a.path().is_ident("doc")).cloned().collect::<Vec<_>>())
+        .unwrap_or_default();
+    let plan_hash = fused.hash;
+    let vis = quote!(pub);
+    quote! {
+        #[doc = concat!("The compiled model `", #name_str, "`: weights plus its fused and eager plans.")]
+        #vis struct #name {
+            core: ::fuse_runtime::CompiledModel,
+        }
+
+        #[doc(hidden)]
+        mod #private {
+            #fused_items
+            #eager_items
+            pub static FUSED: #rt::Program = #fused_program;
+            pub static EAGER: #rt::Program = #eager_program;
+            pub static SPEC: ::fuse_runtime::ModelSpec = ::fuse_runtime::ModelSpec {
+                name: #name_str,
+                dyn_dims: &[#(#dyn_dims),*],
+                inputs: &[#(#inputs),*],
+                params: &[#(#params),*],
+                fused: &FUSED,
+                eager: &EAGER,
+                source: #source,
+            };
+        }
+
+        impl #name {
+            /// The hash of the fused plan; GPU code built for another plan is refused at load time.
+            pub const PLAN_HASH: u64 = #plan_hash;
+
+            /// Loads the weights from a safetensors file (names are the field paths, renames applied).
+            pub fn load(path: impl ::std::convert::AsRef<::std::path::Path>) -> ::fuse_runtime::Result<Self> {
+                ::fuse_runtime::CompiledModel::load(&#private::SPEC, path.as_ref()).map(|core| Self { core })
+            }
+
+            /// Seeded random weights, for examples and tests.
+            pub fn random(seed: u64) -> Self {
+                Self { core: ::fuse_runtime::CompiledModel::random(&#private::SPEC, seed) }
+            }
+
+            /// Weights in declaration order (see [`Self::spec`] for names and shapes).
+            pub fn from_weights(weights: ::std::vec::Vec<::fuse_runtime::Tensor>) -> ::fuse_runtime::Result<Self> {
+                ::fuse_runtime::CompiledModel::from_weights(&#private::SPEC, weights).map(|core| Self { core })
+            }
+
+            #(#docs)*
+            pub fn forward(&self, #(#arg_names: &::fuse_runtime::Tensor),*) -> ::fuse_runtime::Result<#ret_ty> {
+                self.forward_with(::fuse_runtime::PlanMode::Fused, #(#arg_names),*)
+            }
+
+            /// `forward` on the unfused plan (one kernel per op).
+            pub fn forward_eager(&self, #(#arg_names: &::fuse_runtime::Tensor),*) -> ::fuse_runtime::Result<#ret_ty> {
+                self.forward_with(::fuse_runtime::PlanMode::Eager, #(#arg_names),*)
+            }
+
+            pub fn forward_with(&self, mode: ::fuse_runtime::PlanMode, #(#arg_names: &::fuse_runtime::Tensor),*) -> ::fuse_runtime::Result<#ret_ty> {
+                #ret_expr
+            }
+
+            /// The fused plan's report.
+            pub fn plan(&self) -> ::fuse_runtime::PlanReport {
+                self.core.report(::fuse_runtime::PlanMode::Fused)
+            }
+
+            pub fn eager_plan(&self) -> ::fuse_runtime::PlanReport {
+                self.core.report(::fuse_runtime::PlanMode::Eager)
+            }
+
+            pub fn spec() -> &'static ::fuse_runtime::ModelSpec {
+                &#private::SPEC
+            }
+
+            pub fn weights(&self) -> &[::fuse_runtime::Tensor] {
+                self.core.weights()
+            }
+
+            pub fn compiled(&self) -> &::fuse_runtime::CompiledModel {
+                &self.core
+            }
+        }
+    }
+}

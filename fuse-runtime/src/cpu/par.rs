@@ -1,0 +1,206 @@
+//! Drivers the generated kernels call: row-parallel loops run under the best SIMD level of this CPU, a batched
+//! strided GEMM with a per-block epilogue, a gather and a strided copy.
+
+use rayon::prelude::*;
+
+use super::math::{dispatch_avx2, dispatch_avx512};
+
+/// Below this many elements a kernel runs on the calling thread: rayon's hand-off costs more than it saves.
+const PARALLEL_MIN_ELEMENTS: usize = 1 << 15;
+
+/// Runs `f` compiled for the widest vector unit this CPU has. The closure is inlined into each
+/// `#[target_feature]` copy, so its loops are vectorised for that level.
+#[inline(always)]
+pub fn simd<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+        #[inline]
+        unsafe fn avx512<R>(f: impl FnOnce() -> R) -> R {
+            f()
+        }
+        #[target_feature(enable = "avx2,fma")]
+        #[inline]
+        unsafe fn avx2<R>(f: impl FnOnce() -> R) -> R {
+            f()
+        }
+        if dispatch_avx512() {
+            // SAFETY: the CPU supports every feature `avx512` is compiled for.
+            return unsafe { avx512(f) };
+        }
+        if dispatch_avx2() {
+            // SAFETY: the CPU supports AVX2 and FMA.
+            return unsafe { avx2(f) };
+        }
+    }
+    f()
+}
+
+/// Splits `out` into chunks of whole rows of `row_len` and calls `f(first_row, chunk)` on each, in parallel when
+/// the output is large enough.
+pub fn for_rows(out: &mut [f32], row_len: usize, f: &(dyn Fn(usize, &mut [f32]) + Sync)) {
+    if row_len == 0 || out.is_empty() {
+        return;
+    }
+    let rows = out.len() / row_len;
+    let threads = rayon::current_num_threads().max(1);
+    if out.len() < PARALLEL_MIN_ELEMENTS || threads == 1 {
+        simd(|| f(0, out));
+        return;
+    }
+    let rows_per_chunk = rows.div_ceil(threads * 4).max(1);
+    out.par_chunks_mut(rows_per_chunk * row_len)
+        .enumerate()
+        .for_each(|(c, chunk)| simd(|| f(c * rows_per_chunk, chunk)));
+}
+
+/// A batched matmul `out[b] = A[b] · B[b]` with `B_DIMS` broadcast batch dims; strides are in elements.
+#[derive(Clone, Copy, Debug)]
+pub struct GemmSpec<const B_DIMS: usize> {
+    pub batch: [usize; B_DIMS],
+    pub a_batch: [usize; B_DIMS],
+    pub b_batch: [usize; B_DIMS],
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub a_offset: usize,
+    pub a_rs: usize,
+    pub a_cs: usize,
+    pub b_offset: usize,
+    pub b_rs: usize,
+    pub b_cs: usize,
+}
+
+/// Output rows per GEMM task: large enough to keep the packed B panel busy, small enough to share the work and
+/// keep the block in cache for the epilogue.
+const ROW_BLOCK: usize = 64;
+
+/// The epilogue: `(first output row, block of whole output rows)`, applied right after the block is computed.
+pub type Epilogue<'a> = &'a (dyn Fn(usize, &mut [f32]) + Sync);
+
+/// `out` (contiguous `[batch.., m, n]`) = A · B, then `epilogue` per block.
+pub fn gemm<const B_DIMS: usize>(
+    spec: &GemmSpec<B_DIMS>,
+    a: &[f32],
+    b: &[f32],
+    out: &mut [f32],
+    epilogue: Option<Epilogue<'_>>,
+) {
+    let batches: usize = spec.batch.iter().product();
+    let (m, n, k) = (spec.m, spec.n, spec.k);
+    if m == 0 || n == 0 || batches == 0 {
+        return;
+    }
+    // When B is shared by every batch and A's batches are stacked rows, the batch folds into M: one tall GEMM.
+    let b_shared = spec.b_batch.iter().zip(&spec.batch).all(|(&s, &d)| s == 0 || d == 1);
+    let a_stacked = {
+        let mut expect = spec.a_rs * m;
+        let mut ok = true;
+        for i in (0..B_DIMS).rev() {
+            if spec.batch[i] != 1 && spec.a_batch[i] != expect {
+                ok = false;
+            }
+            expect *= spec.batch[i];
+        }
+        ok
+    };
+    let (groups, rows_per_group) = if b_shared && a_stacked {
+        (1, batches * m)
+    } else {
+        (batches, m)
+    };
+    let blocks_per_group = rows_per_group.div_ceil(ROW_BLOCK);
+    let task = |t: usize, block: &mut [f32]| {
+        let group = t / blocks_per_group;
+        let row0 = (t % blocks_per_group) * ROW_BLOCK;
+        let rows = block.len() / n;
+        let (mut a_off, mut b_off) = (spec.a_offset, spec.b_offset);
+        if groups > 1 {
+            let mut rem = group;
+            for i in (0..B_DIMS).rev() {
+                let idx = rem % spec.batch[i];
+                rem /= spec.batch[i];
+                a_off += idx * spec.a_batch[i];
+                b_off += idx * spec.b_batch[i];
+            }
+        }
+        a_off += row0 * spec.a_rs;
+        let a_end = a_off + (rows - 1) * spec.a_rs + (k.max(1) - 1) * spec.a_cs;
+        let b_end = b_off + (k.max(1) - 1) * spec.b_rs + (n - 1) * spec.b_cs;
+        assert!(a_end < a.len().max(1) && b_end < b.len().max(1), "GEMM operand out of bounds: planner bug");
+        // SAFETY: the last elements read from A and B are in bounds (checked above); `block` holds rows × n.
+        unsafe {
+            super::gemm::sgemm_raw(
+                rows,
+                k,
+                n,
+                1.0,
+                a.as_ptr().add(a_off),
+                spec.a_rs as isize,
+                spec.a_cs as isize,
+                b.as_ptr().add(b_off),
+                spec.b_rs as isize,
+                spec.b_cs as isize,
+                0.0,
+                block.as_mut_ptr(),
+                n as isize,
+                1,
+            );
+        }
+        if let Some(epi) = epilogue {
+            simd(|| epi(group * rows_per_group + row0, block));
+        }
+    };
+    // Blocks never straddle groups: split each group's rows, then blocks.
+    let mut blocks: Vec<&mut [f32]> = Vec::with_capacity(groups * blocks_per_group);
+    for group in out.chunks_mut(rows_per_group * n) {
+        blocks.extend(group.chunks_mut(ROW_BLOCK * n));
+    }
+    let flops = batches * m * n * k;
+    if flops < (1 << 20) || rayon::current_num_threads() == 1 {
+        for (t, block) in blocks.into_iter().enumerate() {
+            task(t, block);
+        }
+    } else {
+        blocks.into_par_iter().enumerate().for_each(|(t, block)| task(t, block));
+    }
+}
+
+/// `out[i, :] = table[id(i), :]` for every id; out-of-range ids (already refused for user inputs) give zeros.
+pub fn gather_rows(table: &[f32], vocab: usize, dim: usize, out: &mut [f32], id: &(dyn Fn(usize) -> i64 + Sync)) {
+    for_rows(out, dim, &|row0, chunk| {
+        for (r, dst) in chunk.chunks_exact_mut(dim).enumerate() {
+            let i = id(row0 + r);
+            match usize::try_from(i).ok().filter(|&i| i < vocab) {
+                Some(i) => dst.copy_from_slice(&table[i * dim..(i + 1) * dim]),
+                None => dst.fill(0.0),
+            }
+        }
+    });
+}
+
+/// Copies a strided `shape` region of `src` into a strided region of `dst`.
+pub fn strided_copy(
+    src: &[f32],
+    src_offset: usize,
+    src_strides: &[usize],
+    shape: &[usize],
+    dst: &mut [f32],
+    dst_offset: usize,
+    dst_strides: &[usize],
+) {
+    let total: usize = shape.iter().product();
+    let mut index = vec![0usize; shape.len()];
+    for _ in 0..total {
+        let s: usize = src_offset + index.iter().zip(src_strides).map(|(i, s)| i * s).sum::<usize>();
+        let d: usize = dst_offset + index.iter().zip(dst_strides).map(|(i, s)| i * s).sum::<usize>();
+        dst[d] = src[s];
+        for axis in (0..shape.len()).rev() {
+            index[axis] += 1;
+            if index[axis] < shape[axis] {
+                break;
+            }
+            index[axis] = 0;
+        }
+    }
+}

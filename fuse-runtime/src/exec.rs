@@ -1,0 +1,303 @@
+//! The CPU executor: validates inputs, binds the dynamic dims, lays out the arena from the build-time memory plan,
+//! and runs the generated kernels in order.
+//!
+//! Concurrency: each call takes an arena from a pool (a lock held only to pop/push), so many threads may run the
+//! same model at once; kernels only touch their own call's arena and the shared, read-only weights.
+
+use std::sync::Mutex;
+
+use crate::error::{Error, Result};
+use crate::tensor::{DType, Tensor};
+
+/// `coeff × Π dims[syms]`: a size that depends on the dynamic dims.
+#[derive(Clone, Copy, Debug)]
+pub struct Mono {
+    pub coeff: usize,
+    pub syms: &'static [usize],
+}
+
+impl Mono {
+    pub fn eval(&self, dims: &[usize]) -> usize {
+        self.syms.iter().fold(self.coeff, |acc, &s| acc * dims[s])
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum BufferKind {
+    Input(usize),
+    Param(usize),
+    Arena(usize),
+    Output(usize),
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct BufferSpec {
+    pub kind: BufferKind,
+    pub dtype: DType,
+    pub numel: Mono,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct OutputSpec {
+    pub buffer: usize,
+    pub dims: &'static [Mono],
+}
+
+/// What the report shows of one kernel.
+#[derive(Clone, Copy, Debug)]
+pub struct KernelInfo {
+    pub name: &'static str,
+    pub kind: &'static str,
+    pub ops: &'static [&'static str],
+    /// Bytes read and written, one term per distinct buffer.
+    pub bytes: &'static [Mono],
+}
+
+pub type KernelFn = fn(&Ctx<'_>);
+
+/// One compiled plan (fused or eager) of a model, as emitted by the macro.
+#[derive(Debug)]
+pub struct Program {
+    pub model: &'static str,
+    pub mode: &'static str,
+    pub plan_hash: u64,
+    pub buffers: &'static [BufferSpec],
+    /// Arena slot sizes in bytes, in layout order.
+    pub slots: &'static [Mono],
+    pub kernels: &'static [KernelFn],
+    pub kernel_info: &'static [KernelInfo],
+    pub outputs: &'static [OutputSpec],
+    pub refusals: &'static [&'static str],
+    pub dump: &'static str,
+    pub dot: &'static str,
+}
+
+/// Arena slots start at multiples of this (the same rule as the compiler's memory plan).
+const ALIGN: usize = 64;
+
+impl Program {
+    /// Byte offset of each slot and the arena size.
+    pub fn layout(&self, dims: &[usize]) -> (Vec<usize>, usize) {
+        let mut offsets = Vec::with_capacity(self.slots.len());
+        let mut end = 0usize;
+        for slot in self.slots {
+            let start = end.div_ceil(ALIGN) * ALIGN;
+            offsets.push(start);
+            end = start + slot.eval(dims);
+        }
+        (offsets, end)
+    }
+}
+
+/// The buffers of one call, as kernels see them.
+pub struct Ctx<'a> {
+    dims: &'a [usize],
+    ptrs: &'a [(*mut u8, usize)],
+}
+
+// SAFETY: the pointers are into memory owned by the call (arena, outputs) or borrowed immutably for its whole
+// duration (inputs, weights); kernels run on rayon workers only within the call.
+unsafe impl Sync for Ctx<'_> {}
+
+impl Ctx<'_> {
+    pub fn dims(&self) -> &[usize] {
+        self.dims
+    }
+
+    fn raw(&self, buffer: usize) -> (*mut u8, usize) {
+        self.ptrs[buffer]
+    }
+
+    pub fn f32(&self, buffer: usize) -> &[f32] {
+        let (ptr, bytes) = self.raw(buffer);
+        // SAFETY: the buffer holds `bytes / 4` initialised, 4-aligned f32 (checked when the table is built), and
+        // no kernel writes a buffer it reads: the memory plan never gives a kernel's output the slot of a value
+        // that is live at that kernel.
+        unsafe { std::slice::from_raw_parts(ptr as *const f32, bytes / 4) }
+    }
+
+    pub fn i64(&self, buffer: usize) -> &[i64] {
+        let (ptr, bytes) = self.raw(buffer);
+        // SAFETY: as for `f32`; i64 buffers are always user inputs, 8-aligned by their `Vec<i64>`.
+        unsafe { std::slice::from_raw_parts(ptr as *const i64, bytes / 8) }
+    }
+
+    /// The output buffer of the running kernel.
+    #[allow(clippy::mut_from_ref)]
+    pub fn out_f32(&self, buffer: usize) -> &mut [f32] {
+        let (ptr, bytes) = self.raw(buffer);
+        // SAFETY: each kernel takes its own output exactly once, and (memory plan invariant) it overlaps no buffer
+        // the kernel reads; arena and output memory is owned by this call.
+        unsafe { std::slice::from_raw_parts_mut(ptr as *mut f32, bytes / 4) }
+    }
+}
+
+/// How an input is declared: its name, dtype and dims (a fixed size or a named dynamic dim).
+#[derive(Clone, Copy, Debug)]
+pub enum DimSpec {
+    Fixed(usize),
+    Dyn(usize),
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct InputSpec {
+    pub name: &'static str,
+    pub dtype: DType,
+    pub dims: &'static [DimSpec],
+    /// e.g. `[batch, seq, 384]`, for messages.
+    pub shape_text: &'static str,
+    /// When the input holds ids for an embedding: the table's row count.
+    pub id_bound: Option<usize>,
+}
+
+/// Checks inputs against their declarations and binds the dynamic dims.
+pub fn bind_inputs(specs: &[InputSpec], dyn_dims: &[&str], inputs: &[&Tensor]) -> Result<Vec<usize>> {
+    if specs.len() != inputs.len() {
+        return Err(Error::InputCount {
+            expected: specs.len(),
+            found: inputs.len(),
+        });
+    }
+    let mut dims: Vec<Option<(usize, &str)>> = vec![None; dyn_dims.len()];
+    for (spec, t) in specs.iter().zip(inputs) {
+        if t.dtype() != spec.dtype {
+            return Err(Error::InputDType {
+                input: spec.name.into(),
+                expected: spec.dtype,
+                found: t.dtype(),
+            });
+        }
+        if t.shape().len() != spec.dims.len() {
+            return Err(Error::InputRank {
+                input: spec.name.into(),
+                expected: spec.dims.len(),
+                found: t.shape().to_vec(),
+            });
+        }
+        for (d, &n) in spec.dims.iter().zip(t.shape()) {
+            match *d {
+                DimSpec::Fixed(want) if want != n => {
+                    return Err(Error::InputShape {
+                        input: spec.name.into(),
+                        expected: spec.shape_text.into(),
+                        found: t.shape().to_vec(),
+                    })
+                }
+                DimSpec::Fixed(_) => {}
+                DimSpec::Dyn(s) => {
+                    if n == 0 {
+                        return Err(Error::ZeroDim {
+                            dim: dyn_dims[s].into(),
+                        });
+                    }
+                    match dims[s] {
+                        Some((first, _)) if first != n => {
+                            return Err(Error::InconsistentDim {
+                                dim: dyn_dims[s].into(),
+                                first,
+                                found: n,
+                                input: spec.name.into(),
+                            })
+                        }
+                        _ => dims[s] = Some((n, spec.name)),
+                    }
+                }
+            }
+        }
+        if let (Some(vocab), Some(ids)) = (spec.id_bound, t.as_i64()) {
+            if let Some(&bad) = ids.iter().find(|&&i| i < 0 || i as u64 >= vocab as u64) {
+                return Err(Error::IdOutOfRange {
+                    input: spec.name.into(),
+                    id: bad,
+                    vocab,
+                });
+            }
+        }
+    }
+    Ok(dims.into_iter().map(|d| d.map_or(1, |(n, _)| n)).collect())
+}
+
+/// Runs a program; owns the pool of arenas.
+pub struct Executor {
+    program: &'static Program,
+    pool: Mutex<Vec<Vec<u64>>>,
+}
+
+impl Executor {
+    pub fn new(program: &'static Program) -> Self {
+        Executor {
+            program,
+            pool: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn program(&self) -> &'static Program {
+        self.program
+    }
+
+    fn take_arena(&self, bytes: usize) -> Vec<u64> {
+        let words = bytes.div_ceil(8) + ALIGN / 8;
+        let mut arena = self
+            .pool
+            .lock()
+            .map(|mut p| p.pop())
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        if arena.len() < words {
+            arena.resize(words, 0);
+        }
+        arena
+    }
+
+    fn give_back(&self, arena: Vec<u64>) {
+        if let Ok(mut pool) = self.pool.lock() {
+            pool.push(arena);
+        }
+    }
+
+    /// Runs the program on validated inputs with dims already bound.
+    pub fn run(&self, dims: &[usize], weights: &[Tensor], inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        let p = self.program;
+        let (offsets, arena_bytes) = p.layout(dims);
+        let mut arena = self.take_arena(arena_bytes);
+        let base = {
+            let raw = arena.as_mut_ptr() as *mut u8;
+            // Align the arena start to a cache line; `take_arena` left room for it.
+            let pad = raw.align_offset(ALIGN);
+            // SAFETY: the arena has ALIGN spare bytes beyond `arena_bytes`.
+            unsafe { raw.add(pad) }
+        };
+        let mut outputs: Vec<Vec<f32>> = p
+            .outputs
+            .iter()
+            .map(|o| vec![0.0f32; p.buffers[o.buffer].numel.eval(dims)])
+            .collect();
+        let mut ptrs = Vec::with_capacity(p.buffers.len());
+        for spec in p.buffers {
+            let bytes = spec.numel.eval(dims) * spec.dtype.size();
+            let ptr = match spec.kind {
+                BufferKind::Input(i) => inputs[i].data_ptr() as *mut u8,
+                BufferKind::Param(i) => weights[i].data_ptr() as *mut u8,
+                // SAFETY: offsets + sizes lie within the arena by construction of `layout`.
+                BufferKind::Arena(s) => unsafe { base.add(offsets[s]) },
+                BufferKind::Output(i) => outputs[i].as_mut_ptr() as *mut u8,
+            };
+            ptrs.push((ptr, bytes));
+        }
+        let ctx = Ctx { dims, ptrs: &ptrs };
+        for kernel in p.kernels {
+            kernel(&ctx);
+        }
+        drop(ctx);
+        self.give_back(arena);
+        p.outputs
+            .iter()
+            .zip(outputs.drain(..))
+            .map(|(o, data)| {
+                let shape: Vec<usize> = o.dims.iter().map(|m| m.eval(dims)).collect();
+                Tensor::from_f32(&shape, data)
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,123 @@
+//! What every `#[fused_model]` struct wraps: its weights and the two compiled plans (fused and eager), with
+//! loading, input validation and the plan report.
+
+use std::path::Path;
+
+use crate::error::{Error, Result};
+use crate::exec::{bind_inputs, Executor, InputSpec, Program};
+use crate::report::PlanReport;
+use crate::tensor::Tensor;
+use crate::weights::{load_safetensors, random_weights, ParamSpec};
+
+/// Which compiled plan to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PlanMode {
+    /// The fused plan: what `forward` runs.
+    Fused,
+    /// One kernel per op: the reference and benchmark baseline.
+    Eager,
+}
+
+/// Everything the macro knows about a model at build time.
+#[derive(Debug)]
+pub struct ModelSpec {
+    pub name: &'static str,
+    pub dyn_dims: &'static [&'static str],
+    pub inputs: &'static [InputSpec],
+    pub params: &'static [ParamSpec],
+    pub fused: &'static Program,
+    pub eager: &'static Program,
+    /// The `#[fused_model]` module's source, for tools that re-run the front end (tests, the reference).
+    pub source: &'static str,
+}
+
+/// A model with its weights, ready to run. `Send + Sync`: `forward` may be called from many threads at once.
+pub struct CompiledModel {
+    spec: &'static ModelSpec,
+    weights: Vec<Tensor>,
+    fused: Executor,
+    eager: Executor,
+}
+
+impl CompiledModel {
+    /// Wraps weights in declaration order after checking each against its declared shape.
+    pub fn from_weights(spec: &'static ModelSpec, weights: Vec<Tensor>) -> Result<Self> {
+        if weights.len() != spec.params.len() {
+            return Err(Error::InputCount {
+                expected: spec.params.len(),
+                found: weights.len(),
+            });
+        }
+        for (p, w) in spec.params.iter().zip(&weights) {
+            if w.shape() != p.shape || w.dtype() != crate::DType::F32 {
+                return Err(Error::WeightShape {
+                    name: p.name.into(),
+                    expected: p.shape.to_vec(),
+                    found: w.shape().to_vec(),
+                });
+            }
+        }
+        Ok(CompiledModel {
+            spec,
+            weights,
+            fused: Executor::new(spec.fused),
+            eager: Executor::new(spec.eager),
+        })
+    }
+
+    /// Loads every parameter from a safetensors file by its checkpoint name.
+    pub fn load(spec: &'static ModelSpec, path: &Path) -> Result<Self> {
+        let weights = load_safetensors(path, spec.params)?;
+        Self::from_weights(spec, weights)
+    }
+
+    /// Seeded random weights (per-parameter scale chosen by the compiler), for examples and tests.
+    pub fn random(spec: &'static ModelSpec, seed: u64) -> Self {
+        let weights = random_weights(spec.params, seed);
+        CompiledModel {
+            spec,
+            weights,
+            fused: Executor::new(spec.fused),
+            eager: Executor::new(spec.eager),
+        }
+    }
+
+    pub fn spec(&self) -> &'static ModelSpec {
+        self.spec
+    }
+
+    pub fn weights(&self) -> &[Tensor] {
+        &self.weights
+    }
+
+    /// Validates `inputs` and runs the chosen plan.
+    pub fn run(&self, mode: PlanMode, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        let dims = bind_inputs(self.spec.inputs, self.spec.dyn_dims, inputs)?;
+        let exec = match mode {
+            PlanMode::Fused => &self.fused,
+            PlanMode::Eager => &self.eager,
+        };
+        exec.run(&dims, &self.weights, inputs)
+    }
+
+    /// Runs and returns the single output (models whose `forward` returns one tensor).
+    pub fn run_one(&self, mode: PlanMode, inputs: &[&Tensor]) -> Result<Tensor> {
+        self.run(mode, inputs)?
+            .into_iter()
+            .next()
+            .ok_or(Error::InputCount {
+                expected: 1,
+                found: 0,
+            })
+    }
+
+    pub fn report(&self, mode: PlanMode) -> PlanReport {
+        PlanReport::new(
+            self.spec,
+            match mode {
+                PlanMode::Fused => self.spec.fused,
+                PlanMode::Eager => self.spec.eager,
+            },
+        )
+    }
+}
