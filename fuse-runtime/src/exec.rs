@@ -258,6 +258,17 @@ impl Executor {
 
     /// Runs the program on validated inputs with dims already bound.
     pub fn run(&self, dims: &[usize], weights: &[Tensor], inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        self.run_timed(dims, weights, inputs, None)
+    }
+
+    /// As [`Executor::run`]; when `times` is given, adds each kernel's wall time (seconds) to it.
+    pub fn run_timed(
+        &self,
+        dims: &[usize],
+        weights: &[Tensor],
+        inputs: &[&Tensor],
+        mut times: Option<&mut [f64]>,
+    ) -> Result<Vec<Tensor>> {
         let p = self.program;
         let (offsets, arena_bytes) = p.layout(dims);
         let mut arena = self.take_arena(arena_bytes);
@@ -286,8 +297,15 @@ impl Executor {
             ptrs.push((ptr, bytes));
         }
         let ctx = Ctx { dims, ptrs: &ptrs };
-        for kernel in p.kernels {
-            kernel(&ctx);
+        for (i, kernel) in p.kernels.iter().enumerate() {
+            match times.as_deref_mut() {
+                Some(times) => {
+                    let start = std::time::Instant::now();
+                    kernel(&ctx);
+                    times[i] += start.elapsed().as_secs_f64();
+                }
+                None => kernel(&ctx),
+            }
         }
         drop(ctx);
         self.give_back(arena);

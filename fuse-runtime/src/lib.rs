@@ -36,7 +36,7 @@ pub use tensor::{DType, Tensor, TensorData};
 #[doc(hidden)]
 pub mod __private {
     pub use crate::cpu::math;
-    pub use crate::cpu::par::{gather_rows, gemm, strided_copy, for_rows, GemmSpec};
+    pub use crate::cpu::par::{for_rows, gather_rows, gemm, strided_copy, GemmSpec, NoEpilogue, RowTask};
     pub use crate::cpu::rows;
     pub use crate::exec::{BufferKind, BufferSpec, Ctx, DimSpec, InputSpec, KernelInfo, Mono, OutputSpec, Program};
     pub use crate::weights::{Init, ParamSpec};

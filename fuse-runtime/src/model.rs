@@ -100,6 +100,26 @@ impl CompiledModel {
         exec.run(&dims, &self.weights, inputs)
     }
 
+    /// Mean wall time of each kernel over `runs` calls, in milliseconds, with the kernel names.
+    pub fn profile(&self, mode: PlanMode, inputs: &[&Tensor], runs: usize) -> Result<Vec<(&'static str, f64)>> {
+        let dims = bind_inputs(self.spec.inputs, self.spec.dyn_dims, inputs)?;
+        let exec = match mode {
+            PlanMode::Fused => &self.fused,
+            PlanMode::Eager => &self.eager,
+        };
+        let program = exec.program();
+        let mut times = vec![0.0; program.kernels.len()];
+        for _ in 0..runs.max(1) {
+            exec.run_timed(&dims, &self.weights, inputs, Some(&mut times))?;
+        }
+        Ok(program
+            .kernel_info
+            .iter()
+            .zip(times)
+            .map(|(k, t)| (k.name, t * 1e3 / runs.max(1) as f64))
+            .collect())
+    }
+
     /// Runs and returns the single output (models whose `forward` returns one tensor).
     pub fn run_one(&self, mode: PlanMode, inputs: &[&Tensor]) -> Result<Tensor> {
         self.run(mode, inputs)?

@@ -8,50 +8,71 @@ use super::math::{dispatch_avx2, dispatch_avx512};
 /// Below this many elements a kernel runs on the calling thread: rayon's hand-off costs more than it saves.
 const PARALLEL_MIN_ELEMENTS: usize = 1 << 15;
 
-/// Runs `f` compiled for the widest vector unit this CPU has. The closure is inlined into each
-/// `#[target_feature]` copy, so its loops are vectorised for that level.
+/// A kernel's per-row work: `run(first_row, rows)` fills whole output rows. Generated kernels implement it with an
+/// `#[inline(always)]` `run`, so each `#[target_feature]` copy below gets its own vectorised instance of the body.
+pub trait RowTask {
+    fn run(&self, first_row: usize, rows: &mut [f32]);
+}
+
+/// Adapts a closure (for drivers whose per-row work is a plain copy, not worth a vectorised copy of its own).
+pub struct FnTask<F>(pub F);
+
+impl<F: Fn(usize, &mut [f32])> RowTask for FnTask<F> {
+    #[inline(always)]
+    fn run(&self, first_row: usize, rows: &mut [f32]) {
+        (self.0)(first_row, rows)
+    }
+}
+
+/// The no-op epilogue, for matmuls without one.
+pub struct NoEpilogue;
+
+impl RowTask for NoEpilogue {
+    #[inline(always)]
+    fn run(&self, _: usize, _: &mut [f32]) {}
+}
+
+/// Runs `task` compiled for the widest vector unit this CPU has.
 #[inline(always)]
-pub fn simd<R>(f: impl FnOnce() -> R) -> R {
+pub fn simd_run<T: RowTask>(task: &T, first_row: usize, rows: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
         #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
-        #[inline]
-        unsafe fn avx512<R>(f: impl FnOnce() -> R) -> R {
-            f()
+        unsafe fn avx512<T: RowTask>(task: &T, first_row: usize, rows: &mut [f32]) {
+            task.run(first_row, rows)
         }
         #[target_feature(enable = "avx2,fma")]
-        #[inline]
-        unsafe fn avx2<R>(f: impl FnOnce() -> R) -> R {
-            f()
+        unsafe fn avx2<T: RowTask>(task: &T, first_row: usize, rows: &mut [f32]) {
+            task.run(first_row, rows)
         }
         if dispatch_avx512() {
             // SAFETY: the CPU supports every feature `avx512` is compiled for.
-            return unsafe { avx512(f) };
+            return unsafe { avx512(task, first_row, rows) };
         }
         if dispatch_avx2() {
             // SAFETY: the CPU supports AVX2 and FMA.
-            return unsafe { avx2(f) };
+            return unsafe { avx2(task, first_row, rows) };
         }
     }
-    f()
+    task.run(first_row, rows)
 }
 
-/// Splits `out` into chunks of whole rows of `row_len` and calls `f(first_row, chunk)` on each, in parallel when
-/// the output is large enough.
-pub fn for_rows(out: &mut [f32], row_len: usize, f: &(dyn Fn(usize, &mut [f32]) + Sync)) {
+/// Splits `out` into chunks of whole rows of `row_len` and runs `task` on each, in parallel when the output is
+/// large enough.
+pub fn for_rows<T: RowTask + Sync>(out: &mut [f32], row_len: usize, task: &T) {
     if row_len == 0 || out.is_empty() {
         return;
     }
     let rows = out.len() / row_len;
     let threads = rayon::current_num_threads().max(1);
     if out.len() < PARALLEL_MIN_ELEMENTS || threads == 1 {
-        simd(|| f(0, out));
+        simd_run(task, 0, out);
         return;
     }
     let rows_per_chunk = rows.div_ceil(threads * 4).max(1);
     out.par_chunks_mut(rows_per_chunk * row_len)
         .enumerate()
-        .for_each(|(c, chunk)| simd(|| f(c * rows_per_chunk, chunk)));
+        .for_each(|(c, chunk)| simd_run(task, c * rows_per_chunk, chunk));
 }
 
 /// A batched matmul `out[b] = A[b] · B[b]` with `B_DIMS` broadcast batch dims; strides are in elements.
@@ -73,18 +94,16 @@ pub struct GemmSpec<const B_DIMS: usize> {
 
 /// Output rows per GEMM task: large enough to keep the packed B panel busy, small enough to share the work and
 /// keep the block in cache for the epilogue.
-const ROW_BLOCK: usize = 64;
-
-/// The epilogue: `(first output row, block of whole output rows)`, applied right after the block is computed.
-pub type Epilogue<'a> = &'a (dyn Fn(usize, &mut [f32]) + Sync);
+const ROW_BLOCK: usize = 256;
 
 /// `out` (contiguous `[batch.., m, n]`) = A · B, then `epilogue` per block.
-pub fn gemm<const B_DIMS: usize>(
+/// The epilogue runs on each block of whole output rows right after the block is computed.
+pub fn gemm<const B_DIMS: usize, E: RowTask + Sync>(
     spec: &GemmSpec<B_DIMS>,
     a: &[f32],
     b: &[f32],
     out: &mut [f32],
-    epilogue: Option<Epilogue<'_>>,
+    epilogue: Option<&E>,
 ) {
     let batches: usize = spec.batch.iter().product();
     let (m, n, k) = (spec.m, spec.n, spec.k);
@@ -148,7 +167,7 @@ pub fn gemm<const B_DIMS: usize>(
             );
         }
         if let Some(epi) = epilogue {
-            simd(|| epi(group * rows_per_group + row0, block));
+            simd_run(epi, group * rows_per_group + row0, block);
         }
     };
     // Blocks never straddle groups: split each group's rows, then blocks.
@@ -168,7 +187,7 @@ pub fn gemm<const B_DIMS: usize>(
 
 /// `out[i, :] = table[id(i), :]` for every id; out-of-range ids (already refused for user inputs) give zeros.
 pub fn gather_rows(table: &[f32], vocab: usize, dim: usize, out: &mut [f32], id: &(dyn Fn(usize) -> i64 + Sync)) {
-    for_rows(out, dim, &|row0, chunk| {
+    for_rows(out, dim, &FnTask(|row0: usize, chunk: &mut [f32]| {
         for (r, dst) in chunk.chunks_exact_mut(dim).enumerate() {
             let i = id(row0 + r);
             match usize::try_from(i).ok().filter(|&i| i < vocab) {
@@ -176,7 +195,7 @@ pub fn gather_rows(table: &[f32], vocab: usize, dim: usize, out: &mut [f32], id:
                 None => dst.fill(0.0),
             }
         }
-    });
+    }));
 }
 
 /// Copies a strided `shape` region of `src` into a strided region of `dst`.

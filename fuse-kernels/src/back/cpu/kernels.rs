@@ -2,13 +2,13 @@
 //! from the row number, each read gets its base offset for the row, and the inner loop is straight-line f32 code
 //! that LLVM vectorises (the runtime runs it under AVX-512/AVX2 when the CPU has them).
 
-use proc_macro2::TokenStream;
+use proc_macro2::{Ident, TokenStream};
 use quote::quote;
 
 use super::expr::{
     decompose_row, dim_expr, elementwise_body, read_setup, row_base, row_bind, var,
 };
-use crate::ir::{NodeId, Op, ReduceOp};
+use crate::ir::{DType, NodeId, Op, ReduceOp};
 use crate::plan::{Kernel, KernelKind, Plan, Read};
 
 const RT: fn() -> TokenStream = || quote!(::fuse_runtime::__private);
@@ -55,6 +55,45 @@ fn bind_reads(plan: &Plan, reads: &[&Read], rank: usize) -> TokenStream {
     quote!(#(#stmts)*)
 }
 
+/// The fields a task captures for each read: its buffer, offset and strides.
+fn read_fields(plan: &Plan, reads: &[&Read]) -> Vec<(Ident, TokenStream)> {
+    let mut fields = Vec::new();
+    for r in reads {
+        let elem = match plan.graph.ty(r.access.base).dtype {
+            DType::I64 => quote!(i64),
+            DType::F32 | DType::Bool => quote!(f32),
+        };
+        let n = r.access.strides.len();
+        fields.push((var("buf", r.node), quote!(&'a [#elem])));
+        fields.push((var("off", r.node), quote!(usize)));
+        fields.push((var("st", r.node), quote!([usize; #n])));
+    }
+    fields
+}
+
+/// A `RowTask` capturing `fields` (locals of the same names) whose `run(row0, chunk)` is `body`; binds `task`.
+/// The runtime calls `run` inside `#[target_feature]` copies, so `body`'s loops vectorise for the CPU at hand.
+fn task(fields: &[(Ident, TokenStream)], body: TokenStream) -> TokenStream {
+    let rt = RT();
+    let names: Vec<&Ident> = fields.iter().map(|(n, _)| n).collect();
+    let types = fields.iter().map(|(_, t)| t);
+    quote! {
+        #[derive(Clone, Copy)]
+        struct Task<'a> {
+            #(#names: #types,)*
+            _borrow: ::std::marker::PhantomData<&'a ()>,
+        }
+        impl #rt::RowTask for Task<'_> {
+            #[inline(always)]
+            fn run(&self, row0: usize, chunk: &mut [f32]) {
+                let Task { #(#names,)* .. } = *self;
+                #body
+            }
+        }
+        let task = Task { #(#names,)* _borrow: ::std::marker::PhantomData };
+    }
+}
+
 fn setups(plan: &Plan, reads: &[&Read]) -> TokenStream {
     let s = reads.iter().map(|r| read_setup(plan, r));
     quote!(#(#s)*)
@@ -80,12 +119,12 @@ fn elementwise(plan: &Plan, k: &Kernel) -> TokenStream {
         let v = var("v", k.output);
         (elementwise_body(plan, k, &k.nodes, rank, None), quote!(#v))
     };
-    quote! {
-        #shape
-        let len = shape[#rank - 1];
-        #setup
-        let out = ctx.out_f32(#out);
-        #rt::for_rows(out, len, &|row0: usize, chunk: &mut [f32]| {
+    let mut fields = read_fields(plan, &reads);
+    fields.push((quote::format_ident!("shape"), quote!([usize; #rank])));
+    fields.push((quote::format_ident!("len"), quote!(usize)));
+    let task = task(
+        &fields,
+        quote! {
             for (r, o) in chunk.chunks_exact_mut(len).enumerate() {
                 let row = row0 + r;
                 #decompose
@@ -95,7 +134,15 @@ fn elementwise(plan: &Plan, k: &Kernel) -> TokenStream {
                     o[j] = #result;
                 }
             }
-        });
+        },
+    );
+    quote! {
+        #shape
+        let len = shape[#rank - 1];
+        #setup
+        let out = ctx.out_f32(#out);
+        #task
+        #rt::for_rows(out, len, &task);
     }
 }
 
@@ -226,14 +273,16 @@ fn row(plan: &Plan, k: &Kernel, anchor: NodeId) -> TokenStream {
             }
         }
     };
-    quote! {
-        #shape
-        let len = shape[#rank - 1];
-        #setup
-        #(#side)*
-        let out = ctx.out_f32(#out);
-        let out_len = #out_len;
-        #rt::for_rows(out, out_len, &|row0: usize, chunk: &mut [f32]| {
+    let mut fields = read_fields(plan, &all);
+    fields.push((quote::format_ident!("shape"), quote!([usize; #rank])));
+    fields.push((quote::format_ident!("len"), quote!(usize)));
+    fields.push((quote::format_ident!("out_len"), quote!(usize)));
+    for name in &side_names {
+        fields.push((name.clone(), quote!(&'a [f32])));
+    }
+    let task = task(
+        &fields,
+        quote! {
             let mut row_buf = vec![0.0f32; len];
             let mut tmp = vec![0.0f32; len];
             for (r, o) in chunk.chunks_exact_mut(out_len).enumerate() {
@@ -243,7 +292,17 @@ fn row(plan: &Plan, k: &Kernel, anchor: NodeId) -> TokenStream {
                 #fill
                 #finish
             }
-        });
+        },
+    );
+    quote! {
+        #shape
+        let len = shape[#rank - 1];
+        #setup
+        #(#side)*
+        let out = ctx.out_f32(#out);
+        let out_len = #out_len;
+        #task
+        #rt::for_rows(out, out_len, &task);
     }
 }
 
@@ -276,27 +335,33 @@ fn matmul(plan: &Plan, k: &Kernel, anchor: NodeId) -> TokenStream {
     let a_batch = (0..batch).map(|i| quote!(#sa[#i]));
     let b_batch = (0..batch).map(|i| quote!(#sb[#i]));
     let (am, ak) = (batch, batch + 1);
-    let epilogue_fn = if epilogue.is_empty() {
-        quote!(None)
+    let (epilogue_task, epilogue_arg) = if epilogue.is_empty() {
+        (quote!(), quote!(None::<&#rt::NoEpilogue>))
     } else {
         let decompose = decompose_row(rank - 1);
         let binds = bind_reads(plan, &epi_reads, rank);
         let av = var("a", anchor);
         let body = elementwise_body(plan, k, &epilogue, rank, Some((anchor, quote!(#av))));
         let result = var("v", k.output);
-        quote!(Some(&|first_row: usize, block: &mut [f32]| {
-            let len = shape[#rank - 1];
-            for (r, o) in block.chunks_exact_mut(len).enumerate() {
-                let row = first_row + r;
-                #decompose
-                #binds
-                for j in 0..len {
-                    let #av = o[j];
-                    #body
-                    o[j] = #result;
+        let mut fields = read_fields(plan, &epi_reads);
+        fields.push((quote::format_ident!("shape"), quote!([usize; #rank])));
+        let task = task(
+            &fields,
+            quote! {
+                let len = shape[#rank - 1];
+                for (r, o) in chunk.chunks_exact_mut(len).enumerate() {
+                    let row = row0 + r;
+                    #decompose
+                    #binds
+                    for j in 0..len {
+                        let #av = o[j];
+                        #body
+                        o[j] = #result;
+                    }
                 }
-            }
-        }))
+            },
+        );
+        (task, quote!(Some(&task)))
     };
     quote! {
         #shape
@@ -316,7 +381,8 @@ fn matmul(plan: &Plan, k: &Kernel, anchor: NodeId) -> TokenStream {
             b_rs: #sb[#am],
             b_cs: #sb[#ak],
         };
-        #rt::gemm(&spec, #ba, #bb, out, #epilogue_fn);
+        #epilogue_task
+        #rt::gemm(&spec, #ba, #bb, out, #epilogue_arg);
     }
 }
 
