@@ -88,6 +88,9 @@ pub fn can_fuse(
     consumer: NodeId,
     operand_pos: usize,
 ) -> Result<(), WhyNot> {
+    if group.nodes.iter().any(|&n| class(&g.node(n).op) == Class::Standalone) {
+        return Err(WhyNot::Standalone);
+    }
     let consumer_class = class(&g.node(consumer).op);
     match consumer_class {
         Class::Elementwise => {}

@@ -125,9 +125,15 @@ pub fn plan(graph: &Graph, mode: Mode) -> Plan {
     plan
 }
 
-/// Reshapes of non-contiguous views cannot be read in place: their input view is materialised by a copy kernel.
+/// Values that need a copy kernel: reshapes of non-contiguous views cannot be read in place, so their input view
+/// is materialised; and a model output that is a view or an input/param gets its own contiguous copy.
 fn views_needing_copies(g: &Graph, roots: &BTreeSet<NodeId>) -> BTreeSet<NodeId> {
-    let mut copies = BTreeSet::new();
+    let mut copies: BTreeSet<NodeId> = g
+        .outputs
+        .iter()
+        .copied()
+        .filter(|&o| !roots.contains(&o) && !matches!(g.node(o).op, Op::Scalar(_)))
+        .collect();
     for id in g.ids() {
         if !matches!(g.node(id).op, Op::Reshape { .. }) {
             continue;

@@ -231,7 +231,7 @@ fn row(plan: &Plan, k: &Kernel, anchor: NodeId) -> TokenStream {
         match op {
             Op::Softmax { .. } => quote! {
                 #rt::rows::softmax_in_place(&mut row_buf);
-                #dst.copy_from_slice(&row_buf);
+                (#dst).copy_from_slice(&row_buf);
             },
             Op::LayerNorm { eps, .. } => {
                 let eps = *eps as f32;
@@ -249,7 +249,7 @@ fn row(plan: &Plan, k: &Kernel, anchor: NodeId) -> TokenStream {
                     ReduceOp::Mean => quote!(#rt::rows::sum(&row_buf) / len as f32),
                     ReduceOp::Max => quote!(#rt::rows::max(&row_buf)),
                 };
-                quote!(#dst[0] = #value;)
+                quote!((#dst)[0] = #value;)
             }
             _ => quote!(),
         }
