@@ -3,3 +3,4 @@
 pub mod reference;
 pub mod harness;
 pub mod check;
+pub mod golden;
