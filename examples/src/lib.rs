@@ -1,8 +1,12 @@
 //! Example models compiled by fuse. Each lives in `models/` as a `#[fused_model]` module.
 
+pub mod minilm_run;
 pub mod timing;
+pub mod tokenize;
 
 pub mod models {
+    pub mod chain;
     pub mod encoder;
+    pub mod minilm;
     pub mod mlp;
 }

@@ -147,17 +147,22 @@ mod tests {
         let Some(dir) = checkpoint() else { return };
         let tok = SentenceTokenizer::from_dir(&dir).unwrap();
         let b = tok
-            .encode_batch(&["The quick brown fox jumps over the lazy dog.", "Hello, world!"])
+            .encode_batch(&[
+                "The quick brown fox jumps over the lazy dog.",
+                "Hello, world!",
+            ])
             .unwrap();
         assert_eq!((b.batch, b.seq), (2, 12));
-        let fox = [101, 1996, 4248, 2829, 4419, 14523, 2058, 1996, 13971, 3899, 1012, 102];
+        let fox = [
+            101, 1996, 4248, 2829, 4419, 14523, 2058, 1996, 13971, 3899, 1012, 102,
+        ];
         let hello = [101, 7592, 1010, 2088, 999, 102, 0, 0, 0, 0, 0, 0];
         assert_eq!(b.input_ids[..12], fox);
         assert_eq!(b.input_ids[12..], hello);
         assert!(b.token_type_ids.iter().all(|&t| t == 0));
         assert_eq!(b.position_ids[12..], (0..12).collect::<Vec<i64>>());
-        let real: Vec<f32> = b.attention_mask[12..].to_vec();
-        assert_eq!(real, [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
+        let mask = &b.attention_mask[12..];
+        assert_eq!(mask, [[1.0; 6], [0.0; 6]].concat());
     }
 
     #[test]
@@ -167,6 +172,10 @@ mod tests {
         let long = "word ".repeat(400);
         let b = tok.encode_batch(&[&long, "short"]).unwrap();
         assert_eq!((b.batch, b.seq), (2, MAX_TOKENS));
-        assert_eq!(b.input_ids[MAX_TOKENS - 1], 102, "[SEP] survives truncation");
+        assert_eq!(
+            b.input_ids[MAX_TOKENS - 1],
+            102,
+            "[SEP] survives truncation"
+        );
     }
 }

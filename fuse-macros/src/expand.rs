@@ -235,6 +235,11 @@ fn expand_model(module: &syn::ItemMod, m: &CapturedModel, source: &str) -> Token
             pub fn compiled(&self) -> &::fuse_runtime::CompiledModel {
                 &self.core
             }
+
+            /// The untyped model, to run through `CompiledModel::run` with a slice of inputs.
+            pub fn into_compiled(self) -> ::fuse_runtime::CompiledModel {
+                self.core
+            }
         }
     }
 }

@@ -258,17 +258,56 @@ impl Executor {
 
     /// Runs the program on validated inputs with dims already bound.
     pub fn run(&self, dims: &[usize], weights: &[Tensor], inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
-        self.run_timed(dims, weights, inputs, None)
+        let mut outputs = self.fresh_outputs(dims)?;
+        self.execute(dims, weights, inputs, &mut outputs, None);
+        Ok(outputs)
     }
 
-    /// As [`Executor::run`]; when `times` is given, adds each kernel's wall time (seconds) to it.
-    pub fn run_timed(
+    /// As [`Executor::run`], writing into `outputs` when they already have the right shapes (a serving loop then
+    /// allocates nothing per call); otherwise `outputs` is replaced by fresh tensors.
+    /// When `times` is given, each kernel's wall time (seconds) is added to it.
+    pub fn run_into(
         &self,
         dims: &[usize],
         weights: &[Tensor],
         inputs: &[&Tensor],
+        outputs: &mut Vec<Tensor>,
+        times: Option<&mut [f64]>,
+    ) -> Result<()> {
+        let fits = outputs.len() == self.program.outputs.len()
+            && outputs.iter().zip(self.program.outputs).all(|(t, o)| {
+                t.as_f32().is_some()
+                    && t.shape().len() == o.dims.len()
+                    && t.shape().iter().zip(o.dims).all(|(&n, m)| n == m.eval(dims))
+            });
+        if !fits {
+            *outputs = self.fresh_outputs(dims)?;
+        }
+        self.execute(dims, weights, inputs, outputs, times);
+        Ok(())
+    }
+
+    fn fresh_outputs(&self, dims: &[usize]) -> Result<Vec<Tensor>> {
+        self.program
+            .outputs
+            .iter()
+            .map(|o| {
+                let shape: Vec<usize> = o.dims.iter().map(|m| m.eval(dims)).collect();
+                let numel = self.program.buffers[o.buffer].numel.eval(dims);
+                Tensor::from_f32(&shape, vec![0.0f32; numel])
+            })
+            .collect()
+    }
+
+    /// Runs every kernel; `outputs` are f32 tensors of the program's output shapes at `dims`.
+    fn execute(
+        &self,
+        dims: &[usize],
+        weights: &[Tensor],
+        inputs: &[&Tensor],
+        outputs: &mut [Tensor],
         mut times: Option<&mut [f64]>,
-    ) -> Result<Vec<Tensor>> {
+    ) {
         let p = self.program;
         let (offsets, arena_bytes) = p.layout(dims);
         let mut arena = self.take_arena(arena_bytes);
@@ -279,10 +318,9 @@ impl Executor {
             // SAFETY: the arena has ALIGN spare bytes beyond `arena_bytes`.
             unsafe { raw.add(pad) }
         };
-        let mut outputs: Vec<Vec<f32>> = p
-            .outputs
-            .iter()
-            .map(|o| vec![0.0f32; p.buffers[o.buffer].numel.eval(dims)])
+        let out_ptrs: Vec<*mut u8> = outputs
+            .iter_mut()
+            .map(|t| t.as_f32_mut().map_or(std::ptr::null_mut(), |v| v.as_mut_ptr() as *mut u8))
             .collect();
         let mut ptrs = Vec::with_capacity(p.buffers.len());
         for spec in p.buffers {
@@ -292,7 +330,7 @@ impl Executor {
                 BufferKind::Param(i) => weights[i].data_ptr() as *mut u8,
                 // SAFETY: offsets + sizes lie within the arena by construction of `layout`.
                 BufferKind::Arena(s) => unsafe { base.add(offsets[s]) },
-                BufferKind::Output(i) => outputs[i].as_mut_ptr() as *mut u8,
+                BufferKind::Output(i) => out_ptrs[i],
             };
             ptrs.push((ptr, bytes));
         }
@@ -309,13 +347,5 @@ impl Executor {
         }
         drop(ctx);
         self.give_back(arena);
-        p.outputs
-            .iter()
-            .zip(outputs.drain(..))
-            .map(|(o, data)| {
-                let shape: Vec<usize> = o.dims.iter().map(|m| m.eval(dims)).collect();
-                Tensor::from_f32(&shape, data)
-            })
-            .collect()
     }
 }

@@ -93,24 +93,33 @@ impl CompiledModel {
     /// Validates `inputs` and runs the chosen plan.
     pub fn run(&self, mode: PlanMode, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
         let dims = bind_inputs(self.spec.inputs, self.spec.dyn_dims, inputs)?;
-        let exec = match mode {
+        self.executor(mode).run(&dims, &self.weights, inputs)
+    }
+
+    /// As [`CompiledModel::run`], reusing `outputs` when their shapes fit: no allocation per call.
+    pub fn run_into(&self, mode: PlanMode, inputs: &[&Tensor], outputs: &mut Vec<Tensor>) -> Result<()> {
+        let dims = bind_inputs(self.spec.inputs, self.spec.dyn_dims, inputs)?;
+        self.executor(mode).run_into(&dims, &self.weights, inputs, outputs, None)
+    }
+
+    fn executor(&self, mode: PlanMode) -> &Executor {
+        match mode {
             PlanMode::Fused => &self.fused,
             PlanMode::Eager => &self.eager,
-        };
-        exec.run(&dims, &self.weights, inputs)
+        }
     }
 
     /// Mean wall time of each kernel over `runs` calls, in milliseconds, with the kernel names.
     pub fn profile(&self, mode: PlanMode, inputs: &[&Tensor], runs: usize) -> Result<Vec<(&'static str, f64)>> {
         let dims = bind_inputs(self.spec.inputs, self.spec.dyn_dims, inputs)?;
-        let exec = match mode {
-            PlanMode::Fused => &self.fused,
-            PlanMode::Eager => &self.eager,
-        };
+        let exec = self.executor(mode);
         let program = exec.program();
         let mut times = vec![0.0; program.kernels.len()];
+        // Outputs are reused across runs so page faults of fresh allocations do not land on the last kernel.
+        let mut outputs = Vec::new();
+        exec.run_into(&dims, &self.weights, inputs, &mut outputs, None)?;
         for _ in 0..runs.max(1) {
-            exec.run_timed(&dims, &self.weights, inputs, Some(&mut times))?;
+            exec.run_into(&dims, &self.weights, inputs, &mut outputs, Some(&mut times))?;
         }
         Ok(program
             .kernel_info

@@ -1,0 +1,72 @@
+//! Sentence embeddings with all-MiniLM-L6-v2, compiled by fuse. Fetch the checkpoint once with
+//! `scripts/fetch-minilm.sh`, then: `cargo run --release -p fuse-examples --bin minilm -- "A sentence." "Another."`
+//! With no sentences it embeds a few built-in ones; `--bench` times batch 8 × sequence 128 (workload W4).
+
+use fuse_examples::minilm_run::{cosine, inputs, SentenceEmbedder};
+use fuse_examples::timing::median_ms;
+use fuse_examples::tokenize::Batch;
+use fuse_runtime::PlanMode;
+
+const BUILT_IN: [&str; 4] = [
+    "The quick brown fox jumps over the lazy dog.",
+    "A fast auburn fox leaps over a sleepy hound.",
+    "Hello, world!",
+    "Rust compiles models at build time.",
+];
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let embedder = SentenceEmbedder::load()?;
+    if args.iter().any(|a| a == "--bench") {
+        return bench(&embedder);
+    }
+    let sentences: Vec<&str> = if args.is_empty() {
+        BUILT_IN.to_vec()
+    } else {
+        args.iter().map(String::as_str).collect()
+    };
+    let embeddings = embedder.embed(&sentences)?;
+    for (s, e) in sentences.iter().zip(&embeddings) {
+        let head: Vec<String> = e[..8].iter().map(|v| format!("{v:+.6}")).collect();
+        println!("{s:?}\n  [{}, ...] sum {:+.6}", head.join(", "), e.iter().sum::<f32>());
+    }
+    println!("\ncosine similarity:");
+    for (i, a) in embeddings.iter().enumerate() {
+        let row: Vec<String> = embeddings.iter().map(|b| format!("{:6.3}", cosine(a, b))).collect();
+        println!("  {i}: {}", row.join(" "));
+    }
+    Ok(())
+}
+
+/// W4: batch 8 × sequence 128 of real token ids, fused vs eager, in one run.
+fn bench(embedder: &SentenceEmbedder) -> Result<(), Box<dyn std::error::Error>> {
+    let (b, s) = (8, 128);
+    let batch = Batch {
+        batch: b,
+        seq: s,
+        input_ids: (0..b * s).map(|i| if i % s == 0 { 101 } else { 1000 + (i * 7919 % 29000) as i64 }).collect(),
+        token_type_ids: vec![0; b * s],
+        position_ids: (0..b * s).map(|i| (i % s) as i64).collect(),
+        attention_mask: vec![1.0; b * s],
+    };
+    let inputs = inputs(&batch)?;
+    let refs: Vec<&fuse_runtime::Tensor> = inputs.iter().collect();
+    let model = embedder.model.compiled();
+    let start = std::time::Instant::now();
+    model.run(PlanMode::Fused, &refs)?;
+    let first = start.elapsed().as_secs_f64() * 1e3;
+    let fused = median_ms(10, || model.run(PlanMode::Fused, &refs).map(drop))?;
+    let eager = median_ms(10, || model.run(PlanMode::Eager, &refs).map(drop))?;
+    println!(
+        "W4 MiniLM-L6 b{b} s{s}: fused {fused:.2} ms, eager {eager:.2} ms ({:.2}x), first call {first:.2} ms",
+        eager / fused
+    );
+    if std::env::var_os("FUSE_PROFILE").is_some() {
+        let mut rows = model.profile(PlanMode::Fused, &refs, 5)?;
+        rows.sort_by(|a, b| b.1.total_cmp(&a.1));
+        for (name, ms) in rows.iter().take(12) {
+            println!("  {name:<24} {ms:8.3} ms");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,26 @@
+//! Workload W1: `layer_norm(gelu(x·a + b) + x)` with per-column a, b, gamma, beta — an elementwise chain feeding
+//! a row reduction, which the planner fuses into one kernel.
+
+use fuse_runtime::fused_model;
+
+#[fused_model]
+pub mod chain {
+    pub const N: usize = 4096;
+
+    pub struct Chain {
+        #[shape(N)]
+        a: Tensor,
+        #[shape(N)]
+        b: Tensor,
+        #[shape(N)]
+        gamma: Tensor,
+        #[shape(N)]
+        beta: Tensor,
+    }
+
+    impl Chain {
+        pub fn forward(&self, #[shape(rows, N)] x: Tensor) -> Tensor {
+            ((x * &self.a + &self.b).gelu() + &x).layer_norm(&self.gamma, &self.beta, 1e-5)
+        }
+    }
+}
