@@ -1,19 +1,12 @@
 // fuse device prelude: helpers shared by every generated kernel. The CUDA writer pastes this file into each
 // generated `.cu` (via `include_str!`), so a generated file compiles on its own with nvcc or NVRTC and needs no
-// include path. Everything here is `static __device__` (internal linkage) so two generated files linked into one
-// module cannot clash.
+// include path. Helpers are `__device__ __forceinline__` (C++ inline, so helpers a file does not use raise no
+// warnings, and identical copies in two files linked together merge).
 //
 // Storage vs compute: tensors may be stored as f32, f16 or bf16 (`fuse_t`, chosen by the writer), but every
 // kernel computes and accumulates in f32: loads go through `fuse_to_f32`, stores through `fuse_from_f32`.
 
-#if defined(FUSE_STORAGE_F16)
-#include <cuda_fp16.h>
-#endif
-#if defined(FUSE_STORAGE_BF16)
-#include <cuda_bf16.h>
-#endif
-
-#define FUSE_DEVICE static __device__ __forceinline__
+#define FUSE_DEVICE __device__ __forceinline__
 // -inf without <math.h>, which NVRTC does not provide.
 #define FUSE_NEG_INF __int_as_float(0xff800000)
 
@@ -22,11 +15,33 @@
 FUSE_DEVICE float fuse_to_f32(float x) { return x; }
 // Integer ids (embedding) are only ever cast; a float read of them is `to_f32()`.
 FUSE_DEVICE float fuse_to_f32(long long x) { return (float)x; }
+
+// Half-precision storage without cuda_fp16.h / cuda_bf16.h: NVRTC on a deploy host has no CUDA include
+// directory, and these need only the bits. Both types have the size and alignment of `__half` /
+// `__nv_bfloat16` (and of Rust's `half::f16` / `half::bf16`), so buffers are interchangeable.
 #if defined(FUSE_STORAGE_F16)
-FUSE_DEVICE float fuse_to_f32(__half x) { return __half2float(x); }
+struct fuse_f16 { unsigned short bits; };
+FUSE_DEVICE float fuse_to_f32(fuse_f16 x) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits));
+    return f;
+}
+FUSE_DEVICE fuse_f16 fuse_f16_from_f32(float v) {
+    fuse_f16 r;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.bits) : "f"(v));
+    return r;
+}
 #endif
 #if defined(FUSE_STORAGE_BF16)
-FUSE_DEVICE float fuse_to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+struct fuse_bf16 { unsigned short bits; };
+FUSE_DEVICE float fuse_to_f32(fuse_bf16 x) { return __uint_as_float(((unsigned)x.bits) << 16); }
+// Round to nearest even in integer arithmetic (`cvt.rn.bf16.f32` needs sm_80; this runs everywhere).
+FUSE_DEVICE fuse_bf16 fuse_bf16_from_f32(float v) {
+    const unsigned u = __float_as_uint(v);
+    fuse_bf16 r;
+    r.bits = (v != v) ? (unsigned short)0x7fc0u : (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    return r;
+}
 #endif
 
 // True when `p` may be read as float4: the vectorised paths check every pointer at run time, since an input

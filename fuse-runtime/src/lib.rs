@@ -1,22 +1,7 @@
 //! Run-time support for models compiled by fuse: host [`Tensor`]s, weight loading, the CPU executor and the plan
 //! report. Users depend on this crate only; it re-exports the [`fused_model`] macro.
 //!
-//! ```ignore
-//! use fuse_runtime::{fused_model, Tensor};
-//!
-//! #[fused_model]
-//! pub mod mlp {
-//!     pub struct Mlp {
-//!         #[shape(16, 8)]
-//!         weight: Tensor,
-//!     }
-//!     impl Mlp {
-//!         pub fn forward(&self, #[shape(batch, 8)] x: Tensor) -> Tensor {
-//!             x.matmul(&self.weight.t()).gelu()
-//!         }
-//!     }
-//! }
-//! ```
+//! The README shows a whole model; it runs as a doc test of this crate.
 
 pub mod cpu;
 pub mod error;
@@ -41,3 +26,8 @@ pub mod __private {
     pub use crate::exec::{BufferKind, BufferSpec, Ctx, DimSpec, InputSpec, KernelInfo, Mono, OutputSpec, Program};
     pub use crate::weights::{Init, ParamSpec};
 }
+
+/// The README's example, compiled and run as a doc test so it cannot go stale.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctest;

@@ -44,18 +44,33 @@ fn pattern(a: &Access) -> Pattern {
 pub fn write(w: &mut String, cx: &Ctx, symbol: &str, inplace: Option<NodeId>) -> fmt::Result {
     let (g, k) = (cx.g, cx.k);
     let shape: &[Dim] = &g.ty(k.output).shape.0;
-    let nodes: Vec<NodeId> = k.nodes.iter().copied().filter(|&n| Some(n) != inplace).collect();
+    let nodes: Vec<NodeId> = k
+        .nodes
+        .iter()
+        .copied()
+        .filter(|&n| Some(n) != inplace)
+        .collect();
     let reads = expr::used_reads(cx, &nodes, k.output, &|id| Some(id) == inplace);
     let patterns: Vec<Pattern> = k.reads.iter().map(|r| pattern(&r.access)).collect();
     let inner = shape.last().cloned();
 
     signature(w, cx, symbol, THREADS)?;
-    writeln!(w, "    const long long n = {};", expr::dim(&g.ty(k.output).shape.numel()))?;
-    writeln!(w, "    const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;")?;
-    writeln!(w, "    const long long step = (long long)gridDim.x * blockDim.x;")?;
+    writeln!(
+        w,
+        "    const long long n = {};",
+        expr::dim(&g.ty(k.output).shape.numel())
+    )?;
+    writeln!(
+        w,
+        "    const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;"
+    )?;
+    writeln!(
+        w,
+        "    const long long step = (long long)gridDim.x * blockDim.x;"
+    )?;
     if let Some(inner) = &inner {
         let vectorizable = cx.storage == StorageType::F32
-            && inner.as_static().is_none_or(|n| n % 4 == 0)
+            && inner.as_static().is_none_or(|n| n.is_multiple_of(4))
             && reads.iter().all(|&i| {
                 g.ty(k.reads[i].access.base).dtype != DType::I64 && patterns[i] != Pattern::General
             });
@@ -72,15 +87,17 @@ pub fn write(w: &mut String, cx: &Ctx, symbol: &str, inplace: Option<NodeId>) ->
         .collect();
     writeln!(w, "    for (long long i = first; i < n; i += step) {{")?;
     let idx = expr::unravel(w, "        ", "i", shape, &needed, "x")?;
-    let inner_expr = inner.as_ref().map(expr::dim).unwrap_or_else(|| "1LL".into());
+    let inner_expr = inner
+        .as_ref()
+        .map(expr::dim)
+        .unwrap_or_else(|| "1LL".into());
     let offset = |i: usize| -> String {
         let a = &k.reads[i].access;
         let base = expr::sum(&a.offset);
-        let plus = |rest: &str| if base == "0LL" { rest.to_string() } else { format!("{base} + {rest}") };
         match patterns[i] {
-            Pattern::Linear => plus("i"),
+            Pattern::Linear => expr::plus(&base, "i"),
             Pattern::Scalar => base,
-            Pattern::Row => plus(&format!("i % {inner_expr}")),
+            Pattern::Row => expr::plus(&base, &format!("i % {inner_expr}")),
             Pattern::General => expr::offset(a, &idx),
         }
     };
@@ -118,27 +135,42 @@ fn write_vector_loop(
     checks.push("fuse_aligned16(out)".into());
     for &i in reads {
         if patterns[i] != Pattern::Scalar {
-            checks.push(format!("fuse_aligned16(&in{i}[{}])", expr::sum(&k.reads[i].access.offset)));
+            checks.push(format!(
+                "fuse_aligned16(&in{i}[{}])",
+                expr::sum(&k.reads[i].access.offset)
+            ));
         }
     }
     writeln!(w, "    if ({}) {{", checks.join(" && "))?;
-    writeln!(w, "        for (long long i4 = first; i4 < n / 4; i4 += step) {{")?;
+    writeln!(
+        w,
+        "        for (long long i4 = first; i4 < n / 4; i4 += step) {{"
+    )?;
     writeln!(w, "            const long long i = i4 * 4;")?;
     let ind = "            ";
     let mut vector_reads = Vec::new();
     for &i in reads {
         let base = expr::sum(&k.reads[i].access.offset);
         let at = match patterns[i] {
-            Pattern::Linear => format!("{base} + i"),
-            Pattern::Row => format!("{base} + i % {inner_expr}"),
+            Pattern::Linear => expr::plus(&base, "i"),
+            Pattern::Row => expr::plus(&base, &format!("i % {inner_expr}")),
             Pattern::Scalar | Pattern::General => continue,
         };
-        writeln!(w, "{ind}const float4 q{i} = *reinterpret_cast<const float4*>(&in{i}[{at}]);")?;
-        writeln!(w, "{ind}const float a{i}[4] = {{q{i}.x, q{i}.y, q{i}.z, q{i}.w}};")?;
+        writeln!(
+            w,
+            "{ind}const float4 q{i} = *reinterpret_cast<const float4*>(&in{i}[{at}]);"
+        )?;
+        writeln!(
+            w,
+            "{ind}const float a{i}[4] = {{q{i}.x, q{i}.y, q{i}.z, q{i}.w}};"
+        )?;
         vector_reads.push(i);
     }
     if inplace.is_some() {
-        writeln!(w, "{ind}const float4 qo = *reinterpret_cast<const float4*>(&out[i]);")?;
+        writeln!(
+            w,
+            "{ind}const float4 qo = *reinterpret_cast<const float4*>(&out[i]);"
+        )?;
         writeln!(w, "{ind}const float ao[4] = {{qo.x, qo.y, qo.z, qo.w}};")?;
     }
     writeln!(w, "{ind}float o[4];")?;
@@ -160,7 +192,10 @@ fn write_vector_loop(
     let result = expr::emit_nodes(w, "                ", cx, nodes, k.output, &section)?;
     writeln!(w, "                o[lane] = {result};")?;
     writeln!(w, "{ind}}}")?;
-    writeln!(w, "{ind}*reinterpret_cast<float4*>(&out[i]) = make_float4(o[0], o[1], o[2], o[3]);")?;
+    writeln!(
+        w,
+        "{ind}*reinterpret_cast<float4*>(&out[i]) = make_float4(o[0], o[1], o[2], o[3]);"
+    )?;
     writeln!(w, "        }}")?;
     writeln!(w, "        return;")?;
     writeln!(w, "    }}")

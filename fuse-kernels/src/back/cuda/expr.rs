@@ -36,6 +36,15 @@ pub fn sum(terms: &[Dim]) -> String {
     }
 }
 
+/// `base + rest`, dropping a zero base.
+pub fn plus(base: &str, rest: &str) -> String {
+    if base == "0LL" {
+        rest.to_string()
+    } else {
+        format!("{base} + {rest}")
+    }
+}
+
 /// `index * stride`, dropping a stride of one.
 pub fn scaled(index: &str, stride: &Dim) -> String {
     if stride.as_static() == Some(1) {
@@ -87,17 +96,17 @@ pub fn unravel(
         }
         let name = format!("{prefix}{k}");
         let d = dim(&dims[k]);
-        if k == 0 {
-            // The outermost index needs no modulo: `linear` is in range.
-            writeln!(w, "{ind}const long long {name} = {prefix}rem;")?;
-        } else if k == outermost {
-            writeln!(w, "{ind}const long long {name} = {prefix}rem % {d};")?;
-        } else {
-            writeln!(w, "{ind}const long long {name} = {prefix}rem % {d};")?;
-            writeln!(w, "{ind}{prefix}rem /= {d};")?;
-        }
         if needed.contains(&k) {
+            if k == 0 {
+                // The outermost index needs no modulo: `linear` is in range.
+                writeln!(w, "{ind}const long long {name} = {prefix}rem;")?;
+            } else {
+                writeln!(w, "{ind}const long long {name} = {prefix}rem % {d};")?;
+            }
             names[k] = Some(name);
+        }
+        if k > outermost {
+            writeln!(w, "{ind}{prefix}rem /= {d};")?;
         }
     }
     Ok(names)
@@ -110,7 +119,11 @@ pub fn float_lit(v: f64) -> String {
         return format!("__int_as_float(0x{:08x})", f.to_bits());
     }
     let text = format!("{f:?}");
-    let text = if text.contains(['.', 'e']) { text } else { format!("{text}.0") };
+    let text = if text.contains(['.', 'e']) {
+        text
+    } else {
+        format!("{text}.0")
+    };
     if f.is_sign_negative() {
         format!("({text}f)")
     } else {
@@ -194,7 +207,7 @@ pub fn emit_nodes(
             return v;
         }
         if nodes.contains(&id) {
-            return format!("v{}", id.0);
+            return local_name(cx, id);
         }
         if let Op::Scalar(v) = g.node(id).op {
             return float_lit(v);
@@ -205,7 +218,10 @@ pub fn emit_nodes(
         }
     };
     let mut loaded = BTreeSet::new();
-    let mut wanted: Vec<NodeId> = nodes.iter().flat_map(|&n| g.node(n).op.operands()).collect();
+    let mut wanted: Vec<NodeId> = nodes
+        .iter()
+        .flat_map(|&n| g.node(n).op.operands())
+        .collect();
     if nodes.is_empty() {
         wanted.push(result);
     }
@@ -217,19 +233,42 @@ pub fn emit_nodes(
             continue;
         };
         if loaded.insert(i) {
-            writeln!(w, "{ind}const float {}r{i} = fuse_to_f32(in{i}[{}]);", s.tag, (s.offset)(i))?;
+            writeln!(
+                w,
+                "{ind}const float {}r{i} = fuse_to_f32(in{i}[{}]);",
+                s.tag,
+                (s.offset)(i)
+            )?;
         }
     }
     for &id in nodes {
-        writeln!(w, "{ind}const float v{} = {};", id.0, node_value(&g.node(id).op, &value))?;
+        let v = node_value(&g.node(id).op, &value);
+        writeln!(w, "{ind}const float {} = {v};", local_name(cx, id))?;
     }
     Ok(value(result))
 }
 
+/// A computed value is named by its position in the kernel, not its graph id, so the same kernel in every
+/// layer of a model is the same text (and is emitted once).
+fn local_name(cx: &Ctx, id: NodeId) -> String {
+    match cx.k.nodes.iter().position(|&n| n == id) {
+        Some(i) => format!("v{i}"),
+        None => format!("v_{}", id.0),
+    }
+}
+
 /// The reads whose values `nodes` use (or `result` itself for a copy kernel), in read order.
-pub fn used_reads(cx: &Ctx, nodes: &[NodeId], result: NodeId, known: &dyn Fn(NodeId) -> bool) -> Vec<usize> {
+pub fn used_reads(
+    cx: &Ctx,
+    nodes: &[NodeId],
+    result: NodeId,
+    known: &dyn Fn(NodeId) -> bool,
+) -> Vec<usize> {
     let mut wanted: BTreeSet<usize> = BTreeSet::new();
-    let mut operands: Vec<NodeId> = nodes.iter().flat_map(|&n| cx.g.node(n).op.operands()).collect();
+    let mut operands: Vec<NodeId> = nodes
+        .iter()
+        .flat_map(|&n| cx.g.node(n).op.operands())
+        .collect();
     if nodes.is_empty() {
         operands.push(result);
     }

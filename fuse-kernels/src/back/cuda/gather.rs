@@ -10,8 +10,15 @@ use crate::ir::{NodeId, Op};
 
 fn loop_head(w: &mut String, cx: &Ctx, symbol: &str) -> fmt::Result {
     signature(w, cx, symbol, THREADS)?;
-    writeln!(w, "    const long long n = {};", expr::dim(&cx.g.ty(cx.k.output).shape.numel()))?;
-    writeln!(w, "    const long long step = (long long)gridDim.x * blockDim.x;")?;
+    writeln!(
+        w,
+        "    const long long n = {};",
+        expr::dim(&cx.g.ty(cx.k.output).shape.numel())
+    )?;
+    writeln!(
+        w,
+        "    const long long step = (long long)gridDim.x * blockDim.x;"
+    )?;
     writeln!(w, "    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {{")
 }
 
@@ -27,7 +34,10 @@ pub fn write_gather(w: &mut String, cx: &Ctx, symbol: &str, node: NodeId) -> fmt
         return writeln!(w, "#error \"fuse: {node} is not an embedding\"");
     };
     let (Some(t), Some(r)) = (read_of(cx, table), read_of(cx, ids)) else {
-        return writeln!(w, "#error \"fuse: embedding {node} has no table or ids read\"");
+        return writeln!(
+            w,
+            "#error \"fuse: embedding {node} has no table or ids read\""
+        );
     };
     let table_dims = &g.ty(table).shape.0;
     let (Some(vocab), Some(width)) = (table_dims.first(), table_dims.get(1)) else {
@@ -39,21 +49,25 @@ pub fn write_gather(w: &mut String, cx: &Ctx, symbol: &str, node: NodeId) -> fmt
     writeln!(w, "{ind}const long long at = i / {};", expr::dim(width))?;
     let ids_access = &cx.k.reads[r].access;
     let ids_offset = if ids_access.is_contiguous() {
-        let off = expr::sum(&ids_access.offset);
-        if off == "0LL" {
-            "at".to_string()
-        } else {
-            format!("{off} + at")
-        }
+        expr::plus(&expr::sum(&ids_access.offset), "at")
     } else {
-        let needed: BTreeSet<usize> = (0..ids_access.shape.len()).filter(|&d| expr::moves(ids_access, d)).collect();
+        let needed: BTreeSet<usize> = (0..ids_access.shape.len())
+            .filter(|&d| expr::moves(ids_access, d))
+            .collect();
         let idx = expr::unravel(w, ind, "at", &ids_access.shape, &needed, "x")?;
         expr::offset(ids_access, &idx)
     };
     writeln!(w, "{ind}const long long id = in{r}[{ids_offset}];")?;
-    let row = expr::offset(&cx.k.reads[t].access, &[Some("id".into()), Some("col".into())]);
+    let row = expr::offset(
+        &cx.k.reads[t].access,
+        &[Some("id".into()), Some("col".into())],
+    );
     writeln!(w, "{ind}float v = 0.0f;")?;
-    writeln!(w, "{ind}if (id >= 0 && id < {}) v = fuse_to_f32(in{t}[{row}]);", expr::dim(vocab))?;
+    writeln!(
+        w,
+        "{ind}if (id >= 0 && id < {}) v = fuse_to_f32(in{t}[{row}]);",
+        expr::dim(vocab)
+    )?;
     writeln!(w, "{ind}out[i] = fuse_from_f32(v);")?;
     writeln!(w, "    }}")?;
     writeln!(w, "}}")
@@ -68,9 +82,15 @@ pub fn write_concat(w: &mut String, cx: &Ctx, symbol: &str, node: NodeId) -> fmt
     let shape = &g.ty(node).shape.0;
     loop_head(w, cx, symbol)?;
     let ind = "        ";
-    let needed: BTreeSet<usize> = (0..shape.len()).filter(|&d| d == *axis || !shape[d].is_one()).collect();
+    let needed: BTreeSet<usize> = (0..shape.len())
+        .filter(|&d| d == *axis || !shape[d].is_one())
+        .collect();
     let idx = expr::unravel(w, ind, "i", shape, &needed, "x")?;
-    let along = idx.get(*axis).cloned().flatten().unwrap_or_else(|| "0LL".into());
+    let along = idx
+        .get(*axis)
+        .cloned()
+        .flatten()
+        .unwrap_or_else(|| "0LL".into());
     writeln!(w, "{ind}float v = 0.0f;")?;
     let mut start = 0usize;
     for (p, &input) in inputs.iter().enumerate() {
@@ -82,7 +102,11 @@ pub fn write_concat(w: &mut String, cx: &Ctx, symbol: &str, node: NodeId) -> fmt
         };
         let mut at = idx.clone();
         at[*axis] = Some(format!("({along} - {start}LL)"));
-        let cond = if p + 1 == inputs.len() { "".to_string() } else { format!("if ({along} < {}LL) ", start + len) };
+        let cond = if p + 1 == inputs.len() {
+            "".to_string()
+        } else {
+            format!("if ({along} < {}LL) ", start + len)
+        };
         let els = if p == 0 { "" } else { "else " };
         let offset = expr::offset(&cx.k.reads[r].access, &at);
         writeln!(w, "{ind}{els}{cond}v = fuse_to_f32(in{r}[{offset}]);")?;

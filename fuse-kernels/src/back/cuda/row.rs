@@ -7,9 +7,10 @@
 use std::collections::BTreeSet;
 use std::fmt::{self, Write};
 
-use super::expr::{self, Section};
+use super::expr;
+use super::row_passes::Body;
 use super::{signature, Ctx};
-use crate::ir::{Dim, Graph, NodeId, Op, ReduceOp};
+use crate::ir::{Dim, Graph, NodeId, Op};
 use crate::plan::access::contiguous_strides;
 
 /// Most row elements one thread keeps in registers.
@@ -33,28 +34,52 @@ pub struct RowConfig {
 pub fn geometry(g: &Graph, anchor: NodeId) -> Option<(NodeId, usize, Dim, Dim)> {
     let (x, axis) = match &g.node(anchor).op {
         Op::Softmax { input, axis } | Op::Reduce { input, axis, .. } => (*input, *axis),
-        Op::LayerNorm { input, .. } | Op::RmsNorm { input, .. } => (*input, g.ty(*input).shape.rank().checked_sub(1)?),
+        Op::LayerNorm { input, .. } | Op::RmsNorm { input, .. } => {
+            (*input, g.ty(*input).shape.rank().checked_sub(1)?)
+        }
         _ => return None,
     };
     let dims = &g.ty(x).shape.0;
     let len = dims.get(axis)?.clone();
-    let rows = dims.iter().enumerate().filter(|&(d, _)| d != axis).fold(Dim::fixed(1), |acc, (_, d)| acc.mul(d));
+    let rows = dims
+        .iter()
+        .enumerate()
+        .filter(|&(d, _)| d != axis)
+        .fold(Dim::fixed(1), |acc, (_, d)| acc.mul(d));
     Some((x, axis, len, rows))
 }
 
 pub fn config(len: &Dim) -> RowConfig {
     let Some(len) = len.as_static() else {
         // A dynamic row (softmax over `seq`) is usually short: a warp per row, cached up to 512 elements.
-        return RowConfig { threads: 32, rows_per_block: 4, items: MAX_ITEMS, multipass: true, cached: true };
+        return RowConfig {
+            threads: 32,
+            rows_per_block: 4,
+            items: MAX_ITEMS,
+            multipass: true,
+            cached: true,
+        };
     };
     for threads in [32u32, 128, 256, 512, 1024] {
         let items = len.div_ceil(threads as usize) as u32;
         if items <= MAX_ITEMS {
             let rows_per_block = if threads == 32 { 4 } else { 1 };
-            return RowConfig { threads, rows_per_block, items: items.max(1), multipass: false, cached: true };
+            return RowConfig {
+                threads,
+                rows_per_block,
+                items: items.max(1),
+                multipass: false,
+                cached: true,
+            };
         }
     }
-    RowConfig { threads: 1024, rows_per_block: 1, items: 0, multipass: true, cached: false }
+    RowConfig {
+        threads: 1024,
+        rows_per_block: 1,
+        items: 0,
+        multipass: true,
+        cached: false,
+    }
 }
 
 /// Where a read sits relative to the row.
@@ -71,7 +96,11 @@ enum Role {
 pub fn write(w: &mut String, cx: &Ctx, symbol: &str, anchor: NodeId) -> fmt::Result {
     let (g, k) = (cx.g, cx.k);
     let Some((x, axis, len, rows)) = geometry(g, anchor) else {
-        return writeln!(w, "#error \"fuse: {} is not a row op\"", g.node(anchor).op.name());
+        return writeln!(
+            w,
+            "#error \"fuse: {} is not a row op\"",
+            g.node(anchor).op.name()
+        );
     };
     let cfg = config(&len);
     let shape = &g.ty(x).shape.0;
@@ -91,9 +120,21 @@ pub fn write(w: &mut String, cx: &Ctx, symbol: &str, anchor: NodeId) -> fmt::Res
             stack.extend(g.node(n).op.operands());
         }
     }
-    let prologue: Vec<NodeId> = k.nodes.iter().copied().filter(|n| before.contains(n)).collect();
-    let epilogue: Vec<NodeId> = k.nodes.iter().copied().filter(|n| !before.contains(n) && *n != anchor).collect();
-    let pro_reads: BTreeSet<usize> = expr::used_reads(cx, &prologue, x, &|_| false).into_iter().collect();
+    let prologue: Vec<NodeId> = k
+        .nodes
+        .iter()
+        .copied()
+        .filter(|n| before.contains(n))
+        .collect();
+    let epilogue: Vec<NodeId> = k
+        .nodes
+        .iter()
+        .copied()
+        .filter(|n| !before.contains(n) && *n != anchor)
+        .collect();
+    let pro_reads: BTreeSet<usize> = expr::used_reads(cx, &prologue, x, &|_| false)
+        .into_iter()
+        .collect();
     let role = |i: usize| {
         let node = k.reads[i].node;
         if Some(node) == gamma || Some(node) == beta {
@@ -120,7 +161,13 @@ pub fn write(w: &mut String, cx: &Ctx, symbol: &str, anchor: NodeId) -> fmt::Res
             Role::AtReduced if a.shape.len() + 1 == rank => {
                 needed.extend((0..a.shape.len()).filter(|&p| expr::moves(a, p)));
             }
-            _ => needed.extend(outer.iter().enumerate().filter(|&(_, &d)| d < a.shape.len() && expr::moves(a, d)).map(|(p, _)| p)),
+            _ => needed.extend(
+                outer
+                    .iter()
+                    .enumerate()
+                    .filter(|&(_, &d)| d < a.shape.len() && expr::moves(a, d))
+                    .map(|(p, _)| p),
+            ),
         }
     }
     if !reduce && !last {
@@ -135,11 +182,18 @@ pub fn write(w: &mut String, cx: &Ctx, symbol: &str, anchor: NodeId) -> fmt::Res
     writeln!(w, "    const long long rows = {};", expr::dim(&rows))?;
     writeln!(w, "    const long long len = {};", expr::dim(&len))?;
     if cfg.rows_per_block > 1 {
-        writeln!(w, "    const long long row = (long long)blockIdx.x * {} + threadIdx.y;", cfg.rows_per_block)?;
+        writeln!(
+            w,
+            "    const long long row = (long long)blockIdx.x * {} + threadIdx.y;",
+            cfg.rows_per_block
+        )?;
     } else {
         writeln!(w, "    const long long row = blockIdx.x;")?;
     }
-    writeln!(w, "    if (row >= rows) return;  // whole warps / blocks leave together: one row each")?;
+    writeln!(
+        w,
+        "    if (row >= rows) return;  // whole warps / blocks leave together: one row each"
+    )?;
     writeln!(w, "    const int tid = threadIdx.x;")?;
     let outer_idx = expr::unravel(w, "    ", "row", &outer_dims, &needed, "o")?;
     let mut at_shape: Vec<Option<String>> = vec![None; rank];
@@ -149,21 +203,27 @@ pub fn write(w: &mut String, cx: &Ctx, symbol: &str, anchor: NodeId) -> fmt::Res
 
     // Per-read base offsets of this row, and each read's element offset at row position `j`.
     let mut steps: Vec<Option<String>> = vec![None; k.reads.len()];
-    for i in 0..k.reads.len() {
+    for (i, step) in steps.iter_mut().enumerate() {
         let a = &k.reads[i].access;
         let base = match role(i) {
             Role::Vector => continue,
+            // Contiguous along the last axis: the row starts at `row * len` (or element `row` of a reduction's
+            // output) and its elements are consecutive.
             _ if fast(i) => {
-                steps[i] = Some("j".into());
                 let off = expr::sum(&a.offset);
-                let per_row = if role(i) == Role::AtReduced { "row".to_string() } else { "row * len".to_string() };
-                if off == "0LL" { per_row } else { format!("{off} + {per_row}") }
+                if role(i) == Role::AtReduced {
+                    expr::plus(&off, "row")
+                } else {
+                    *step = Some("j".into());
+                    expr::plus(&off, "row * len")
+                }
             }
             Role::AtReduced if a.shape.len() + 1 == rank => expr::offset(a, &outer_idx),
             role => {
-                let idx: Vec<Option<String>> = at_shape.iter().take(a.shape.len()).cloned().collect();
+                let idx: Vec<Option<String>> =
+                    at_shape.iter().take(a.shape.len()).cloned().collect();
                 if role == Role::AtRow && axis < a.shape.len() && expr::moves(a, axis) {
-                    steps[i] = Some(expr::scaled("j", &a.strides[axis]));
+                    *step = Some(expr::scaled("j", &a.strides[axis]));
                 }
                 expr::offset(a, &idx)
             }
@@ -175,13 +235,13 @@ pub fn write(w: &mut String, cx: &Ctx, symbol: &str, anchor: NodeId) -> fmt::Res
         match (role(i), &steps[i]) {
             (Role::Vector, _) => {
                 let last = a.strides.len().saturating_sub(1);
-                let j = if a.strides.is_empty() || !expr::moves(a, last) { None } else { Some(expr::scaled("j", &a.strides[last])) };
+                let j = if a.strides.is_empty() || !expr::moves(a, last) {
+                    None
+                } else {
+                    Some(expr::scaled("j", &a.strides[last]))
+                };
                 let off = expr::sum(&a.offset);
-                match j {
-                    Some(j) if off == "0LL" => j,
-                    Some(j) => format!("{off} + {j}"),
-                    None => off,
-                }
+                j.map_or_else(|| off.clone(), |j| expr::plus(&off, &j))
             }
             (_, Some(step)) => format!("b{i} + {step}"),
             (_, None) => format!("b{i}"),
@@ -191,13 +251,26 @@ pub fn write(w: &mut String, cx: &Ctx, symbol: &str, anchor: NodeId) -> fmt::Res
         "row * len + j".to_string()
     } else {
         let cs = contiguous_strides(shape);
-        let mut parts: Vec<String> =
-            outer.iter().enumerate().filter_map(|(p, &d)| outer_idx[p].as_ref().map(|n| expr::scaled(n, &cs[d]))).collect();
+        let mut parts: Vec<String> = outer
+            .iter()
+            .enumerate()
+            .filter_map(|(p, &d)| outer_idx[p].as_ref().map(|n| expr::scaled(n, &cs[d])))
+            .collect();
         parts.push(expr::scaled("j", &cs[axis]));
         parts.join(" + ")
     };
 
-    let body = Body { cx, cfg, x, anchor, prologue: &prologue, epilogue: &epilogue, offset: &offset, out_at, static_len: len.as_static() };
+    let body = Body {
+        cx,
+        cfg,
+        x,
+        anchor,
+        prologue: &prologue,
+        epilogue: &epilogue,
+        offset: &offset,
+        out_at,
+        static_len: len.as_static(),
+    };
     match (cfg.cached, cfg.multipass) {
         (true, true) => {
             writeln!(w, "    if (len <= {}LL) {{", cfg.items * cfg.threads)?;
@@ -209,131 +282,4 @@ pub fn write(w: &mut String, cx: &Ctx, symbol: &str, anchor: NodeId) -> fmt::Res
         (cached, _) => body.anchor_code(w, "    ", cached)?,
     }
     writeln!(w, "}}")
-}
-
-/// What the anchor-specific code needs to emit loops over the row.
-struct Body<'a> {
-    cx: &'a Ctx<'a>,
-    cfg: RowConfig,
-    x: NodeId,
-    anchor: NodeId,
-    prologue: &'a [NodeId],
-    epilogue: &'a [NodeId],
-    offset: &'a dyn Fn(usize) -> String,
-    out_at: String,
-    static_len: Option<usize>,
-}
-
-impl Body<'_> {
-    fn sum(&self, v: &str) -> String {
-        if self.cfg.threads == 32 { format!("fuse_warp_sum({v})") } else { format!("fuse_block_sum({v}, smem)") }
-    }
-
-    fn max(&self, v: &str) -> String {
-        if self.cfg.threads == 32 { format!("fuse_warp_max({v})") } else { format!("fuse_block_max({v}, smem)") }
-    }
-
-    /// `const float xv = <row input at j>;`, computing the prologue.
-    fn row_value(&self, w: &mut String, ind: &str) -> fmt::Result {
-        let none = |_: NodeId| None;
-        let section = Section { tag: "p", offset: self.offset, known: &none };
-        let v = expr::emit_nodes(w, ind, self.cx, self.prologue, self.x, &section)?;
-        writeln!(w, "{ind}const float xv = {v};")
-    }
-
-    /// A loop over this thread's row elements with `xv` and `j` in scope.
-    fn for_each(&self, w: &mut String, ind: &str, cached: bool, body: &dyn Fn(&mut String, &str) -> fmt::Result) -> fmt::Result {
-        let t = self.cfg.threads;
-        let inner = format!("{ind}        ");
-        if cached {
-            let full = self.static_len.is_some_and(|l| l % t as usize == 0);
-            writeln!(w, "#pragma unroll")?;
-            writeln!(w, "{ind}for (int t = 0; t < {}; ++t) {{", self.cfg.items)?;
-            writeln!(w, "{ind}    const long long j = tid + (long long)t * {t};")?;
-            writeln!(w, "{ind}    {}{{", if full { "" } else { "if (j < len) " })?;
-            writeln!(w, "{inner}const float xv = x[t];")?;
-            body(w, &inner)?;
-            writeln!(w, "{ind}    }}")?;
-        } else {
-            writeln!(w, "{ind}for (long long j = tid; j < len; j += {t}) {{")?;
-            self.row_value(w, &format!("{ind}    "))?;
-            body(w, &format!("{ind}    "))?;
-        }
-        writeln!(w, "{ind}}}")
-    }
-
-    /// Applies the epilogue to the anchor's value `y` and stores it at `at`.
-    fn store(&self, w: &mut String, ind: &str, y: &str, at: &str) -> fmt::Result {
-        let anchor = self.anchor;
-        let known = |id: NodeId| (id == anchor).then(|| y.to_string());
-        let section = Section { tag: "e", offset: self.offset, known: &known };
-        let v = expr::emit_nodes(w, ind, self.cx, self.epilogue, self.cx.k.output, &section)?;
-        writeln!(w, "{ind}out[{at}] = fuse_from_f32({v});")
-    }
-
-    fn anchor_code(&self, w: &mut String, ind: &str, cached: bool) -> fmt::Result {
-        if cached {
-            writeln!(w, "{ind}float x[{}];", self.cfg.items)?;
-            writeln!(w, "#pragma unroll")?;
-            writeln!(w, "{ind}for (int t = 0; t < {}; ++t) {{", self.cfg.items)?;
-            writeln!(w, "{ind}    const long long j = tid + (long long)t * {};", self.cfg.threads)?;
-            writeln!(w, "{ind}    x[t] = 0.0f;")?;
-            writeln!(w, "{ind}    if (j < len) {{")?;
-            self.row_value(w, &format!("{ind}        "))?;
-            writeln!(w, "{ind}        x[t] = xv;")?;
-            writeln!(w, "{ind}    }}")?;
-            writeln!(w, "{ind}}}")?;
-        }
-        let g = self.cx.g;
-        let pass = |w: &mut String, init: &str, step: &str, post: String| -> fmt::Result {
-            writeln!(w, "{ind}{init}")?;
-            self.for_each(w, ind, cached, &|w, i| writeln!(w, "{i}{step}"))?;
-            writeln!(w, "{ind}{post}")
-        };
-        let write_rows = |w: &mut String, value: &str| -> fmt::Result {
-            let out_at = self.out_at.clone();
-            self.for_each(w, ind, cached, &|w, i| {
-                writeln!(w, "{i}const float y = {value};")?;
-                self.store(w, i, "y", &out_at)
-            })
-        };
-        match &g.node(self.anchor).op {
-            Op::Softmax { .. } => {
-                pass(w, "float mx = FUSE_NEG_INF;", "mx = fmaxf(mx, xv);", format!("mx = {};", self.max("mx")))?;
-                pass(w, "float sm = 0.0f;", "sm += expf(xv - mx);", format!("const float inv = 1.0f / {};", self.sum("sm")))?;
-                write_rows(w, "expf(xv - mx) * inv")
-            }
-            Op::LayerNorm { gamma, beta, eps, .. } => {
-                pass(w, "float mean = 0.0f;", "mean += xv;", format!("mean = {} / (float)len;", self.sum("mean")))?;
-                let post = format!("const float rstd = rsqrtf({} / (float)len + {});", self.sum("var"), expr::float_lit(*eps));
-                pass(w, "float var = 0.0f;", "var += (xv - mean) * (xv - mean);", post)?;
-                write_rows(w, &format!("(xv - mean) * rstd * {} + {}", self.vector(*gamma), self.vector(*beta)))
-            }
-            Op::RmsNorm { gamma, eps, .. } => {
-                let post = format!("const float rstd = rsqrtf({} / (float)len + {});", self.sum("ss"), expr::float_lit(*eps));
-                pass(w, "float ss = 0.0f;", "ss += xv * xv;", post)?;
-                write_rows(w, &format!("xv * rstd * {}", self.vector(*gamma)))
-            }
-            Op::Reduce { op, .. } => {
-                let (init, step, post) = match op {
-                    ReduceOp::Sum => ("float red = 0.0f;", "red += xv;", format!("red = {};", self.sum("red"))),
-                    ReduceOp::Mean => ("float red = 0.0f;", "red += xv;", format!("red = {} / (float)len;", self.sum("red"))),
-                    ReduceOp::Max => ("float red = FUSE_NEG_INF;", "red = fmaxf(red, xv);", format!("red = {};", self.max("red"))),
-                };
-                pass(w, init, step, post)?;
-                writeln!(w, "{ind}if (tid == 0) {{")?;
-                self.store(w, &format!("{ind}    "), "red", "row")?;
-                writeln!(w, "{ind}}}")
-            }
-            other => writeln!(w, "#error \"fuse: {} is not a row op\"", other.name()),
-        }
-    }
-
-    /// gamma / beta at row position `j`.
-    fn vector(&self, node: NodeId) -> String {
-        match self.cx.k.reads.iter().position(|r| r.node == node) {
-            Some(i) => format!("fuse_to_f32(in{i}[{}])", (self.offset)(i)),
-            None => format!("/* {node} unavailable */ 0.0f"),
-        }
-    }
 }

@@ -1,0 +1,286 @@
+//! The CUDA writer on every example model (and an edge-case model): the generated source of the fused and eager
+//! plans, and of the fused plan with f16 and bf16 storage, must pass nvcc and ptxas for sm_90, and the fused
+//! source of each example must match its golden file (`tests/golden/<model>.fused.cu`; bless with
+//! `FUSE_BLESS=1`). Without nvcc (`$NVCC`, `.toolchain/cuda` from `scripts/install-nvcc.sh`, or `PATH`) the
+//! compile test says so and passes; the golden test needs no nvcc.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use fuse_kernels::back::cuda::{self, Options, StorageType};
+use fuse_kernels::ir::Graph;
+use fuse_kernels::plan::{self, Mode};
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// One captured example model: golden file stem, model (root struct) name and graph.
+struct Example {
+    stem: String,
+    name: String,
+    graph: Graph,
+}
+
+fn fused_modules(items: &[syn::Item], out: &mut Vec<syn::ItemMod>) {
+    for item in items {
+        let syn::Item::Mod(m) = item else { continue };
+        if m.attrs.iter().any(|a| {
+            a.path()
+                .segments
+                .last()
+                .is_some_and(|s| s.ident == "fused_model")
+        }) {
+            out.push(m.clone());
+        } else if let Some((_, inner)) = &m.content {
+            fused_modules(inner, out);
+        }
+    }
+}
+
+/// Models that reach corners the examples do not: a row op over a non-last (dynamic) axis, reductions with an
+/// epilogue read, comparisons and `where_`, concat of offset slices, a folded GEMM whose epilogue reads a slice,
+/// and an unfolded batched GEMM. Compiled only (no golden file).
+const EDGE_CASES: &str = r#"
+#[fused_model]
+pub mod edge {
+    pub struct Edge {
+        #[shape(16)]
+        g: Tensor,
+        #[shape(8, 16)]
+        w: Tensor,
+    }
+
+    impl Edge {
+        pub fn forward(
+            &self,
+            #[shape(batch, seq, 16)] x: Tensor,
+            #[shape(batch, 16, seq)] y: Tensor,
+            #[shape(batch, seq)] ids: Tensor<i64>,
+        ) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) {
+            let a = x.softmax(1);
+            let b = x.rms_norm(&self.g, 1e-6) * 2.0 + where_(x.gt(0.0), x, x * 0.1);
+            let c = x.mean(2, false) + x.max(2, false) + ids.to_f32();
+            let d = concat([x.slice(2, 0, 4), x.slice(2, 8, 16)], 2);
+            let e = x.matmul(&self.w.t()) + x.slice(2, 0, 8);
+            let f = (x.matmul(&y) * 0.5).softmax(-1);
+            let h = embedding(&self.w, &ids).sum(1, true).sigmoid();
+            (a, b, c, d, e, f, h)
+        }
+    }
+}
+"#;
+
+fn edge_cases() -> Vec<Example> {
+    let module: syn::ItemMod =
+        syn::parse_str(EDGE_CASES).unwrap_or_else(|e| panic!("edge-case source: {e}"));
+    let capture = fuse_kernels::front::capture(&module);
+    if let Some(e) = capture.errors {
+        panic!("edge-case model does not capture: {e}");
+    }
+    let models = capture.models.into_iter();
+    models
+        .map(|m| Example {
+            stem: "edge".into(),
+            name: m.name.to_string(),
+            graph: m.graph,
+        })
+        .collect()
+}
+
+/// Every model of `examples/src/models/*.rs`, in file order.
+fn examples() -> Vec<Example> {
+    let dir = repo_root().join("examples/src/models");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", file.display()));
+        let parsed =
+            syn::parse_file(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", file.display()));
+        let mut modules = Vec::new();
+        fused_modules(&parsed.items, &mut modules);
+        let stem = file
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let mut models = Vec::new();
+        for module in &modules {
+            let capture = fuse_kernels::front::capture(module);
+            if let Some(e) = capture.errors {
+                panic!("{} does not capture: {e}", file.display());
+            }
+            models.extend(capture.models);
+        }
+        let single = models.len() == 1;
+        for m in models {
+            let name = m.name.to_string();
+            let stem = if single {
+                stem.clone()
+            } else {
+                format!("{stem}.{name}")
+            };
+            out.push(Example {
+                stem,
+                name,
+                graph: m.graph,
+            });
+        }
+    }
+    out
+}
+
+/// Compares `actual` with `tests/golden/<file>`, or rewrites it when `FUSE_BLESS` is set (and not `0`).
+#[track_caller]
+fn check_golden(file: &str, actual: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(file);
+    if std::env::var("FUSE_BLESS").is_ok_and(|v| !v.is_empty() && v != "0") {
+        std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))
+            .expect("create tests/golden");
+        std::fs::write(&path, actual).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|_| {
+        panic!(
+            "missing golden file {}; run with FUSE_BLESS=1 to create it",
+            path.display()
+        )
+    });
+    if expected != actual {
+        let line = expected
+            .lines()
+            .zip(actual.lines())
+            .position(|(a, b)| a != b);
+        let line = line.unwrap_or(expected.lines().count().min(actual.lines().count()));
+        panic!(
+            "{} differs from the generated CUDA at line {}:\n  golden:    {:?}\n  generated: {:?}\n\
+             review the change, then bless with FUSE_BLESS=1",
+            path.display(),
+            line + 1,
+            expected.lines().nth(line).unwrap_or(""),
+            actual.lines().nth(line).unwrap_or("")
+        );
+    }
+}
+
+#[test]
+fn golden_fused_cuda() {
+    for ex in examples() {
+        let plan = plan::plan(&ex.graph, Mode::Fused);
+        check_golden(
+            &format!("{}.fused.cu", ex.stem),
+            &cuda::write_cuda(&plan, &ex.name),
+        );
+    }
+}
+
+/// `$NVCC`, then the project toolchain, then `PATH`.
+fn find_nvcc() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("NVCC").filter(|p| !p.is_empty()) {
+        return Some(p.into());
+    }
+    let local = repo_root().join(".toolchain/cuda/nvidia/cu13/bin/nvcc");
+    if local.is_file() {
+        return Some(local);
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join("nvcc"))
+        .find(|p| p.is_file())
+}
+
+/// Runs a tool, failing the test with its command line and stderr.
+fn run(program: &Path, args: &[&str], what: &str) {
+    let output = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
+    if !output.status.success() {
+        panic!(
+            "{what} failed ({}):\n{} {}\n{}",
+            output.status,
+            program.display(),
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
+#[test]
+fn generated_cuda_compiles_with_nvcc_and_ptxas() {
+    let Some(nvcc) = find_nvcc() else {
+        println!("skipped: nvcc not found; run scripts/install-nvcc.sh (or set NVCC)");
+        return;
+    };
+    // ptxas ships next to nvcc; fall back to PATH.
+    let ptxas = nvcc.with_file_name("ptxas");
+    let ptxas = if ptxas.is_file() {
+        ptxas
+    } else {
+        PathBuf::from("ptxas")
+    };
+    let dir = std::env::temp_dir().join(format!("fuse-cuda-compiles-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    let started = Instant::now();
+    let mut units = Vec::new();
+    for ex in examples().into_iter().chain(edge_cases()) {
+        for mode in [Mode::Fused, Mode::Eager] {
+            let plan = plan::plan(&ex.graph, mode);
+            units.push((
+                format!("{}.{mode:?}", ex.stem),
+                cuda::write_cuda(&plan, &ex.name),
+            ));
+        }
+    }
+    // The f16 / bf16 storage paths differ in loads and stores only: the edge-case model covers every kernel kind.
+    for ex in edge_cases() {
+        let plan = plan::plan(&ex.graph, Mode::Fused);
+        for storage in [StorageType::F16, StorageType::Bf16] {
+            let source = cuda::write_cuda_with(&plan, &ex.name, &Options { storage });
+            units.push((format!("{}.{storage:?}", ex.stem), source));
+        }
+    }
+    // Two at a time: the CI machines have two cores.
+    std::thread::scope(|s| {
+        for chunk in units.chunks(units.len().div_ceil(2).max(1)) {
+            let (dir, nvcc, ptxas) = (&dir, &nvcc, &ptxas);
+            s.spawn(move || {
+                for (name, source) in chunk {
+                    let cu = dir.join(format!("{name}.cu"));
+                    let ptx = dir.join(format!("{name}.ptx"));
+                    let cubin = dir.join(format!("{name}.cubin"));
+                    std::fs::write(&cu, source).expect("write .cu");
+                    let (cu, ptx, cubin) = (
+                        cu.to_string_lossy(),
+                        ptx.to_string_lossy(),
+                        cubin.to_string_lossy(),
+                    );
+                    run(
+                        nvcc,
+                        &["-arch=sm_90", "-std=c++17", "-ptx", "-o", &ptx, &cu],
+                        &format!("nvcc on {name}"),
+                    );
+                    run(
+                        ptxas,
+                        &["-arch=sm_90", "-o", &cubin, &ptx],
+                        &format!("ptxas on {name}"),
+                    );
+                }
+            });
+        }
+    });
+    println!(
+        "nvcc + ptxas on {} generated files: {:.1} s",
+        units.len(),
+        started.elapsed().as_secs_f64()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
