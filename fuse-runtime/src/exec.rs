@@ -6,6 +6,7 @@
 
 use std::sync::Mutex;
 
+use crate::arena::Arena;
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
@@ -220,7 +221,7 @@ pub fn bind_inputs(specs: &[InputSpec], dyn_dims: &[&str], inputs: &[&Tensor]) -
 /// Runs a program; owns the pool of arenas.
 pub struct Executor {
     program: &'static Program,
-    pool: Mutex<Vec<Vec<u64>>>,
+    pool: Mutex<Vec<Arena>>,
 }
 
 impl Executor {
@@ -235,22 +236,16 @@ impl Executor {
         self.program
     }
 
-    fn take_arena(&self, bytes: usize) -> Vec<u64> {
-        let words = bytes.div_ceil(8) + ALIGN / 8;
-        let mut arena = self
-            .pool
-            .lock()
-            .map(|mut p| p.pop())
-            .ok()
-            .flatten()
-            .unwrap_or_default();
-        if arena.len() < words {
-            arena.resize(words, 0);
+    /// An arena of at least `bytes` from the pool (a larger shape replaces a small one).
+    fn take_arena(&self, bytes: usize) -> Arena {
+        let pooled = self.pool.lock().map(|mut p| p.pop()).ok().flatten();
+        match pooled {
+            Some(arena) if arena.len() >= bytes => arena,
+            _ => Arena::new(bytes),
         }
-        arena
     }
 
-    fn give_back(&self, arena: Vec<u64>) {
+    fn give_back(&self, arena: Arena) {
         if let Ok(mut pool) = self.pool.lock() {
             pool.push(arena);
         }
@@ -311,13 +306,7 @@ impl Executor {
         let p = self.program;
         let (offsets, arena_bytes) = p.layout(dims);
         let mut arena = self.take_arena(arena_bytes);
-        let base = {
-            let raw = arena.as_mut_ptr() as *mut u8;
-            // Align the arena start to a cache line; `take_arena` left room for it.
-            let pad = raw.align_offset(ALIGN);
-            // SAFETY: the arena has ALIGN spare bytes beyond `arena_bytes`.
-            unsafe { raw.add(pad) }
-        };
+        let base = arena.as_mut_ptr();
         let out_ptrs: Vec<*mut u8> = outputs
             .iter_mut()
             .map(|t| t.as_f32_mut().map_or(std::ptr::null_mut(), |v| v.as_mut_ptr() as *mut u8))
