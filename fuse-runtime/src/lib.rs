@@ -3,6 +3,7 @@
 //!
 //! The README shows a whole model; it runs as a doc test of this crate.
 
+mod arena;
 pub mod cpu;
 pub mod error;
 pub mod exec;
