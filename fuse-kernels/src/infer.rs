@@ -1,7 +1,7 @@
 //! Shape and dtype inference: the type of each op from the types of its operands, or a message that names the
 //! shapes involved. Runs inside [`Graph::add`], so every node in a graph is well-typed.
 
-use crate::ir::{DType, Dim, Graph, Op, Shape, TensorType};
+use crate::ir::{BinaryOp, DType, Dim, Graph, NodeId, Op, Shape, TensorType};
 
 /// Why an op cannot be typed. The front end attaches the span of the user's expression.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -10,6 +10,48 @@ pub struct TypeError(pub String);
 
 fn err<T>(msg: impl Into<String>) -> Result<T, TypeError> {
     Err(TypeError(msg.into()))
+}
+
+/// The most elements a tensor may have, counting dynamic dims as 1. Far above any real model, and low enough that
+/// byte counts and buffer offsets computed from shapes never overflow in the planner or the kernels.
+pub const MAX_ELEMENTS: usize = 1 << 40;
+
+/// `a * b`, or `None` when the constant part overflows [`MAX_ELEMENTS`].
+pub fn mul_dims(a: &Dim, b: &Dim) -> Option<Dim> {
+    let coeff = a
+        .coeff
+        .checked_mul(b.coeff)
+        .filter(|&c| c <= MAX_ELEMENTS)?;
+    let mut syms = a.syms.clone();
+    syms.extend_from_slice(&b.syms);
+    syms.sort_unstable();
+    Some(Dim { coeff, syms })
+}
+
+/// The element count as one monomial, or `None` past [`MAX_ELEMENTS`] (unlike [`Shape::numel`], never overflows).
+pub fn numel(shape: &Shape) -> Option<Dim> {
+    shape
+        .0
+        .iter()
+        .try_fold(Dim::fixed(1), |acc, d| mul_dims(&acc, d))
+}
+
+/// Refuses shapes too large for any tensor.
+pub fn check_size(g: &Graph, shape: &Shape) -> Result<(), TypeError> {
+    if numel(shape).is_none() {
+        return err(format!(
+            "a tensor of shape {} would have more than 2^40 elements",
+            g.fmt_shape(shape)
+        ));
+    }
+    Ok(())
+}
+
+fn type_of(g: &Graph, id: NodeId) -> Result<TensorType, TypeError> {
+    match g.nodes.get(id.index()) {
+        Some(node) => Ok(node.ty.clone()),
+        None => err(format!("internal: operand {id} is not in the graph")),
+    }
 }
 
 /// NumPy broadcasting: align right; equal dims stay, a static 1 stretches. A dynamic dim never stretches
@@ -25,70 +67,126 @@ pub fn broadcast(g: &Graph, a: &Shape, b: &Shape) -> Result<Shape, TypeError> {
             (Some(x), Some(y)) if x == y => x.clone(),
             (Some(x), Some(y)) if x.is_one() => y.clone(),
             (Some(x), Some(y)) if y.is_one() => x.clone(),
-            _ => {
+            (Some(x), Some(y)) => {
+                let why = if x.as_static().is_some() && y.as_static().is_some() {
+                    "neither is 1".to_string()
+                } else {
+                    "a dynamic dim only matches itself or a static 1".to_string()
+                };
                 return err(format!(
-                    "shapes {} and {} cannot be broadcast together (dim {} differs)",
+                    "shapes {} and {} cannot be broadcast together: aligned from the right, dims `{}` and `{}` \
+                     differ and {why}; reshape one side so the dims match or are 1",
                     g.fmt_shape(a),
                     g.fmt_shape(b),
-                    i
-                ))
+                    g.fmt_dim(x),
+                    g.fmt_dim(y),
+                ));
             }
+            (None, None) => return err("internal: broadcast past both ranks"),
         };
         dims.push(dim);
     }
     Ok(Shape(dims))
 }
 
+/// Every op computes in f32; ids and masks are converted explicitly, so a mix-up is an error, not a silent cast.
 fn float_operand(g: &Graph, what: &str, ty: &TensorType) -> Result<(), TypeError> {
-    if ty.dtype == DType::I64 {
-        return err(format!(
-            "{what} needs f32 values but got integer ids ({}); convert with `.to_f32()` first",
+    match ty.dtype {
+        DType::F32 => Ok(()),
+        DType::I64 => err(format!(
+            "`{what}` needs f32 values, but this operand holds integer ids (i64 {}); convert them with `.to_f32()` \
+             first",
             g.fmt_shape(&ty.shape)
+        )),
+        DType::Bool => err(format!(
+            "`{what}` needs f32 values, but this operand is a mask (bool {}, from a comparison); a mask must go \
+             through `where_(mask, a, b)` or `.to_f32()` first",
+            g.fmt_shape(&ty.shape)
+        )),
+    }
+}
+
+/// Operands of `+ - * /`, `max`, ...: f32 on both sides, with a message that names both when they are mixed.
+fn binary_operands(
+    g: &Graph,
+    op: BinaryOp,
+    x: &TensorType,
+    y: &TensorType,
+) -> Result<(), TypeError> {
+    let what = op_text(op);
+    if op.is_comparison() && x.dtype != DType::I64 && y.dtype != DType::I64 {
+        return Ok(()); // masks compare like the 0.0/1.0 they are stored as
+    }
+    if x.dtype != y.dtype && x.dtype != DType::Bool && y.dtype != DType::Bool {
+        return err(format!(
+            "mixed dtypes: `{what}` of {} {} and {} {}; convert the i64 ids with `.to_f32()` first",
+            x.dtype.name(),
+            g.fmt_shape(&x.shape),
+            y.dtype.name(),
+            g.fmt_shape(&y.shape)
         ));
     }
-    Ok(())
+    float_operand(g, what, x)?;
+    float_operand(g, what, y)
+}
+
+fn op_text(op: BinaryOp) -> &'static str {
+    match op {
+        BinaryOp::Add => "+",
+        BinaryOp::Sub => "-",
+        BinaryOp::Mul => "*",
+        BinaryOp::Div => "/",
+        other => other.name(),
+    }
 }
 
 /// The type of `op`, given the types already in `g`.
 pub fn infer(g: &Graph, op: &Op) -> Result<TensorType, TypeError> {
-    let ty = |id: crate::ir::NodeId| g.ty(id).clone();
+    let out = infer_unchecked(g, op)?;
+    check_size(g, &out.shape)?;
+    Ok(out)
+}
+
+fn infer_unchecked(g: &Graph, op: &Op) -> Result<TensorType, TypeError> {
+    let ty = |id: NodeId| type_of(g, id);
     let f32_of = |shape: Shape| TensorType {
         dtype: DType::F32,
         shape,
     };
     match op {
-        Op::Input(i) => Ok(g.inputs[*i as usize].ty.clone()),
-        Op::Param(i) => Ok(g.params[*i as usize].ty.clone()),
+        Op::Input(i) => match g.inputs.get(*i as usize) {
+            Some(input) => Ok(input.ty.clone()),
+            None => err(format!("internal: there is no input {i}")),
+        },
+        Op::Param(i) => match g.params.get(*i as usize) {
+            Some(param) => Ok(param.ty.clone()),
+            None => err(format!("internal: there is no parameter {i}")),
+        },
         Op::Scalar(_) => Ok(f32_of(Shape::scalar())),
         Op::Unary(u, a) => {
-            let a = ty(*a);
+            let a = ty(*a)?;
             float_operand(g, u.name(), &a)?;
             Ok(f32_of(a.shape))
         }
         Op::Binary(b, x, y) => {
-            let (x, y) = (ty(*x), ty(*y));
-            float_operand(g, b.name(), &x)?;
-            float_operand(g, b.name(), &y)?;
+            let (x, y) = (ty(*x)?, ty(*y)?);
+            binary_operands(g, *b, &x, &y)?;
             let shape = broadcast(g, &x.shape, &y.shape)?;
             let dtype = if b.is_comparison() {
                 DType::Bool
             } else {
                 DType::F32
             };
-            if !b.is_comparison() && (x.dtype == DType::Bool || y.dtype == DType::Bool) {
-                return err(format!(
-                    "`{}` on a mask: masks are booleans; use `where_(mask, a, b)` or `mask.to_f32()`",
-                    b.name()
-                ));
-            }
             Ok(TensorType { dtype, shape })
         }
         Op::Where(m, a, b) => {
-            let (m, a, b) = (ty(*m), ty(*a), ty(*b));
+            let (m, a, b) = (ty(*m)?, ty(*a)?, ty(*b)?);
             if m.dtype != DType::Bool {
                 return err(format!(
-                    "`where_` needs a mask (a comparison such as `x.gt(0.0)`) as its first argument, got {}",
-                    m.dtype.name()
+                    "`where_` needs a mask as its first argument (a comparison such as `x.gt(0.0)`), but this is \
+                     {} {}; compare it first, e.g. `m.gt(0.5)`",
+                    m.dtype.name(),
+                    g.fmt_shape(&m.shape)
                 ));
             }
             float_operand(g, "where_", &a)?;
@@ -100,7 +198,7 @@ pub fn infer(g: &Graph, op: &Op) -> Result<TensorType, TypeError> {
             if *to != DType::F32 {
                 return err("only `to_f32()` casts are supported");
             }
-            Ok(f32_of(ty(*a).shape))
+            Ok(f32_of(ty(*a)?.shape))
         }
         Op::Reduce {
             op,
@@ -108,7 +206,7 @@ pub fn infer(g: &Graph, op: &Op) -> Result<TensorType, TypeError> {
             axis,
             keepdim,
         } => {
-            let a = ty(*input);
+            let a = ty(*input)?;
             float_operand(g, op.name(), &a)?;
             check_axis(g, &a.shape, *axis)?;
             let mut dims = a.shape.0.clone();
@@ -120,7 +218,7 @@ pub fn infer(g: &Graph, op: &Op) -> Result<TensorType, TypeError> {
             Ok(f32_of(Shape(dims)))
         }
         Op::Softmax { input, axis } => {
-            let a = ty(*input);
+            let a = ty(*input)?;
             float_operand(g, "softmax", &a)?;
             check_axis(g, &a.shape, *axis)?;
             Ok(f32_of(a.shape))
@@ -128,21 +226,21 @@ pub fn infer(g: &Graph, op: &Op) -> Result<TensorType, TypeError> {
         Op::LayerNorm {
             input, gamma, beta, ..
         } => {
-            let a = ty(*input);
+            let a = ty(*input)?;
             float_operand(g, "layer_norm", &a)?;
-            norm_weight(g, "layer_norm", "gamma", &a.shape, &ty(*gamma))?;
-            norm_weight(g, "layer_norm", "beta", &a.shape, &ty(*beta))?;
+            norm_weight(g, "layer_norm", "gamma", &a.shape, &ty(*gamma)?)?;
+            norm_weight(g, "layer_norm", "beta", &a.shape, &ty(*beta)?)?;
             Ok(f32_of(a.shape))
         }
         Op::RmsNorm { input, gamma, .. } => {
-            let a = ty(*input);
+            let a = ty(*input)?;
             float_operand(g, "rms_norm", &a)?;
-            norm_weight(g, "rms_norm", "gamma", &a.shape, &ty(*gamma))?;
+            norm_weight(g, "rms_norm", "gamma", &a.shape, &ty(*gamma)?)?;
             Ok(f32_of(a.shape))
         }
-        Op::MatMul(a, b) => matmul(g, &ty(*a), &ty(*b)),
+        Op::MatMul(a, b) => matmul(g, &ty(*a)?, &ty(*b)?),
         Op::Permute { input, perm } => {
-            let a = ty(*input);
+            let a = ty(*input)?;
             let mut seen = vec![false; a.shape.rank()];
             if perm.len() != a.shape.rank()
                 || perm
@@ -162,14 +260,21 @@ pub fn infer(g: &Graph, op: &Op) -> Result<TensorType, TypeError> {
             })
         }
         Op::Reshape { input, shape } => {
-            let a = ty(*input);
-            if a.shape.numel() != shape.numel() {
+            let a = ty(*input)?;
+            let (Some(from), Some(to)) = (numel(&a.shape), numel(shape)) else {
                 return err(format!(
-                    "cannot reshape {} ({} elements) to {} ({} elements)",
+                    "cannot reshape {} to {}: too many elements",
                     g.fmt_shape(&a.shape),
-                    g.fmt_dim(&a.shape.numel()),
+                    g.fmt_shape(shape)
+                ));
+            };
+            if from != to || shape.0.iter().any(|d| d.coeff == 0) {
+                return err(format!(
+                    "cannot reshape {} ({} elements) to {} ({} elements): a reshape keeps the element count",
+                    g.fmt_shape(&a.shape),
+                    g.fmt_dim(&from),
                     g.fmt_shape(shape),
-                    g.fmt_dim(&shape.numel())
+                    g.fmt_dim(&to)
                 ));
             }
             Ok(TensorType {
@@ -183,17 +288,20 @@ pub fn infer(g: &Graph, op: &Op) -> Result<TensorType, TypeError> {
             start,
             end,
         } => {
-            let a = ty(*input);
+            let a = ty(*input)?;
             check_axis(g, &a.shape, *axis)?;
             let Some(len) = a.shape.0[*axis].as_static() else {
                 return err(format!(
-                    "slice on axis {axis} of {}: the axis is dynamic; slices need a static axis",
-                    g.fmt_shape(&a.shape)
+                    "cannot slice axis {axis} of {}: its length `{}` is a dynamic dim, known only at run time, and \
+                     slices need a static axis",
+                    g.fmt_shape(&a.shape),
+                    g.fmt_dim(&a.shape.0[*axis])
                 ));
             };
             if start >= end || *end > len {
                 return err(format!(
-                    "slice {start}..{end} is out of range for axis {axis} of {} (length {len})",
+                    "slice {start}..{end} is empty or out of range for axis {axis} of {} (length {len}); a slice \
+                     needs start < end <= {len}",
                     g.fmt_shape(&a.shape)
                 ));
             }
@@ -206,10 +314,11 @@ pub fn infer(g: &Graph, op: &Op) -> Result<TensorType, TypeError> {
         }
         Op::Concat { inputs, axis } => concat(g, inputs, *axis),
         Op::Embedding { table, ids } => {
-            let (t, i) = (ty(*table), ty(*ids));
+            let (t, i) = (ty(*table)?, ty(*ids)?);
             if i.dtype != DType::I64 {
                 return err(format!(
-                    "embedding ids must be integer ids (an i64 input), got {} {}",
+                    "embedding ids must be integer ids, but this is {} {}; declare the input as \
+                     `#[shape(..)] ids: Tensor<i64>`",
                     i.dtype.name(),
                     g.fmt_shape(&i.shape)
                 ));
@@ -246,12 +355,15 @@ fn norm_weight(
     x: &Shape,
     w: &TensorType,
 ) -> Result<(), TypeError> {
+    float_operand(g, &format!("{op} {what}"), w)?;
     let Some(last) = x.last() else {
-        return err(format!("{op} needs at least one axis"));
+        return err(format!(
+            "{op} needs at least one axis, but the input is a scalar"
+        ));
     };
     if w.shape.0.as_slice() != std::slice::from_ref(last) {
         return err(format!(
-            "{op}: {what} must have shape [{}] (the last axis of {}), got {}",
+            "`{op}`'s {what} must have shape [{}], the last axis of the input {}, but it is {}",
             g.fmt_dim(last),
             g.fmt_shape(x),
             g.fmt_shape(&w.shape)
@@ -272,7 +384,7 @@ fn matmul(g: &Graph, a: &TensorType, b: &TensorType) -> Result<TensorType, TypeE
     let (ra, rb) = (a.shape.rank(), b.shape.rank());
     if ra < 2 || rb < 2 {
         return err(format!(
-            "matmul needs operands of rank 2 or more, got {} and {}",
+            "matmul needs operands of rank 2 or more, got {} and {}; reshape a vector of n to [1, n] or [n, 1]",
             g.fmt_shape(&a.shape),
             g.fmt_shape(&b.shape)
         ));
@@ -281,7 +393,8 @@ fn matmul(g: &Graph, a: &TensorType, b: &TensorType) -> Result<TensorType, TypeE
     let (kb, n) = (&b.shape.0[rb - 2], &b.shape.0[rb - 1]);
     if ka != kb {
         return err(format!(
-            "matmul inner dims differ: {} × {} ({} vs {})",
+            "matmul inner dims differ: {} × {} multiplies a last axis of {} by a second-to-last axis of {}; \
+             transpose or reshape one side (e.g. `.t()`) so they match",
             g.fmt_shape(&a.shape),
             g.fmt_shape(&b.shape),
             g.fmt_dim(ka),
@@ -301,19 +414,19 @@ fn matmul(g: &Graph, a: &TensorType, b: &TensorType) -> Result<TensorType, TypeE
     })
 }
 
-fn concat(g: &Graph, inputs: &[crate::ir::NodeId], axis: usize) -> Result<TensorType, TypeError> {
+fn concat(g: &Graph, inputs: &[NodeId], axis: usize) -> Result<TensorType, TypeError> {
     let Some(first) = inputs.first() else {
         return err("concat needs at least one tensor");
     };
-    let first = g.ty(*first).clone();
+    let first = type_of(g, *first)?;
     check_axis(g, &first.shape, axis)?;
     let mut total = 0usize;
     for &id in inputs {
-        let t = g.ty(id);
+        let t = &type_of(g, id)?;
         float_operand(g, "concat", t)?;
         let same_rank = t.shape.rank() == first.shape.rank();
-        let others_equal = same_rank
-            && (0..t.shape.rank()).all(|i| i == axis || t.shape.0[i] == first.shape.0[i]);
+        let others_equal =
+            same_rank && (0..t.shape.rank()).all(|i| i == axis || t.shape.0[i] == first.shape.0[i]);
         if !others_equal {
             return err(format!(
                 "concat along axis {axis}: {} and {} differ outside that axis",
@@ -327,7 +440,10 @@ fn concat(g: &Graph, inputs: &[crate::ir::NodeId], axis: usize) -> Result<Tensor
                 g.fmt_shape(&t.shape)
             ));
         };
-        total += len;
+        total = match total.checked_add(len) {
+            Some(t) => t,
+            None => return err("concat: the result is too large"),
+        };
     }
     let mut dims = first.shape.0.clone();
     dims[axis] = Dim::fixed(total);

@@ -1,67 +1,157 @@
-//! When a model does not compile: the errors, plus a stub of each root model with the same API, so code that uses
-//! the model type-checks and the user sees only the real errors (thiserror's `fallback.rs` does the same).
+//! When a model does not compile: the errors, plus a stub of each root model with the same API as the real
+//! expansion (`expand.rs`), so code that uses the model type-checks and the user sees only the real errors
+//! (thiserror's `fallback.rs` does the same). Keep the two in step: a method missing here turns one error into
+//! several.
 
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
-fn forward_arity(module: &syn::ItemMod, model: &syn::Ident) -> usize {
-    let Some((_, items)) = &module.content else {
-        return 0;
-    };
-    items
-        .iter()
-        .find_map(|item| match item {
-            syn::Item::Impl(imp) => match imp.self_ty.as_ref() {
-                syn::Type::Path(p) if p.path.is_ident(model) => imp.items.iter().find_map(|i| match i {
-                    syn::ImplItem::Fn(f) if f.sig.ident == "forward" => Some(
-                        f.sig
-                            .inputs
-                            .iter()
-                            .filter(|a| matches!(a, syn::FnArg::Typed(_)))
-                            .count(),
-                    ),
+/// The `impl Model { fn forward .. }` of `model`, if any.
+fn forward_fn<'m>(module: &'m syn::ItemMod, model: &syn::Ident) -> Option<&'m syn::ImplItemFn> {
+    let (_, items) = module.content.as_ref()?;
+    items.iter().find_map(|item| match item {
+        syn::Item::Impl(imp) if imp.trait_.is_none() => match imp.self_ty.as_ref() {
+            syn::Type::Path(p) if p.path.segments.last().is_some_and(|s| s.ident == *model) => {
+                imp.items.iter().find_map(|i| match i {
+                    syn::ImplItem::Fn(f) if f.sig.ident == "forward" => Some(f),
                     _ => None,
-                }),
-                _ => None,
-            },
+                })
+            }
+            _ => None,
+        },
+        _ => None,
+    })
+}
+
+/// How many tensors `forward` returns, read from its signature: a tuple of n gives n, anything else one.
+fn output_count(forward: &syn::ImplItemFn) -> usize {
+    match &forward.sig.output {
+        syn::ReturnType::Type(_, ty) => match ty.as_ref() {
+            syn::Type::Tuple(t) if !t.elems.is_empty() => t.elems.len(),
+            _ => 1,
+        },
+        syn::ReturnType::Default => 1,
+    }
+}
+
+/// Structs the stub stands in for: the roots the compiler found, plus any struct of the module that no other
+/// struct uses as a field (a struct the compiler could not read is still a name the user's code refers to).
+fn stub_names(module: &syn::ItemMod, roots: &[syn::Ident]) -> Vec<syn::Ident> {
+    let Some((_, items)) = &module.content else {
+        return roots.to_vec();
+    };
+    let structs: Vec<&syn::ItemStruct> = items
+        .iter()
+        .filter_map(|i| match i {
+            syn::Item::Struct(s) => Some(s),
             _ => None,
         })
-        .unwrap_or(0)
+        .collect();
+    let mut used = Vec::new();
+    for s in &structs {
+        for field in &s.fields {
+            let mut ty = &field.ty;
+            while let syn::Type::Array(a) = ty {
+                ty = &a.elem;
+            }
+            if let syn::Type::Path(p) = ty {
+                if let Some(seg) = p.path.segments.last() {
+                    used.push(seg.ident.to_string());
+                }
+            }
+        }
+    }
+    let mut names: Vec<syn::Ident> = roots.to_vec();
+    for s in structs {
+        if !used.contains(&s.ident.to_string()) {
+            names.push(s.ident.clone());
+        }
+    }
+    let mut seen = Vec::new();
+    names.retain(|n| {
+        let key = n.to_string();
+        let fresh = !seen.contains(&key);
+        seen.push(key);
+        fresh
+    });
+    names
+}
+
+fn stub_model(module: &syn::ItemMod, name: &syn::Ident) -> TokenStream {
+    let forward = forward_fn(module, name);
+    let arity = forward.map_or(0, |f| {
+        f.sig
+            .inputs
+            .iter()
+            .filter(|a| matches!(a, syn::FnArg::Typed(_)))
+            .count()
+    });
+    let outputs = forward.map_or(1, output_count);
+    let args: Vec<syn::Ident> = (0..arity).map(|i| format_ident!("_input{}", i)).collect();
+    let tensor = quote!(::fuse_runtime::Tensor);
+    let ret = if outputs == 1 {
+        tensor.clone()
+    } else {
+        let tys = (0..outputs).map(|_| &tensor);
+        quote!((#(#tys),*))
+    };
+    let message = format!("model `{name}` did not compile");
+    let fail = quote!(::core::unimplemented!(#message));
+    quote! {
+        #[allow(dead_code)]
+        pub struct #name {
+            _not_compiled: (),
+        }
+
+        #[allow(unused_variables, dead_code, clippy::all)]
+        impl #name {
+            pub const PLAN_HASH: u64 = 0;
+            pub fn load(path: impl ::std::convert::AsRef<::std::path::Path>) -> ::fuse_runtime::Result<Self> {
+                #fail
+            }
+            pub fn random(seed: u64) -> Self {
+                #fail
+            }
+            pub fn from_weights(weights: ::std::vec::Vec<::fuse_runtime::Tensor>) -> ::fuse_runtime::Result<Self> {
+                #fail
+            }
+            pub fn forward(&self, #(#args: &::fuse_runtime::Tensor),*) -> ::fuse_runtime::Result<#ret> {
+                #fail
+            }
+            pub fn forward_eager(&self, #(#args: &::fuse_runtime::Tensor),*) -> ::fuse_runtime::Result<#ret> {
+                #fail
+            }
+            pub fn forward_with(&self, mode: ::fuse_runtime::PlanMode, #(#args: &::fuse_runtime::Tensor),*) -> ::fuse_runtime::Result<#ret> {
+                #fail
+            }
+            pub fn plan(&self) -> ::fuse_runtime::PlanReport {
+                #fail
+            }
+            pub fn eager_plan(&self) -> ::fuse_runtime::PlanReport {
+                #fail
+            }
+            pub fn spec() -> &'static ::fuse_runtime::ModelSpec {
+                #fail
+            }
+            pub fn weights(&self) -> &[::fuse_runtime::Tensor] {
+                #fail
+            }
+            pub fn compiled(&self) -> &::fuse_runtime::CompiledModel {
+                #fail
+            }
+            pub fn into_compiled(self) -> ::fuse_runtime::CompiledModel {
+                #fail
+            }
+        }
+    }
 }
 
 pub fn stub(module: &syn::ItemMod, roots: &[syn::Ident], errors: syn::Error) -> TokenStream {
     let errors = errors.into_compile_error();
     let consts = crate::expand::kept_items(module);
-    let models = roots.iter().map(|name| {
-        let args: Vec<syn::Ident> = (0..forward_arity(module, name)).map(|i| format_ident!("_input{}", i)).collect();
-        quote! {
-            pub struct #name {
-                _not_compiled: (),
-            }
-            #[allow(unused_variables, clippy::all)]
-            impl #name {
-                pub const PLAN_HASH: u64 = 0;
-                pub fn load(path: impl ::std::convert::AsRef<::std::path::Path>) -> ::fuse_runtime::Result<Self> {
-                    unimplemented!("model did not compile")
-                }
-                pub fn random(seed: u64) -> Self {
-                    unimplemented!("model did not compile")
-                }
-                pub fn forward(&self, #(#args: &::fuse_runtime::Tensor),*) -> ::fuse_runtime::Result<::fuse_runtime::Tensor> {
-                    unimplemented!("model did not compile")
-                }
-                pub fn forward_eager(&self, #(#args: &::fuse_runtime::Tensor),*) -> ::fuse_runtime::Result<::fuse_runtime::Tensor> {
-                    unimplemented!("model did not compile")
-                }
-                pub fn plan(&self) -> ::fuse_runtime::PlanReport {
-                    unimplemented!("model did not compile")
-                }
-                pub fn eager_plan(&self) -> ::fuse_runtime::PlanReport {
-                    unimplemented!("model did not compile")
-                }
-            }
-        }
-    });
+    let models = stub_names(module, roots)
+        .into_iter()
+        .map(|name| stub_model(module, &name));
     let attrs = &module.attrs;
     let vis = &module.vis;
     let ident = &module.ident;

@@ -1,9 +1,11 @@
 //! Compile-time constants: module `const`s, const generics, literals and arithmetic on them. They size shapes,
 //! pick branches of `if`/`match`, bound `for` ranges and become scalar constants in the graph.
+//!
+//! The operators work on values (`apply_*`), so the lowering can fold `let k = HEADS * 2; k + 1` the same way
+//! [`eval_const`] folds a `const` item. Integer arithmetic is checked: a constant that overflows is a compile
+//! error, never a panic inside the macro.
 
 use std::collections::BTreeMap;
-
-use syn::spanned::Spanned;
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum ConstVal {
@@ -27,10 +29,28 @@ impl ConstVal {
             _ => None,
         }
     }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ConstVal::Int(_) => "an integer",
+            ConstVal::Float(_) => "a float",
+            ConstVal::Bool(_) => "a bool",
+        }
+    }
 }
 
-fn err<T>(span: impl Spanned, msg: impl std::fmt::Display) -> syn::Result<T> {
-    Err(syn::Error::new(span.span(), msg))
+impl std::fmt::Display for ConstVal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConstVal::Int(i) => write!(f, "{i}"),
+            ConstVal::Float(x) => write!(f, "{x:?}"),
+            ConstVal::Bool(b) => write!(f, "{b}"),
+        }
+    }
+}
+
+fn err<T>(tokens: impl quote::ToTokens, msg: impl std::fmt::Display) -> syn::Result<T> {
+    Err(syn::Error::new_spanned(tokens, msg))
 }
 
 /// Evaluates a constant expression. `generics` shadow module constants.
@@ -47,21 +67,16 @@ pub fn eval_const(
                 return err(p, "expected a constant name");
             };
             let name = ident.to_string();
-            generics
-                .get(&name)
-                .or_else(|| consts.get(&name))
-                .cloned()
-                .map_or_else(
-                    || {
-                        err(
-                            p,
-                            format!(
-                                "`{name}` is not a constant of this module; shapes, ranges and conditions must be known at compile time"
-                            ),
-                        )
-                    },
-                    Ok,
-                )
+            match generics.get(&name).or_else(|| consts.get(&name)) {
+                Some(v) => Ok(v.clone()),
+                None => err(
+                    p,
+                    format!(
+                        "`{name}` is not a constant of this module; shapes, ranges and conditions must be known at \
+                         compile time (declare `const {name}: usize = ...;` in the module)"
+                    ),
+                ),
+            }
         }
         syn::Expr::Paren(p) => rec(&p.expr),
         syn::Expr::Group(g) => rec(&g.expr),
@@ -69,57 +84,15 @@ pub fn eval_const(
             syn::Stmt::Expr(e, None) => rec(e),
             _ => err(b, "expected a constant expression"),
         },
-        syn::Expr::Unary(u) => {
-            let v = rec(&u.expr)?;
-            match (&u.op, v) {
-                (syn::UnOp::Neg(_), ConstVal::Int(i)) => Ok(ConstVal::Int(-i)),
-                (syn::UnOp::Neg(_), ConstVal::Float(f)) => Ok(ConstVal::Float(-f)),
-                (syn::UnOp::Not(_), ConstVal::Bool(b)) => Ok(ConstVal::Bool(!b)),
-                _ => err(u, "unsupported operator on a constant"),
-            }
+        syn::Expr::Unary(u) => apply_unary(&u.op, rec(&u.expr)?).or_else(|m| err(u, m)),
+        syn::Expr::Binary(b) => {
+            apply_binary(&b.op, rec(&b.left)?, rec(&b.right)?).or_else(|m| err(b, m))
         }
-        syn::Expr::Binary(b) => binary(b, rec(&b.left)?, rec(&b.right)?),
-        syn::Expr::Cast(c) => {
-            let v = rec(&c.expr)?;
-            let target = match c.ty.as_ref() {
-                syn::Type::Path(p) => p.path.get_ident().map(|i| i.to_string()),
-                _ => None,
-            };
-            match (target.as_deref(), v) {
-                (Some("f32" | "f64"), v) => v
-                    .as_f64()
-                    .map(ConstVal::Float)
-                    .map_or_else(|| err(c, "cannot cast a bool to a float"), Ok),
-                (Some("usize" | "i64" | "i32" | "u32" | "isize"), ConstVal::Int(i)) => {
-                    Ok(ConstVal::Int(i))
-                }
-                (Some("usize" | "i64" | "i32" | "u32" | "isize"), ConstVal::Float(f)) => {
-                    Ok(ConstVal::Int(f as i64))
-                }
-                _ => err(c, "unsupported cast of a constant"),
-            }
-        }
-        syn::Expr::MethodCall(m) if m.args.is_empty() => {
-            let v = rec(&m.receiver)?
-                .as_f64()
-                .map_or_else(|| err(&m.receiver, "expected a number"), Ok)?;
-            let f = match m.method.to_string().as_str() {
-                "sqrt" => v.sqrt(),
-                "recip" => 1.0 / v,
-                "ln" => v.ln(),
-                "exp" => v.exp(),
-                _ => return err(&m.method, "unsupported method on a constant"),
-            };
-            Ok(ConstVal::Float(f))
-        }
-        syn::Expr::MethodCall(m) if m.method == "powi" && m.args.len() == 1 => {
-            let v = rec(&m.receiver)?
-                .as_f64()
-                .map_or_else(|| err(&m.receiver, "expected a number"), Ok)?;
-            let e = rec(&m.args[0])?
-                .as_int()
-                .map_or_else(|| err(&m.args[0], "expected an integer exponent"), Ok)?;
-            Ok(ConstVal::Float(v.powi(e as i32)))
+        syn::Expr::Cast(c) => apply_cast(&c.ty, rec(&c.expr)?).or_else(|m| err(c, m)),
+        syn::Expr::MethodCall(m) => {
+            let receiver = rec(&m.receiver)?;
+            let args = m.args.iter().map(rec).collect::<syn::Result<Vec<_>>>()?;
+            apply_method(&m.method.to_string(), receiver, &args).or_else(|msg| err(&m.method, msg))
         }
         other => err(
             other,
@@ -137,36 +110,102 @@ pub fn lit_value(lit: &syn::Lit) -> syn::Result<ConstVal> {
     }
 }
 
-fn binary(b: &syn::ExprBinary, l: ConstVal, r: ConstVal) -> syn::Result<ConstVal> {
+pub fn apply_unary(op: &syn::UnOp, v: ConstVal) -> Result<ConstVal, String> {
+    match (op, v) {
+        (syn::UnOp::Neg(_), ConstVal::Int(i)) => i
+            .checked_neg()
+            .map(ConstVal::Int)
+            .ok_or_else(|| "integer overflow in a constant".to_string()),
+        (syn::UnOp::Neg(_), ConstVal::Float(f)) => Ok(ConstVal::Float(-f)),
+        (syn::UnOp::Not(_), ConstVal::Bool(b)) => Ok(ConstVal::Bool(!b)),
+        (syn::UnOp::Deref(_), v) => Ok(v),
+        (_, v) => Err(format!("this operator does not apply to {}", v.kind())),
+    }
+}
+
+/// `as f32`, `as usize`, ... on a constant.
+pub fn apply_cast(ty: &syn::Type, v: ConstVal) -> Result<ConstVal, String> {
+    let target = match ty {
+        syn::Type::Path(p) => p.path.get_ident().map(|i| i.to_string()),
+        _ => None,
+    };
+    match (target.as_deref(), v) {
+        (Some("f32" | "f64"), ConstVal::Bool(_)) => Err("cannot cast a bool to a float".into()),
+        (Some("f32" | "f64"), v) => Ok(ConstVal::Float(v.as_f64().unwrap_or(0.0))),
+        (Some("usize" | "i64" | "i32" | "u32" | "isize" | "u64"), ConstVal::Int(i)) => {
+            Ok(ConstVal::Int(i))
+        }
+        // `as` truncates toward zero and saturates, as Rust's float-to-int casts do.
+        (Some("usize" | "i64" | "i32" | "u32" | "isize" | "u64"), ConstVal::Float(f)) => {
+            Ok(ConstVal::Int(f as i64))
+        }
+        _ => Err(
+            "unsupported cast of a constant: cast numbers to `f32`, `f64`, `usize` or `i64`".into(),
+        ),
+    }
+}
+
+/// `x.sqrt()`, `x.powi(2)`, ... on a constant.
+pub fn apply_method(method: &str, v: ConstVal, args: &[ConstVal]) -> Result<ConstVal, String> {
+    let Some(x) = v.as_f64() else {
+        return Err(format!("`{method}` needs a number, got {}", v.kind()));
+    };
+    let f = match (method, args) {
+        ("sqrt", []) => x.sqrt(),
+        ("recip", []) => 1.0 / x,
+        ("ln", []) => x.ln(),
+        ("exp", []) => x.exp(),
+        ("abs", []) => x.abs(),
+        ("powi", [ConstVal::Int(e)]) => x.powi((*e).clamp(i32::MIN as i64, i32::MAX as i64) as i32),
+        ("powf", [e]) if e.as_f64().is_some() => x.powf(e.as_f64().unwrap_or(0.0)),
+        ("sqrt" | "recip" | "ln" | "exp" | "abs", _) => {
+            return Err(format!("`{method}` on a constant takes no arguments"))
+        }
+        ("powi", _) => return Err("`powi` on a constant takes one integer exponent".into()),
+        ("powf", _) => return Err("`powf` on a constant takes one number".into()),
+        _ => {
+            return Err(format!(
+                "unsupported method `{method}` on a constant; constants support `sqrt`, `recip`, `ln`, `exp`, \
+                 `abs`, `powi` and `powf`"
+            ))
+        }
+    };
+    Ok(ConstVal::Float(f))
+}
+
+pub fn apply_binary(op: &syn::BinOp, l: ConstVal, r: ConstVal) -> Result<ConstVal, String> {
     use syn::BinOp::*;
     use ConstVal::*;
-    let v = match (&b.op, l, r) {
-        (Add(_), Int(x), Int(y)) => Int(x + y),
-        (Sub(_), Int(x), Int(y)) => Int(x - y),
-        (Mul(_), Int(x), Int(y)) => Int(x * y),
-        (Div(_), Int(_), Int(0)) | (Rem(_), Int(_), Int(0)) => {
-            return err(b, "division by zero in a constant")
-        }
-        (Div(_), Int(x), Int(y)) => Int(x / y),
-        (Rem(_), Int(x), Int(y)) => Int(x % y),
+    let overflow = || "integer overflow in a constant".to_string();
+    let v = match (op, l, r) {
+        (Div(_) | Rem(_), Int(_), Int(0)) => return Err("division by zero in a constant".into()),
+        (Add(_), Int(x), Int(y)) => Int(x.checked_add(y).ok_or_else(overflow)?),
+        (Sub(_), Int(x), Int(y)) => Int(x.checked_sub(y).ok_or_else(overflow)?),
+        (Mul(_), Int(x), Int(y)) => Int(x.checked_mul(y).ok_or_else(overflow)?),
+        (Div(_), Int(x), Int(y)) => Int(x.checked_div(y).ok_or_else(overflow)?),
+        (Rem(_), Int(x), Int(y)) => Int(x.checked_rem(y).ok_or_else(overflow)?),
         (Eq(_), x, y) => Bool(x == y),
         (Ne(_), x, y) => Bool(x != y),
         (And(_), Bool(x), Bool(y)) => Bool(x && y),
         (Or(_), Bool(x), Bool(y)) => Bool(x || y),
         (op, x, y) => {
-            let (Some(x), Some(y)) = (x.as_f64(), y.as_f64()) else {
-                return err(b, "unsupported operator on constants");
+            let (Some(a), Some(b)) = (x.as_f64(), y.as_f64()) else {
+                return Err(format!(
+                    "this operator does not apply to {} and {}",
+                    x.kind(),
+                    y.kind()
+                ));
             };
             match op {
-                Add(_) => Float(x + y),
-                Sub(_) => Float(x - y),
-                Mul(_) => Float(x * y),
-                Div(_) => Float(x / y),
-                Lt(_) => Bool(x < y),
-                Le(_) => Bool(x <= y),
-                Gt(_) => Bool(x > y),
-                Ge(_) => Bool(x >= y),
-                _ => return err(b, "unsupported operator on constants"),
+                Add(_) => Float(a + b),
+                Sub(_) => Float(a - b),
+                Mul(_) => Float(a * b),
+                Div(_) => Float(a / b),
+                Lt(_) => Bool(a < b),
+                Le(_) => Bool(a <= b),
+                Gt(_) => Bool(a > b),
+                Ge(_) => Bool(a >= b),
+                _ => return Err("unsupported operator on constants".into()),
             }
         }
     };

@@ -4,6 +4,7 @@ mod consts;
 mod diag;
 mod lower;
 mod model;
+mod model_tree;
 
 pub use consts::ConstVal;
 pub use diag::Diagnostics;
@@ -18,6 +19,11 @@ pub struct CapturedModel {
 
 /// What the front end made of a module. `errors` holds every error found (each on its own span); the names of
 /// the root structs are kept even then, so the macro can emit stubs beside the errors.
+///
+/// `models` is all or nothing: every root's graph when the module compiled, empty when `errors` is `Some`. A
+/// module with an error is replaced by stubs as a whole, so a graph from it would only mislead a consumer (the
+/// build script would write kernels nobody loads), and a root lowered after an error elsewhere may have lost
+/// values to it without a message of its own.
 pub struct Capture {
     pub module: syn::Ident,
     pub models: Vec<CapturedModel>,
@@ -30,25 +36,37 @@ pub fn capture(module: &syn::ItemMod) -> Capture {
     let mut diags = Diagnostics::default();
     let source = model::read_module(module, &mut diags);
     let roots = source.roots();
-    let root_names: Vec<syn::Ident> = roots.iter().map(|&i| source.structs[i].name.clone()).collect();
+    let root_names: Vec<syn::Ident> = roots
+        .iter()
+        .map(|&i| source.structs[i].name.clone())
+        .collect();
     let mut models = Vec::new();
     for &root in &roots {
-        let before = diags.len();
         let mut lowerer = lower::Lowerer::new(&source, &mut diags);
         lowerer.lower_root(root);
         let graph = std::mem::take(&mut lowerer.g);
-        if diags.len() == before {
-            models.push(CapturedModel {
-                name: source.structs[root].name.clone(),
-                graph,
-            });
+        if diags.is_empty() && graph.outputs.is_empty() {
+            // Every path that drops a value reports why; this backstop keeps an empty graph from ever reaching
+            // the planner if one does not.
+            diags.error_at(
+                &source.structs[root].name,
+                "internal: `forward` of this model produced no tensor, and no error said why",
+            );
         }
+        models.push(CapturedModel {
+            name: source.structs[root].name.clone(),
+            graph,
+        });
+    }
+    let errors = diags.finish().err();
+    if errors.is_some() {
+        models.clear();
     }
     Capture {
         module: module.ident.clone(),
         models,
         root_names,
-        errors: diags.finish().err(),
+        errors,
     }
 }
 

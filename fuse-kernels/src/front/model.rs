@@ -1,13 +1,12 @@
 //! Reads the items of a `#[fused_model] mod`: constants, model structs (tensor fields with `#[shape]`, sub-model
 //! fields, arrays of sub-models) and the `impl` blocks whose methods `forward` may call.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use proc_macro2::Span;
 use syn::spanned::Spanned;
 
 use super::consts::{eval_const, ConstVal};
-use super::diag::Diagnostics;
+use super::diag::{At, Diagnostics};
 use crate::ir::DType;
 
 /// A struct of the model with its fields.
@@ -16,6 +15,8 @@ pub struct StructDef {
     /// Names of its `const N: usize` generics, in order.
     pub const_generics: Vec<String>,
     pub fields: Vec<FieldDef>,
+    /// Fields already reported and left out (bad type, missing shape); uses of them stay silent.
+    pub dropped_fields: Vec<String>,
 }
 
 pub struct FieldDef {
@@ -37,7 +38,7 @@ pub enum FieldKind {
     Models {
         ty: syn::Ident,
         args: Vec<syn::Expr>,
-        len: syn::Expr,
+        len: Box<syn::Expr>,
     },
 }
 
@@ -47,6 +48,9 @@ pub struct ModelSource {
     pub structs: Vec<StructDef>,
     /// Methods by (struct name, method name).
     pub methods: BTreeMap<(String, String), syn::ImplItemFn>,
+    /// Names of items already reported (a static, a free function, a const that failed to evaluate): uses of
+    /// them in `forward` stay silent instead of adding "cannot find" errors.
+    pub rejected: BTreeSet<String>,
 }
 
 impl ModelSource {
@@ -80,10 +84,11 @@ pub fn read_module(module: &syn::ItemMod, diags: &mut Diagnostics) -> ModelSourc
         consts: BTreeMap::new(),
         structs: Vec::new(),
         methods: BTreeMap::new(),
+        rejected: BTreeSet::new(),
     };
     let Some((_, items)) = &module.content else {
         diags.error(
-            module.span(),
+            At::range(&module.mod_token, &module.ident),
             "#[fused_model] needs an inline module: `mod name { ... }` with the model's structs and impls",
         );
         return source;
@@ -95,59 +100,129 @@ pub fn read_module(module: &syn::ItemMod, diags: &mut Diagnostics) -> ModelSourc
                 Ok(v) => {
                     source.consts.insert(c.ident.to_string(), v);
                 }
-                Err(e) => diags.push(e),
+                Err(e) => {
+                    source.rejected.insert(c.ident.to_string());
+                    diags.push(e);
+                }
             }
         }
     }
     for item in items {
         match item {
             syn::Item::Struct(s) => {
-                if let Some(def) = read_struct(s, diags) {
+                if source.structs.iter().any(|d| d.name == s.ident) {
+                    diags.error_at(
+                        &s.ident,
+                        format!("the model struct `{}` is defined twice", s.ident),
+                    );
+                } else if let Some(def) = read_struct(s, diags) {
                     source.structs.push(def);
                 }
             }
-            syn::Item::Impl(imp) => read_impl(imp, &mut source, diags),
-            syn::Item::Const(_) | syn::Item::Use(_) => {}
-            other => diags.error(
-                other.span(),
-                "a #[fused_model] module holds only consts, model structs, their impls and `use` items",
-            ),
+            syn::Item::Impl(_) | syn::Item::Const(_) | syn::Item::Use(_) => {}
+            other => {
+                if let Some(name) = unsupported_item(other, diags) {
+                    source.rejected.insert(name);
+                }
+            }
         }
     }
+    for item in items {
+        if let syn::Item::Impl(imp) = item {
+            read_impl(imp, &mut source, diags);
+        }
+    }
+    super::model_tree::check_field_types(&mut source, diags);
+    super::model_tree::break_cycles(&mut source, diags);
     if source.structs.is_empty() {
-        diags.error(
-            module.ident.span(),
-            "this #[fused_model] module has no model struct; add a struct with tensor fields and an impl with `forward`",
+        diags.error_at(
+            &module.ident,
+            "this #[fused_model] module has no model struct; add a struct with tensor fields and an impl with \
+             `forward`",
         );
     }
     source
 }
 
+/// Reports an item a model cannot hold; returns its name, if it has one.
+fn unsupported_item(item: &syn::Item, diags: &mut Diagnostics) -> Option<String> {
+    let name = match item {
+        syn::Item::Static(s) => Some(s.ident.to_string()),
+        syn::Item::Fn(f) => Some(f.sig.ident.to_string()),
+        syn::Item::Enum(e) => Some(e.ident.to_string()),
+        syn::Item::Type(t) => Some(t.ident.to_string()),
+        syn::Item::Union(u) => Some(u.ident.to_string()),
+        syn::Item::Trait(t) => Some(t.ident.to_string()),
+        syn::Item::Mod(m) => Some(m.ident.to_string()),
+        _ => None,
+    };
+    let (at, message) = match item {
+        syn::Item::Static(s) => (
+            At::range(&s.static_token, &s.ident),
+            "statics are not supported in a model: declare a `const` instead (`const SCALE: f64 = 0.5;`)",
+        ),
+        syn::Item::Fn(f) => (
+            At::range(&f.sig.fn_token, &f.sig.ident),
+            "free functions are not supported in a model: make it a method in the model's `impl` (`fn helper(&self, \
+             x: Tensor) -> Tensor`) and call it as `self.helper(&x)`",
+        ),
+        syn::Item::Macro(m) => (
+            At::range(&m.mac.path, &m.mac.bang_token),
+            "macros are not supported in a #[fused_model] module: the compiler reads the items as written",
+        ),
+        other => (
+            At::token(other.span()),
+            "a #[fused_model] module holds only consts, model structs, their impls and `use` items",
+        ),
+    };
+    diags.error(at, message);
+    name
+}
+
 fn read_struct(s: &syn::ItemStruct, diags: &mut Diagnostics) -> Option<StructDef> {
     let mut const_generics = Vec::new();
+    let mut type_params = Vec::new();
     for param in &s.generics.params {
+        if let syn::GenericParam::Type(t) = param {
+            type_params.push(t.ident.to_string());
+        }
         match param {
             syn::GenericParam::Const(c) => const_generics.push(c.ident.to_string()),
-            other => diags.error(
-                other.span(),
-                "model structs take only `const N: usize` generics; the compiler cannot resolve type or lifetime generics",
+            other => diags.error_at(
+                other,
+                "model structs take only `const N: usize` generics; the compiler cannot resolve type or lifetime \
+                 generics",
             ),
         }
     }
     let syn::Fields::Named(named) = &s.fields else {
-        diags.error(s.ident.span(), "a model struct needs named fields");
+        diags.error_at(
+            &s.ident,
+            "a model struct needs named fields: `struct Model { #[shape(8, 4)] weight: Tensor }`",
+        );
         return None;
     };
     let mut fields = Vec::new();
+    let mut dropped_fields = Vec::new();
     for field in &named.named {
-        if let Some(f) = read_field(field, diags) {
-            fields.push(f);
+        // A field of a type parameter's type is covered by the error on the parameter itself.
+        let of_type_param = matches!(&field.ty, syn::Type::Path(p)
+            if p.path.get_ident().is_some_and(|i| type_params.contains(&i.to_string())));
+        let read = if of_type_param {
+            None
+        } else {
+            read_field(field, diags)
+        };
+        match read {
+            Some(f) => fields.push(f),
+            None => dropped_fields.extend(field.ident.as_ref().map(|i| i.to_string())),
         }
     }
     Some(StructDef {
         name: s.ident.clone(),
         const_generics,
         fields,
+        dropped_fields,
     })
 }
 
@@ -159,8 +234,8 @@ fn read_field(field: &syn::Field, diags: &mut Diagnostics) -> Option<FieldDef> {
         if attr.path().is_ident("rename") {
             match attr.parse_args::<syn::LitStr>() {
                 Ok(lit) => checkpoint_name = lit.value(),
-                Err(_) => diags.error(
-                    attr.span(),
+                Err(_) => diags.error_at(
+                    attr,
                     "write the checkpoint name as a string: #[rename(\"encoder.layer\")]",
                 ),
             }
@@ -171,26 +246,42 @@ fn read_field(field: &syn::Field, diags: &mut Diagnostics) -> Option<FieldDef> {
             }
         }
     }
+    let is_tensor = matches!(&field.ty, syn::Type::Path(p)
+        if p.path.segments.last().is_some_and(|s| s.ident == "Tensor"));
+    if let (Some(attr), false) = (
+        field.attrs.iter().find(|a| a.path().is_ident("shape")),
+        is_tensor,
+    ) {
+        diags.error_at(
+            attr,
+            "#[shape(..)] goes on `Tensor` fields; a sub-model's shapes come from its own fields",
+        );
+    }
     let kind = match &field.ty {
         syn::Type::Array(arr) => {
             let (ty, args) = model_type(&arr.elem, diags)?;
             FieldKind::Models {
                 ty,
                 args,
-                len: arr.len.clone(),
+                len: Box::new(arr.len.clone()),
             }
         }
         syn::Type::Path(p) if p.path.segments.last().is_some_and(|s| s.ident == "Tensor") => {
             let dtype = tensor_dtype(&field.ty, diags)?;
             let Some(shape) = shape else {
-                diags.error(
-                    field.ty.span(),
-                    format!(
-                        "parameter `{name}` needs a static shape: put #[shape(D0, D1, ...)] on the field"
-                    ),
+                diags.error_at(
+                    &field.ty,
+                    format!("parameter `{name}` needs a static shape: put #[shape(D0, D1, ...)] on the field"),
                 );
                 return None;
             };
+            if shape.is_empty() {
+                diags.error_at(
+                    &field.ty,
+                    format!("parameter `{name}` needs at least one dim in #[shape(..)]; a scalar belongs in a `const`"),
+                );
+                return None;
+            }
             FieldKind::Tensor { dtype, shape }
         }
         other => {
@@ -213,15 +304,20 @@ pub fn parse_shape_attr(attr: &syn::Attribute) -> syn::Result<Vec<syn::Expr>> {
     Ok(list.into_iter().collect())
 }
 
-/// `Tensor` is f32; `Tensor<f32>` and `Tensor<i64>` name the dtype.
+/// `Tensor` is f32; `Tensor<f32>` and `Tensor<i64>` name the dtype. `&Tensor` reads the same.
 pub fn tensor_dtype(ty: &syn::Type, diags: &mut Diagnostics) -> Option<DType> {
-    let syn::Type::Path(p) = ty else {
-        diags.error(ty.span(), "expected `Tensor`, `Tensor<f32>` or `Tensor<i64>`");
-        return None;
+    let p = match ty {
+        syn::Type::Path(p) => p,
+        syn::Type::Reference(r) => return tensor_dtype(&r.elem, diags),
+        syn::Type::Paren(p) => return tensor_dtype(&p.elem, diags),
+        other => {
+            diags.error_at(other, "expected `Tensor`, `Tensor<f32>` or `Tensor<i64>`");
+            return None;
+        }
     };
     let seg = p.path.segments.last()?;
     if seg.ident != "Tensor" {
-        diags.error(ty.span(), "expected `Tensor`, `Tensor<f32>` or `Tensor<i64>`");
+        diags.error_at(ty, "expected `Tensor`, `Tensor<f32>` or `Tensor<i64>`");
         return None;
     }
     match &seg.arguments {
@@ -232,16 +328,17 @@ pub fn tensor_dtype(ty: &syn::Type, diags: &mut Diagnostics) -> Option<DType> {
                 Some("f32") => Some(DType::F32),
                 Some("i64") => Some(DType::I64),
                 _ => {
-                    diags.error(
-                        args.span(),
-                        "supported tensor dtypes are `f32` (the default) and `i64` (integer ids)",
+                    diags.error_at(
+                        &args.args,
+                        "supported tensor dtypes are `f32` (the default) and `i64` (integer ids); masks come from \
+                         comparisons",
                     );
                     None
                 }
             }
         }
         syn::PathArguments::Parenthesized(_) => {
-            diags.error(ty.span(), "expected `Tensor<f32>` or `Tensor<i64>`");
+            diags.error_at(ty, "expected `Tensor<f32>` or `Tensor<i64>`");
             None
         }
     }
@@ -249,8 +346,8 @@ pub fn tensor_dtype(ty: &syn::Type, diags: &mut Diagnostics) -> Option<DType> {
 
 fn model_type(ty: &syn::Type, diags: &mut Diagnostics) -> Option<(syn::Ident, Vec<syn::Expr>)> {
     let syn::Type::Path(p) = ty else {
-        diags.error(
-            ty.span(),
+        diags.error_at(
+            ty,
             "a model field is a `Tensor` with #[shape(..)], another model struct, or an array `[Model; N]`",
         );
         return None;
@@ -270,7 +367,7 @@ fn model_type(ty: &syn::Type, diags: &mut Diagnostics) -> Option<(syn::Ident, Ve
                     }))
                 }
                 other => {
-                    diags.error(other.span(), "sub-model generic arguments must be constants");
+                    diags.error_at(other, "sub-model generic arguments must be constants");
                     return None;
                 }
             }
@@ -281,28 +378,45 @@ fn model_type(ty: &syn::Type, diags: &mut Diagnostics) -> Option<(syn::Ident, Ve
 
 fn read_impl(imp: &syn::ItemImpl, source: &mut ModelSource, diags: &mut Diagnostics) {
     if let Some((_, path, _)) = &imp.trait_ {
-        diags.error(
-            path.span(),
+        diags.error_at(
+            path,
             "trait impls are not part of a model; write an inherent `impl Model { fn forward(..) }`",
         );
         return;
     }
     let syn::Type::Path(p) = imp.self_ty.as_ref() else {
-        diags.error(imp.self_ty.span(), "expected `impl ModelStruct`");
+        diags.error_at(&imp.self_ty, "expected `impl ModelStruct`");
         return;
     };
     let Some(seg) = p.path.segments.last() else {
         return;
     };
     let owner = seg.ident.to_string();
+    if source.struct_def(&owner).is_none() {
+        diags.error_at(
+            &imp.self_ty,
+            format!("`{owner}` is not a model struct of this module; an `impl` here belongs to one of its structs"),
+        );
+        return;
+    }
     for item in &imp.items {
         match item {
             syn::ImplItem::Fn(f) => {
-                source
-                    .methods
-                    .insert((owner.clone(), f.sig.ident.to_string()), f.clone());
+                let key = (owner.clone(), f.sig.ident.to_string());
+                if source.methods.contains_key(&key) {
+                    diags.error_at(
+                        &f.sig.ident,
+                        format!("`{owner}` already has a method `{}`", f.sig.ident),
+                    );
+                    continue;
+                }
+                source.methods.insert(key, f.clone());
             }
-            other => diags.error(other.span(), "a model impl holds only methods"),
+            syn::ImplItem::Const(c) => diags.error_at(
+                &c.ident,
+                "associated consts are not supported in a model: declare it in the module (`const NAME: usize = ..;`)",
+            ),
+            other => diags.error_at(other, "a model impl holds only methods"),
         }
     }
 }
@@ -311,13 +425,13 @@ fn read_impl(imp: &syn::ItemImpl, source: &mut ModelSource, diags: &mut Diagnost
 pub fn bind_generics(
     def: &StructDef,
     args: &[syn::Expr],
-    span: Span,
+    at: &impl quote::ToTokens,
     consts: &BTreeMap<String, ConstVal>,
     parent: &BTreeMap<String, ConstVal>,
 ) -> syn::Result<BTreeMap<String, ConstVal>> {
     if args.len() != def.const_generics.len() {
-        return Err(syn::Error::new(
-            span,
+        return Err(syn::Error::new_spanned(
+            at,
             format!(
                 "`{}` takes {} const generic argument(s), got {}",
                 def.name,

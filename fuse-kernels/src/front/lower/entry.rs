@@ -1,0 +1,311 @@
+//! The root model's `forward`: its signature, its inputs (with their `#[shape]`s) and its outputs.
+
+use std::collections::BTreeMap;
+
+use super::{Instance, Lowerer, Scope, Value};
+use crate::front::consts::{eval_const, ConstVal};
+use crate::front::diag::At;
+use crate::front::model::{parse_shape_attr, tensor_dtype};
+use crate::ir::{Dim, InputInfo, Node, NodeId, Op, Shape, TensorType};
+
+impl Lowerer<'_> {
+    /// Lowers the root struct `def`'s `forward` into `self.g`.
+    pub fn lower_root(&mut self, def: usize) {
+        let root = Instance {
+            def,
+            path: String::new(),
+            generics: BTreeMap::new(),
+        };
+        let name = self.src.structs[def].name.clone();
+        if !self.src.structs[def].const_generics.is_empty() {
+            self.diags.error_at(
+                &name,
+                format!(
+                    "the root model `{name}` cannot have const generics: nothing binds them; use module consts, or \
+                     make `{name}` a field of a model that names its arguments"
+                ),
+            );
+            return;
+        }
+        self.declare_params(&root);
+        let Some(forward) = self
+            .src
+            .methods
+            .get(&(name.to_string(), "forward".to_string()))
+        else {
+            self.diags.error_at(
+                &name,
+                format!(
+                    "model `{name}` has no `forward`; add `impl {name} {{ pub fn forward(&self, #[shape(batch, 8)] x: \
+                     Tensor) -> Tensor {{ ... }} }}`"
+                ),
+            );
+            return;
+        };
+        let forward = forward.clone();
+        let signature_ok = self.check_signature(&forward.sig);
+        let mut vars = vec![("self".to_string(), Value::Model(root))];
+        let mut inputs_ok = true;
+        for arg in forward.sig.inputs.iter() {
+            let syn::FnArg::Typed(pt) = arg else { continue };
+            match self.root_input(pt) {
+                Some((name, id)) => vars.push((name, Value::Tensor(id))),
+                None => inputs_ok = false,
+            }
+        }
+        if !signature_ok || !inputs_ok || self.gave_up {
+            return;
+        }
+        self.scopes.push(Scope { vars });
+        // The root is on the call stack too, so `self.forward(..)` inside it is caught as recursion at once.
+        self.call_stack.push(format!("{name}::forward"));
+        let out = self.eval_fn_body(&forward.block);
+        self.call_stack.pop();
+        self.scopes.pop();
+        self.set_outputs(out, &forward);
+    }
+
+    /// False when lowering the body would only produce follow-on errors.
+    fn check_signature(&mut self, sig: &syn::Signature) -> bool {
+        let mut ok = true;
+        match sig.inputs.first() {
+            Some(syn::FnArg::Receiver(r))
+                if r.mutability.is_some() || (r.reference.is_none() && r.colon_token.is_none()) =>
+            {
+                self.diags.error_at(
+                    r,
+                    "`forward` takes `&self`: the model's weights are read-only while it runs",
+                );
+            }
+            Some(syn::FnArg::Receiver(_)) => {}
+            _ => {
+                self.diags.error(
+                    At::until(&sig.ident, sig.paren_token.span.close()),
+                    "`forward` must take `&self` first: `fn forward(&self, #[shape(batch, 8)] x: Tensor)`",
+                );
+                ok = false;
+            }
+        }
+        if let Some(a) = &sig.asyncness {
+            self.diags.error_at(
+                a,
+                "`forward` cannot be `async`: it is compiled into a static graph that runs synchronously; \
+                 remove `async`",
+            );
+        }
+        if let Some(u) = &sig.unsafety {
+            self.diags
+                .error_at(u, "`unsafe` is not supported in a model; remove it");
+        }
+        if let Some(abi) = &sig.abi {
+            self.diags
+                .error_at(abi, "`forward` cannot have an ABI; remove it");
+        }
+        if let Some(v) = &sig.variadic {
+            self.diags.error_at(v, "`forward` cannot be variadic");
+        }
+        let generic = sig
+            .generics
+            .params
+            .iter()
+            .any(|p| !matches!(p, syn::GenericParam::Lifetime(_)));
+        if generic {
+            self.diags.error_at(
+                &sig.generics,
+                "`forward` cannot be generic: the compiler cannot resolve type or const parameters of `forward`; \
+                 use module consts, or const generics on a sub-model struct",
+            );
+            ok = false;
+        }
+        match &sig.output {
+            syn::ReturnType::Default => {
+                self.diags.error(
+                    sig.paren_token.span.close(),
+                    "`forward` returns nothing; it must return `Tensor` or a tuple of `Tensor`s: add `-> Tensor`",
+                );
+                ok = false;
+            }
+            syn::ReturnType::Type(_, ty) if !is_tensor_or_tuple(ty) => {
+                self.diags.error_at(
+                    ty,
+                    "`forward` must return `Tensor` or a tuple of `Tensor`s, e.g. `-> Tensor` or `-> (Tensor, Tensor)`",
+                );
+                ok = false;
+            }
+            syn::ReturnType::Type(..) => {}
+        }
+        ok
+    }
+
+    fn set_outputs(&mut self, out: Value, forward: &syn::ImplItemFn) {
+        let at = tail_at(forward);
+        let values = match out {
+            Value::Tuple(vs) => vs,
+            v => vec![v],
+        };
+        for v in values {
+            match v {
+                Value::Tensor(id) => self.g.outputs.push(id),
+                Value::Poison => {}
+                other => {
+                    let what = self.describe(&other);
+                    let hint = match other {
+                        Value::Unit => {
+                            "; the last expression of `forward` is its result: remove the `;` after it"
+                        }
+                        Value::Tuple(_) => "; return a flat tuple of tensors, e.g. `(a, b)`",
+                        _ => "",
+                    };
+                    self.diags.error(
+                        at,
+                        format!("`forward` must return tensors, but this is {what}{hint}"),
+                    );
+                }
+            }
+        }
+    }
+
+    /// `#[shape(batch, seq, HIDDEN)] x: Tensor` → an input node.
+    fn root_input(&mut self, pt: &syn::PatType) -> Option<(String, NodeId)> {
+        let syn::Pat::Ident(ident) = pt.pat.as_ref() else {
+            self.diags.error_at(
+                &pt.pat,
+                "name each `forward` input with a plain identifier: `#[shape(batch, 8)] x: Tensor`",
+            );
+            return None;
+        };
+        let name = ident.ident.to_string();
+        if self.g.inputs.iter().any(|i| i.name == name) {
+            self.diags.error_at(
+                &ident.ident,
+                format!("`forward` has two inputs named `{name}`; rename one"),
+            );
+            return None;
+        }
+        if !is_tensor_type(&pt.ty) {
+            self.diags.error_at(
+                &pt.ty,
+                format!(
+                    "`forward`'s inputs are tensors: write `#[shape(..)] {name}: Tensor` (or `Tensor<i64>` for ids); \
+                     a fixed number belongs in the module as a `const`"
+                ),
+            );
+            return None;
+        }
+        let dtype = tensor_dtype(&pt.ty, self.diags)?;
+        let Some(attr) = pt.attrs.iter().find(|a| a.path().is_ident("shape")) else {
+            self.diags.error_at(
+                pt,
+                format!(
+                    "input `{name}` needs a shape: write #[shape(batch, seq, 384)] before it (lowercase names are \
+                     dynamic dims, known at run time; numbers and consts are static)"
+                ),
+            );
+            return None;
+        };
+        let dims = match parse_shape_attr(attr) {
+            Ok(d) => d,
+            Err(e) => {
+                self.diags.push(e);
+                return None;
+            }
+        };
+        let mut shape = Vec::new();
+        for d in &dims {
+            shape.push(self.input_dim(d));
+        }
+        let shape = Shape(shape.into_iter().collect::<Option<Vec<Dim>>>()?);
+        if let Err(e) = crate::infer::check_size(&self.g, &shape) {
+            self.diags.error_at(attr, e);
+            return None;
+        }
+        let index = self.g.inputs.len() as u32;
+        let ty = TensorType { dtype, shape };
+        self.g.inputs.push(InputInfo {
+            name: name.clone(),
+            ty: ty.clone(),
+        });
+        let id = self.g.push(
+            Node {
+                op: Op::Input(index),
+                ty,
+            },
+            ident.ident.span(),
+        );
+        Some((name, id))
+    }
+
+    fn input_dim(&mut self, d: &syn::Expr) -> Option<Dim> {
+        if let syn::Expr::Path(p) = d {
+            if let Some(ident) = p.path.get_ident() {
+                let name = ident.to_string();
+                if !self.src.consts.contains_key(&name) {
+                    if name.starts_with(|c: char| c.is_ascii_lowercase()) {
+                        return Some(Dim::symbol(self.g.dyn_dim(&name)));
+                    }
+                    self.diags.error_at(
+                        d,
+                        format!(
+                            "`{name}` is not a constant of this module; a dim is a number, a module const, or a \
+                             lowercase name for a dynamic dim (`batch`)"
+                        ),
+                    );
+                    return None;
+                }
+            }
+        }
+        match eval_const(d, &self.src.consts, &BTreeMap::new()) {
+            Ok(ConstVal::Int(n)) if n > 0 => Some(Dim::fixed(n as usize)),
+            Ok(v) => {
+                self.diags.error_at(
+                    d,
+                    format!("an input dim must be a positive integer or a dynamic dim name, but this is {v}"),
+                );
+                None
+            }
+            Err(e) => {
+                self.diags.push(e);
+                None
+            }
+        }
+    }
+}
+
+/// Where `forward`'s result is written: its tail expression, or the end of the body when there is none.
+fn tail_at(forward: &syn::ImplItemFn) -> At {
+    match forward.block.stmts.last() {
+        Some(syn::Stmt::Expr(syn::Expr::Return(r), _)) => match &r.expr {
+            Some(e) => At::of(e),
+            None => At::of(r),
+        },
+        Some(syn::Stmt::Expr(e, None)) => At::of(e),
+        Some(stmt) => At::of(stmt),
+        None => At::token(forward.block.brace_token.span.join()),
+    }
+}
+
+/// `Tensor`, `Tensor<i64>`, `&Tensor`.
+fn is_tensor_type(ty: &syn::Type) -> bool {
+    match ty {
+        syn::Type::Reference(r) => is_tensor_path(&r.elem),
+        other => is_tensor_path(other),
+    }
+}
+
+fn is_tensor_path(ty: &syn::Type) -> bool {
+    match ty {
+        syn::Type::Path(p) => p.path.segments.last().is_some_and(|s| s.ident == "Tensor"),
+        syn::Type::Paren(p) => is_tensor_path(&p.elem),
+        syn::Type::Group(g) => is_tensor_path(&g.elem),
+        _ => false,
+    }
+}
+
+/// `Tensor` or a flat tuple of them: the result types the runtime can hand back.
+fn is_tensor_or_tuple(ty: &syn::Type) -> bool {
+    match ty {
+        syn::Type::Tuple(t) => !t.elems.is_empty() && t.elems.iter().all(is_tensor_path),
+        syn::Type::Paren(p) => is_tensor_or_tuple(&p.elem),
+        other => is_tensor_path(other),
+    }
+}

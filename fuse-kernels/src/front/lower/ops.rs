@@ -1,0 +1,401 @@
+//! Tensor methods: `x.exp()`, `x.matmul(&w)`, `x.sum(-1, true)`, `x.reshape([b, s, 4, 8])`, ... Each checks its
+//! arguments (constants where the graph needs them) and adds one op, whose type errors point at the call.
+
+use super::{closest, dim_value, Lowerer, Value};
+use crate::front::consts::ConstVal;
+use crate::front::diag::At;
+use crate::ir::{BinaryOp, DType, NodeId, Op, ReduceOp, UnaryOp};
+
+/// Every tensor method with how it is called, for arity errors and the "unknown method" message.
+const METHODS: &[(&str, &str)] = &[
+    ("neg", "x.neg()"),
+    ("abs", "x.abs()"),
+    ("exp", "x.exp()"),
+    ("log", "x.log()"),
+    ("sqrt", "x.sqrt()"),
+    ("rsqrt", "x.rsqrt()"),
+    ("tanh", "x.tanh()"),
+    ("sigmoid", "x.sigmoid()"),
+    ("relu", "x.relu()"),
+    ("gelu", "x.gelu()"),
+    ("gelu_tanh", "x.gelu_tanh()"),
+    ("silu", "x.silu()"),
+    ("square", "x.square()"),
+    ("clone", "x.clone()"),
+    ("to_f32", "ids.to_f32()"),
+    ("add", "a.add(&b)"),
+    ("sub", "a.sub(&b)"),
+    ("mul", "a.mul(&b)"),
+    ("div", "a.div(&b)"),
+    ("max", "a.max(&b) or x.max(axis, keepdim)"),
+    ("min", "a.min(&b)"),
+    ("pow", "a.pow(&b)"),
+    ("lt", "a.lt(&b)"),
+    ("le", "a.le(&b)"),
+    ("gt", "a.gt(&b)"),
+    ("ge", "a.ge(&b)"),
+    ("eq", "a.eq(&b)"),
+    ("ne", "a.ne(&b)"),
+    ("sum", "x.sum(axis, keepdim)"),
+    ("mean", "x.mean(axis, keepdim)"),
+    ("softmax", "x.softmax(axis)"),
+    ("layer_norm", "x.layer_norm(&gamma, &beta, eps)"),
+    ("rms_norm", "x.rms_norm(&gamma, eps)"),
+    ("matmul", "a.matmul(&b)"),
+    ("t", "x.t()"),
+    ("transpose", "x.transpose(axis_a, axis_b)"),
+    ("permute", "x.permute([0, 2, 1, 3])"),
+    ("reshape", "x.reshape([batch, seq, HEADS, HEAD_DIM])"),
+    ("slice", "x.slice(axis, start, end)"),
+    ("dim", "x.dim(axis)"),
+];
+
+/// Names from other tensor libraries, and what to write here.
+const ALIASES: &[(&str, &str)] = &[
+    ("view", "use `x.reshape([..])`"),
+    ("flatten", "use `x.reshape([..])`"),
+    (
+        "unsqueeze",
+        "use `x.reshape([..])` with a 1 where the new axis goes",
+    ),
+    ("squeeze", "use `x.reshape([..])` without the size-1 axis"),
+    ("mm", "use `a.matmul(&b)`"),
+    ("bmm", "use `a.matmul(&b)`"),
+    ("dot", "use `a.matmul(&b)`"),
+    ("size", "use `x.dim(axis)`"),
+    ("shape", "use `x.dim(axis)`"),
+    ("float", "use `x.to_f32()`"),
+    ("masked_fill", "use `where_(mask, value, x)`"),
+    ("log_softmax", "use `x.softmax(axis).log()`"),
+    (
+        "contiguous",
+        "it is not needed: the compiler plans memory layouts; remove it",
+    ),
+    ("powi", "use `x.pow(n)` or `x.square()`"),
+    ("powf", "use `x.pow(y)`"),
+    ("ln", "use `x.log()`"),
+];
+
+impl Lowerer<'_> {
+    pub(super) fn tensor_method(&mut self, x: NodeId, m: &syn::ExprMethodCall) -> Value {
+        let method = m.method.to_string();
+        let at = At::until(&m.method, m.paren_token.span.close());
+        let usage = METHODS.iter().find(|(n, _)| *n == method).map(|(_, u)| *u);
+        let Some(usage) = usage else {
+            self.eval_args_for_errors(&m.args);
+            self.diags.error_at(&m.method, unknown_method(&method));
+            return Value::Poison;
+        };
+        // Arrays are read as syntax (`[0, 2, 1, 3]`), so these two take their argument unevaluated.
+        match method.as_str() {
+            "permute" if self.arity(m, 1, usage) => return self.permute(x, &m.args[0], at),
+            "reshape" if self.arity(m, 1, usage) => {
+                let Some(shape) = self.dim_list(&m.args[0], x) else {
+                    return Value::Poison;
+                };
+                return self.add(Op::Reshape { input: x, shape }, at);
+            }
+            "permute" | "reshape" => return Value::Poison,
+            _ => {}
+        }
+        let args: Vec<Value> = m.args.iter().map(|a| self.eval(a)).collect();
+        let arg_at: Vec<At> = m.args.iter().map(At::of).collect();
+        if args.iter().any(|a| matches!(a, Value::Poison)) {
+            return Value::Poison;
+        }
+        let rank = self.g.ty(x).shape.rank();
+        match (method.as_str(), args.len()) {
+            ("sum" | "mean" | "max", 2) => {
+                let op = match method.as_str() {
+                    "sum" => ReduceOp::Sum,
+                    "mean" => ReduceOp::Mean,
+                    _ => ReduceOp::Max,
+                };
+                let Some(axis) = self.axis(&args[0], arg_at[0], x) else {
+                    return Value::Poison;
+                };
+                let keepdim = match &args[1] {
+                    Value::Const(ConstVal::Bool(b)) => *b,
+                    other => {
+                        let what = self.describe(other);
+                        self.diags.error(
+                            arg_at[1],
+                            format!("keepdim must be `true` or `false`, not {what}"),
+                        );
+                        return Value::Poison;
+                    }
+                };
+                let make = move |input, axis| Op::Reduce {
+                    op,
+                    input,
+                    axis,
+                    keepdim,
+                };
+                self.along_last_axis(x, axis, at, make, keepdim)
+            }
+            (name, 0) if UnaryOp::from_name(name).is_some() => match UnaryOp::from_name(name) {
+                Some(u) => self.add(Op::Unary(u, x), at),
+                None => Value::Poison,
+            },
+            ("square", 0) => self.add(Op::Binary(BinaryOp::Mul, x, x), at),
+            ("clone", 0) => Value::Tensor(x),
+            ("to_f32", 0) => self.add(Op::Cast(x, DType::F32), at),
+            ("t", 0) => {
+                if rank < 2 {
+                    let shape = self.g.fmt_shape(&self.g.ty(x).shape);
+                    self.diags.error(
+                        at,
+                        format!("`t()` swaps the last two axes, so it needs rank 2 or more, but this is {shape}"),
+                    );
+                    return Value::Poison;
+                }
+                let mut perm: Vec<usize> = (0..rank).collect();
+                perm.swap(rank - 1, rank - 2);
+                self.add(Op::Permute { input: x, perm }, at)
+            }
+            (name, 1) if BinaryOp::from_method(name).is_some() => {
+                let (Some(op), Some(y)) = (
+                    BinaryOp::from_method(name),
+                    self.operand(&args[0], arg_at[0]),
+                ) else {
+                    return Value::Poison;
+                };
+                self.add(Op::Binary(op, x, y), at)
+            }
+            ("matmul", 1) => match self.operand(&args[0], arg_at[0]) {
+                Some(y) => self.add(Op::MatMul(x, y), at),
+                None => Value::Poison,
+            },
+            ("softmax", 1) => match self.axis(&args[0], arg_at[0], x) {
+                Some(axis) => self.along_last_axis(
+                    x,
+                    axis,
+                    at,
+                    |input, axis| Op::Softmax { input, axis },
+                    true,
+                ),
+                None => Value::Poison,
+            },
+            ("layer_norm", 3) => {
+                let gamma = self.operand(&args[0], arg_at[0]);
+                let beta = self.operand(&args[1], arg_at[1]);
+                let eps = self.const_float(&args[2], arg_at[2], "eps");
+                let (Some(gamma), Some(beta), Some(eps)) = (gamma, beta, eps) else {
+                    return Value::Poison;
+                };
+                self.add(
+                    Op::LayerNorm {
+                        input: x,
+                        gamma,
+                        beta,
+                        eps,
+                    },
+                    at,
+                )
+            }
+            ("rms_norm", 2) => {
+                let gamma = self.operand(&args[0], arg_at[0]);
+                let eps = self.const_float(&args[1], arg_at[1], "eps");
+                let (Some(gamma), Some(eps)) = (gamma, eps) else {
+                    return Value::Poison;
+                };
+                self.add(
+                    Op::RmsNorm {
+                        input: x,
+                        gamma,
+                        eps,
+                    },
+                    at,
+                )
+            }
+            ("transpose", 2) => {
+                let a = self.axis(&args[0], arg_at[0], x);
+                let b = self.axis(&args[1], arg_at[1], x);
+                let (Some(a), Some(b)) = (a, b) else {
+                    return Value::Poison;
+                };
+                let mut perm: Vec<usize> = (0..rank).collect();
+                perm.swap(a, b);
+                self.add(Op::Permute { input: x, perm }, at)
+            }
+            ("slice", 3) => self.slice(x, &args, &arg_at, at),
+            ("dim", 1) => match self.axis(&args[0], arg_at[0], x) {
+                Some(axis) => dim_value(&self.g.ty(x).shape.0[axis]),
+                None => Value::Poison,
+            },
+            ("min", 2) => {
+                self.diags.error(
+                    at,
+                    "there is no `min` reduction; write `-(-x).max(axis, keepdim)`, or `a.min(&b)` for an \
+                     elementwise minimum",
+                );
+                Value::Poison
+            }
+            (_, n) => {
+                self.diags.error(
+                    at,
+                    format!("`{method}` is called as `{usage}`, but this call has {n} argument(s)"),
+                );
+                Value::Poison
+            }
+        }
+    }
+
+    fn arity(&mut self, m: &syn::ExprMethodCall, n: usize, usage: &str) -> bool {
+        if m.args.len() == n {
+            return true;
+        }
+        self.diags.error(
+            At::until(&m.method, m.paren_token.span.close()),
+            format!(
+                "`{}` is called as `{usage}`, but this call has {} argument(s)",
+                m.method,
+                m.args.len()
+            ),
+        );
+        false
+    }
+
+    fn slice(&mut self, x: NodeId, args: &[Value], arg_at: &[At], at: At) -> Value {
+        let axis = self.axis(&args[0], arg_at[0], x);
+        let start = self.const_int(&args[1], arg_at[1], "a slice start");
+        let end = self.const_int(&args[2], arg_at[2], "a slice end");
+        let (Some(axis), Some(start), Some(end)) = (axis, start, end) else {
+            return Value::Poison;
+        };
+        let (Ok(start), Ok(end)) = (usize::try_from(start), usize::try_from(end)) else {
+            self.diags.error(
+                at,
+                format!("slice bounds count from the start of the axis and cannot be negative: got {start}..{end}"),
+            );
+            return Value::Poison;
+        };
+        self.add(
+            Op::Slice {
+                input: x,
+                axis,
+                start,
+                end,
+            },
+            at,
+        )
+    }
+
+    pub(super) fn const_int(&mut self, v: &Value, at: At, what: &str) -> Option<i64> {
+        let found = match v {
+            Value::Const(ConstVal::Int(i)) => return Some(*i),
+            Value::Poison => return None,
+            Value::Dim(d) => format!(
+                "the dynamic dim `{}`, which is known only at run time",
+                self.g.fmt_dim(d)
+            ),
+            other => self.describe(other),
+        };
+        self.diags.error(
+            at,
+            format!("{what} must be an integer constant, but this is {found}"),
+        );
+        None
+    }
+
+    fn const_float(&mut self, v: &Value, at: At, what: &str) -> Option<f64> {
+        match v {
+            Value::Const(c) if c.as_f64().is_some() => {
+                let f = c.as_f64()?;
+                self.finite_f32(f, at)
+            }
+            Value::Poison => None,
+            other => {
+                let found = self.describe(other);
+                self.diags.error(
+                    at,
+                    format!("{what} must be a number constant, but this is {found}"),
+                );
+                None
+            }
+        }
+    }
+
+    /// A possibly negative axis of `x`, checked against its rank.
+    pub(super) fn axis(&mut self, v: &Value, at: At, x: NodeId) -> Option<usize> {
+        let a = self.const_int(v, at, "an axis")?;
+        let shape = &self.g.ty(x).shape;
+        let rank = shape.rank() as i64;
+        let norm = if a < 0 { a.saturating_add(rank) } else { a };
+        if norm < 0 || norm >= rank {
+            let text = self.g.fmt_shape(shape);
+            let valid = if rank == 0 {
+                "a scalar has no axes".to_string()
+            } else {
+                format!("valid axes are 0..{rank}, or -{rank}..-1 counting from the end")
+            };
+            self.diags.error(
+                at,
+                format!(
+                    "axis {a} is out of range for a tensor of shape {text} (rank {rank}); {valid}"
+                ),
+            );
+            return None;
+        }
+        Some(norm as usize)
+    }
+
+    /// Canonicalises a reduction or softmax over `axis` to one over the last axis (the only form the planner and
+    /// the kernels know): permute `axis` to the end, apply `make`, and permute back when the axis is kept.
+    fn along_last_axis(
+        &mut self,
+        x: NodeId,
+        axis: usize,
+        at: At,
+        make: impl Fn(NodeId, usize) -> Op,
+        axis_kept: bool,
+    ) -> Value {
+        let rank = self.g.ty(x).shape.rank();
+        if axis + 1 == rank {
+            return self.add(make(x, axis), at);
+        }
+        let mut perm: Vec<usize> = (0..rank).filter(|&a| a != axis).collect();
+        perm.push(axis);
+        let Value::Tensor(moved) = self.add(
+            Op::Permute {
+                input: x,
+                perm: perm.clone(),
+            },
+            at,
+        ) else {
+            return Value::Poison;
+        };
+        let Value::Tensor(y) = self.add(make(moved, rank - 1), at) else {
+            return Value::Poison;
+        };
+        if !axis_kept {
+            return Value::Tensor(y);
+        }
+        let mut inverse = vec![0; rank];
+        for (i, &p) in perm.iter().enumerate() {
+            inverse[p] = i;
+        }
+        self.add(
+            Op::Permute {
+                input: y,
+                perm: inverse,
+            },
+            at,
+        )
+    }
+}
+
+fn unknown_method(method: &str) -> String {
+    if let Some((_, instead)) = ALIASES.iter().find(|(n, _)| *n == method) {
+        return format!("unknown tensor method `{method}`; {instead}");
+    }
+    let names = METHODS.iter().map(|(n, _)| *n);
+    if let Some(c) = closest(method, names) {
+        return format!("unknown tensor method `{method}`; did you mean `{c}`?");
+    }
+    let all: Vec<&str> = METHODS.iter().map(|(n, _)| *n).collect();
+    format!(
+        "unknown tensor method `{method}`; the tensor methods are: {}",
+        all.join(", ")
+    )
+}

@@ -1,0 +1,24 @@
+use fuse_runtime::{fused_model, Tensor};
+
+#[fused_model]
+mod m {
+    pub struct Model {
+        #[shape(4, 4)]
+        w: Tensor,
+    }
+
+    impl Model {
+        pub fn forward(&self, #[shape(batch, 4)] x: Tensor) -> Tensor {
+            if let Some(bias) = self.bias() {
+                x + bias
+            } else {
+                x
+            }
+        }
+    }
+}
+
+fn main() {
+    let model = m::Model::random(0);
+    let _ = model.forward(&Tensor::randn(&[2, 4], 1));
+}

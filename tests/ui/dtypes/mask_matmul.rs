@@ -1,0 +1,20 @@
+use fuse_runtime::{fused_model, Tensor};
+
+#[fused_model]
+mod m {
+    pub struct Model {
+        #[shape(4, 4)]
+        w: Tensor,
+    }
+
+    impl Model {
+        pub fn forward(&self, #[shape(batch, 4)] x: Tensor) -> Tensor {
+            x.gt(0.0).matmul(&self.w)
+        }
+    }
+}
+
+fn main() {
+    let model = m::Model::random(0);
+    let _ = model.forward(&Tensor::randn(&[2, 4], 1));
+}

@@ -1,0 +1,21 @@
+use fuse_runtime::{fused_model, Tensor};
+
+#[fused_model]
+mod m {
+    pub struct Model {
+        #[shape(4, 4)]
+        w: Tensor,
+    }
+
+    impl Model {
+        pub fn run(&self, #[shape(batch, 4)] x: Tensor) -> Tensor {
+            x.matmul(&self.w)
+        }
+    }
+}
+
+fn main() {
+    let model = m::Model::random(0);
+    let _ = model.plan();
+    let _ = Tensor::zeros(&[1]);
+}
