@@ -25,9 +25,8 @@ impl SentenceEmbedder {
         let dir = checkpoint_dir();
         let tokenizer = SentenceTokenizer::from_dir(&dir)?;
         let weights = dir.join("model.safetensors");
-        let model = MiniLm::load(&weights).map_err(|e| {
-            format!("{e}\n(fetch the checkpoint with scripts/fetch-minilm.sh)")
-        })?;
+        let model = MiniLm::load(&weights)
+            .map_err(|e| format!("{e}\n(fetch the checkpoint with scripts/fetch-minilm.sh)"))?;
         Ok(SentenceEmbedder { model, tokenizer })
     }
 

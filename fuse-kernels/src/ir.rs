@@ -296,7 +296,10 @@ pub enum Op {
         keepdim: bool,
     },
     /// Numerically stable softmax along `axis`.
-    Softmax { input: NodeId, axis: usize },
+    Softmax {
+        input: NodeId,
+        axis: usize,
+    },
     /// Layer norm over the last axis: `(x - mean) / sqrt(var + eps) * gamma + beta`, biased variance.
     LayerNorm {
         input: NodeId,
@@ -313,9 +316,15 @@ pub enum Op {
     /// Matrix product over the last two axes, broadcasting the leading ones. Transposed operands are `Permute`s.
     MatMul(NodeId, NodeId),
     /// `out.dims[i] = in.dims[perm[i]]`. A view: no data moves unless a consumer needs it contiguous.
-    Permute { input: NodeId, perm: Vec<usize> },
+    Permute {
+        input: NodeId,
+        perm: Vec<usize>,
+    },
     /// Same elements, row-major order kept, new shape (equal element count).
-    Reshape { input: NodeId, shape: Shape },
+    Reshape {
+        input: NodeId,
+        shape: Shape,
+    },
     /// Elements `start..end` of `axis`.
     Slice {
         input: NodeId,
@@ -324,11 +333,17 @@ pub enum Op {
         end: usize,
     },
     /// Concatenation along `axis`; all other dims equal.
-    Concat { inputs: Vec<NodeId>, axis: usize },
+    Concat {
+        inputs: Vec<NodeId>,
+        axis: usize,
+    },
     /// Rows of `table` (`[V, D]`) picked by integer `ids` (any shape) → `ids.shape + [D]`. Out-of-range ids give
     /// zeros in the CPU kernels and an error in the reference; ids come from users, so inputs are validated at run
     /// time before launch.
-    Embedding { table: NodeId, ids: NodeId },
+    Embedding {
+        table: NodeId,
+        ids: NodeId,
+    },
 }
 
 impl Op {
@@ -363,7 +378,10 @@ impl Op {
 
     /// Ops that only re-index their input (no arithmetic): consumers can read through them with strides.
     pub fn is_view(&self) -> bool {
-        matches!(self, Op::Permute { .. } | Op::Reshape { .. } | Op::Slice { .. })
+        matches!(
+            self,
+            Op::Permute { .. } | Op::Reshape { .. } | Op::Slice { .. }
+        )
     }
 
     pub fn is_leaf(&self) -> bool {
@@ -449,7 +467,11 @@ impl Graph {
     }
 
     /// Adds a node after inferring its type; the error says what is wrong with the operands.
-    pub fn add(&mut self, op: Op, span: proc_macro2::Span) -> Result<NodeId, crate::infer::TypeError> {
+    pub fn add(
+        &mut self,
+        op: Op,
+        span: proc_macro2::Span,
+    ) -> Result<NodeId, crate::infer::TypeError> {
         let ty = crate::infer::infer(self, &op)?;
         Ok(self.push(Node { op, ty }, span))
     }

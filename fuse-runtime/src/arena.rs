@@ -22,7 +22,11 @@ unsafe impl Send for Arena {}
 impl Arena {
     /// A zeroed arena of at least `bytes` (at least one cache line, so the pointer is never dangling).
     pub fn new(bytes: usize) -> Arena {
-        let align = if bytes >= HUGE_PAGE { HUGE_PAGE } else { CACHE_LINE };
+        let align = if bytes >= HUGE_PAGE {
+            HUGE_PAGE
+        } else {
+            CACHE_LINE
+        };
         let size = bytes.max(CACHE_LINE).div_ceil(align) * align;
         let Ok(layout) = Layout::from_size_align(size, align) else {
             handle_alloc_error(Layout::new::<u8>())

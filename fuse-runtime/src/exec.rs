@@ -152,7 +152,11 @@ pub struct InputSpec {
 }
 
 /// Checks inputs against their declarations and binds the dynamic dims.
-pub fn bind_inputs(specs: &[InputSpec], dyn_dims: &[&str], inputs: &[&Tensor]) -> Result<Vec<usize>> {
+pub fn bind_inputs(
+    specs: &[InputSpec],
+    dyn_dims: &[&str],
+    inputs: &[&Tensor],
+) -> Result<Vec<usize>> {
     if specs.len() != inputs.len() {
         return Err(Error::InputCount {
             expected: specs.len(),
@@ -252,7 +256,12 @@ impl Executor {
     }
 
     /// Runs the program on validated inputs with dims already bound.
-    pub fn run(&self, dims: &[usize], weights: &[Tensor], inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+    pub fn run(
+        &self,
+        dims: &[usize],
+        weights: &[Tensor],
+        inputs: &[&Tensor],
+    ) -> Result<Vec<Tensor>> {
         let mut outputs = self.fresh_outputs(dims)?;
         self.execute(dims, weights, inputs, &mut outputs, None);
         Ok(outputs)
@@ -273,7 +282,10 @@ impl Executor {
             && outputs.iter().zip(self.program.outputs).all(|(t, o)| {
                 t.as_f32().is_some()
                     && t.shape().len() == o.dims.len()
-                    && t.shape().iter().zip(o.dims).all(|(&n, m)| n == m.eval(dims))
+                    && t.shape()
+                        .iter()
+                        .zip(o.dims)
+                        .all(|(&n, m)| n == m.eval(dims))
             });
         if !fits {
             *outputs = self.fresh_outputs(dims)?;
@@ -309,7 +321,10 @@ impl Executor {
         let base = arena.as_mut_ptr();
         let out_ptrs: Vec<*mut u8> = outputs
             .iter_mut()
-            .map(|t| t.as_f32_mut().map_or(std::ptr::null_mut(), |v| v.as_mut_ptr() as *mut u8))
+            .map(|t| {
+                t.as_f32_mut()
+                    .map_or(std::ptr::null_mut(), |v| v.as_mut_ptr() as *mut u8)
+            })
             .collect();
         let mut ptrs = Vec::with_capacity(p.buffers.len());
         for spec in p.buffers {

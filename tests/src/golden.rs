@@ -17,7 +17,10 @@ pub fn check_golden(name: &str, actual: &str) {
         return;
     }
     let expected = std::fs::read_to_string(&path).unwrap_or_else(|_| {
-        panic!("missing golden file {}; run with FUSE_BLESS=1 to create it", path.display())
+        panic!(
+            "missing golden file {}; run with FUSE_BLESS=1 to create it",
+            path.display()
+        )
     });
     if expected != actual {
         let line = expected

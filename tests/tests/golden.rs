@@ -23,8 +23,14 @@ fn check_model(spec: &ModelSpec, stem: &str) {
     let g = graph_of(spec);
     check_golden(&format!("{stem}.ir.txt"), &dump_graph(&g));
     check_golden(&format!("{stem}.plan.txt"), &dump(&plan(&g, Mode::Fused)));
-    check_golden(&format!("{stem}.eager.plan.txt"), &dump(&plan(&g, Mode::Eager)));
-    check_golden(&format!("{stem}.cpu.rs.txt"), &generated_rust(spec, Mode::Fused));
+    check_golden(
+        &format!("{stem}.eager.plan.txt"),
+        &dump(&plan(&g, Mode::Eager)),
+    );
+    check_golden(
+        &format!("{stem}.cpu.rs.txt"),
+        &generated_rust(spec, Mode::Fused),
+    );
 }
 
 #[test]
@@ -40,9 +46,18 @@ fn mlp_golden() {
 #[test]
 fn compilation_is_deterministic() {
     for spec in [EncoderLayer::spec(), Mlp::spec()] {
-        let (a, b) = (plan(&graph_of(spec), Mode::Fused), plan(&graph_of(spec), Mode::Fused));
+        let (a, b) = (
+            plan(&graph_of(spec), Mode::Fused),
+            plan(&graph_of(spec), Mode::Fused),
+        );
         assert_eq!(a.hash, b.hash);
-        assert_eq!(generated_rust(spec, Mode::Fused), generated_rust(spec, Mode::Fused));
-        assert_eq!(spec.fused.plan_hash, a.hash, "the macro and a fresh compile agree on the plan hash");
+        assert_eq!(
+            generated_rust(spec, Mode::Fused),
+            generated_rust(spec, Mode::Fused)
+        );
+        assert_eq!(
+            spec.fused.plan_hash, a.hash,
+            "the macro and a fresh compile agree on the plan hash"
+        );
     }
 }

@@ -22,18 +22,34 @@ const HELLO: &str = "Hello, world!";
 fn matches_sentence_transformers() {
     let Some(e) = embedder() else { return };
     let batch = e.tokenizer.encode_batch(&[FOX]).unwrap();
-    assert_eq!(batch.input_ids, [101, 1996, 4248, 2829, 4419, 14523, 2058, 1996, 13971, 3899, 1012, 102]);
+    assert_eq!(
+        batch.input_ids,
+        [101, 1996, 4248, 2829, 4419, 14523, 2058, 1996, 13971, 3899, 1012, 102]
+    );
     let batch = e.tokenizer.encode_batch(&[HELLO]).unwrap();
     assert_eq!(batch.input_ids, [101, 7592, 1010, 2088, 999, 102]);
 
     let out = e.embed(&[FOX, HELLO]).unwrap();
     let expected: [(&[f32], f32); 2] = [
-        (&[0.043934, 0.058934, 0.048178, 0.077548, 0.026744, -0.037630, -0.002605, -0.059943], 0.153683),
-        (&[-0.038177, 0.032911, -0.005459, 0.014370, -0.040291, -0.116533, 0.031688, 0.001912], 0.596054),
+        (
+            &[
+                0.043934, 0.058934, 0.048178, 0.077548, 0.026744, -0.037630, -0.002605, -0.059943,
+            ],
+            0.153683,
+        ),
+        (
+            &[
+                -0.038177, 0.032911, -0.005459, 0.014370, -0.040291, -0.116533, 0.031688, 0.001912,
+            ],
+            0.596054,
+        ),
     ];
     for (got, (head, sum)) in out.iter().zip(expected) {
         for (g, w) in got.iter().zip(head) {
-            assert!((g - w).abs() <= 1e-5, "embedding value {g} vs sentence-transformers {w}");
+            assert!(
+                (g - w).abs() <= 1e-5,
+                "embedding value {g} vs sentence-transformers {w}"
+            );
         }
         let s: f32 = got.iter().sum();
         assert!((s - sum).abs() <= 1e-5, "sum {s} vs {sum}");
@@ -45,11 +61,19 @@ fn matches_sentence_transformers() {
 #[test]
 fn batching_with_padding_matches_one_at_a_time() {
     let Some(e) = embedder() else { return };
-    let sentences = [FOX, HELLO, "A much longer sentence, with more words in it than the others have, to force padding."];
+    let sentences = [
+        FOX,
+        HELLO,
+        "A much longer sentence, with more words in it than the others have, to force padding.",
+    ];
     let together = e.embed(&sentences).unwrap();
     for (s, t) in sentences.iter().zip(&together) {
         let alone = &e.embed(&[s]).unwrap()[0];
-        let diff = alone.iter().zip(t).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        let diff = alone
+            .iter()
+            .zip(t)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
         assert!(diff <= 2e-6, "{s:?}: batched differs from alone by {diff}");
     }
 }

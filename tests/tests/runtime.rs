@@ -32,11 +32,20 @@ fn concurrent_forward_is_bit_identical() {
     let single = model.forward(&x, &mask).unwrap();
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..4)
-            .map(|_| s.spawn(|| (0..3).map(|_| model.forward(&x, &mask).unwrap()).collect::<Vec<_>>()))
+            .map(|_| {
+                s.spawn(|| {
+                    (0..3)
+                        .map(|_| model.forward(&x, &mask).unwrap())
+                        .collect::<Vec<_>>()
+                })
+            })
             .collect();
         for h in handles {
             for out in h.join().unwrap() {
-                assert_eq!(out, single, "a concurrent call differs from the single-threaded one");
+                assert_eq!(
+                    out, single,
+                    "a concurrent call differs from the single-threaded one"
+                );
             }
         }
     });
@@ -48,7 +57,11 @@ fn wrong_inputs_are_typed_errors() {
     let (x, mask) = inputs(2, 4);
     let bad_hidden = Tensor::randn(&[2, 4, 100], 1);
     match model.forward(&bad_hidden, &mask) {
-        Err(Error::InputShape { input, expected, found }) => {
+        Err(Error::InputShape {
+            input,
+            expected,
+            found,
+        }) => {
             assert_eq!(input, "x");
             assert_eq!(expected, "[batch, seq, 384]");
             assert_eq!(found, vec![2, 4, 100]);
@@ -57,51 +70,87 @@ fn wrong_inputs_are_typed_errors() {
     }
     let short_mask = Tensor::from_f32(&[2, 3], vec![1.0; 6]).unwrap();
     match model.forward(&x, &short_mask) {
-        Err(Error::InconsistentDim { dim, first, found, .. }) => {
+        Err(Error::InconsistentDim {
+            dim, first, found, ..
+        }) => {
             assert_eq!((dim.as_str(), first, found), ("seq", 4, 3));
         }
         other => panic!("expected InconsistentDim, got {other:?}"),
     }
     let ids = Tensor::from_i64(&[2, 4], vec![0; 8]).unwrap();
-    assert!(matches!(model.forward(&x, &ids), Err(Error::InputDType { .. })));
+    assert!(matches!(
+        model.forward(&x, &ids),
+        Err(Error::InputDType { .. })
+    ));
     let flat = Tensor::randn(&[8, 384], 1);
-    assert!(matches!(model.forward(&flat, &mask), Err(Error::InputRank { .. })));
+    assert!(matches!(
+        model.forward(&flat, &mask),
+        Err(Error::InputRank { .. })
+    ));
     let message = model.forward(&bad_hidden, &mask).unwrap_err().to_string();
-    assert!(message.contains("x") && message.contains("384"), "{message}");
+    assert!(
+        message.contains("x") && message.contains("384"),
+        "{message}"
+    );
 }
 
 #[test]
 fn weights_round_trip_through_safetensors_by_checkpoint_name() {
     let model = EncoderLayer::random(3);
     let spec = EncoderLayer::spec();
-    let named: Vec<(&str, &Tensor)> = spec.params.iter().map(|p| p.name).zip(model.weights()).collect();
+    let named: Vec<(&str, &Tensor)> = spec
+        .params
+        .iter()
+        .map(|p| p.name)
+        .zip(model.weights())
+        .collect();
     assert!(named.iter().any(|(n, _)| *n == "attention.query.weight"));
     let path = temp_path("encoder.safetensors");
     save_safetensors(&path, &named).unwrap();
     let loaded = EncoderLayer::load(&path).unwrap();
     let (x, mask) = inputs(1, 6);
-    assert_eq!(loaded.forward(&x, &mask).unwrap(), model.forward(&x, &mask).unwrap());
+    assert_eq!(
+        loaded.forward(&x, &mask).unwrap(),
+        model.forward(&x, &mask).unwrap()
+    );
 }
 
 #[test]
 fn bad_weight_files_are_clear_errors() {
     let missing = temp_path("does-not-exist.safetensors");
-    let err = EncoderLayer::load(&missing).err().expect("missing file fails");
-    assert!(err.to_string().contains("does-not-exist.safetensors"), "{err}");
+    let err = EncoderLayer::load(&missing)
+        .err()
+        .expect("missing file fails");
+    assert!(
+        err.to_string().contains("does-not-exist.safetensors"),
+        "{err}"
+    );
 
     let corrupt = temp_path("corrupt.safetensors");
     std::fs::write(&corrupt, b"\x10\x00\x00\x00\x00\x00\x00\x00{not json").unwrap();
-    assert!(matches!(EncoderLayer::load(&corrupt), Err(Error::Safetensors { .. })));
+    assert!(matches!(
+        EncoderLayer::load(&corrupt),
+        Err(Error::Safetensors { .. })
+    ));
 
     let model = EncoderLayer::random(3);
     let spec = EncoderLayer::spec();
     let wrong = Tensor::zeros(&[3, 3]);
-    let mut named: Vec<(&str, &Tensor)> = spec.params.iter().map(|p| p.name).zip(model.weights()).collect();
+    let mut named: Vec<(&str, &Tensor)> = spec
+        .params
+        .iter()
+        .map(|p| p.name)
+        .zip(model.weights())
+        .collect();
     named[0].1 = &wrong;
     let path = temp_path("wrong-shape.safetensors");
     save_safetensors(&path, &named).unwrap();
     match EncoderLayer::load(&path) {
-        Err(Error::WeightShape { name, expected, found }) => {
+        Err(Error::WeightShape {
+            name,
+            expected,
+            found,
+        }) => {
             assert_eq!(name, spec.params[0].name);
             assert_eq!((expected, found), (vec![384, 384], vec![3, 3]));
         }
@@ -110,5 +159,8 @@ fn bad_weight_files_are_clear_errors() {
     named.remove(0);
     let path = temp_path("missing-tensor.safetensors");
     save_safetensors(&path, &named).unwrap();
-    assert!(matches!(EncoderLayer::load(&path), Err(Error::MissingWeight { .. })));
+    assert!(matches!(
+        EncoderLayer::load(&path),
+        Err(Error::MissingWeight { .. })
+    ));
 }

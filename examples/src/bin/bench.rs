@@ -60,7 +60,9 @@ fn main() -> Result<()> {
         args
     };
     println!("threads: {}", rayon_threads());
-    println!("ms, median of {RUNS}; 'new out' allocates the output per call, 'reuse' writes into one");
+    println!(
+        "ms, median of {RUNS}; 'new out' allocates the output per call, 'reuse' writes into one"
+    );
     println!(
         "{:<40} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7} {:>9}",
         "workload", "eager", "fused", "ratio", "eager", "fused", "ratio", "1st call"
@@ -78,8 +80,12 @@ fn main() -> Result<()> {
         let eager = median_ms(RUNS, || model.run(PlanMode::Eager, &refs).map(drop))?;
         let fused = median_ms(RUNS, || model.run(PlanMode::Fused, &refs).map(drop))?;
         let mut outputs = Vec::new();
-        let eager_reuse = median_ms(RUNS, || model.run_into(PlanMode::Eager, &refs, &mut outputs))?;
-        let fused_reuse = median_ms(RUNS, || model.run_into(PlanMode::Fused, &refs, &mut outputs))?;
+        let eager_reuse = median_ms(RUNS, || {
+            model.run_into(PlanMode::Eager, &refs, &mut outputs)
+        })?;
+        let fused_reuse = median_ms(RUNS, || {
+            model.run_into(PlanMode::Fused, &refs, &mut outputs)
+        })?;
         let first = fresh_process_first_call(name).unwrap_or(f64::NAN);
         println!(
             "{label:<40} {eager:>9.2} {fused:>9.2} {:>6.2}x {eager_reuse:>9.2} {fused_reuse:>9.2} {:>6.2}x {first:>9.2}",
@@ -99,7 +105,10 @@ fn main() -> Result<()> {
 
 fn fresh_process_first_call(name: &str) -> Option<f64> {
     let exe = std::env::current_exe().ok()?;
-    let out = Command::new(exe).args(["--first-call", name]).output().ok()?;
+    let out = Command::new(exe)
+        .args(["--first-call", name])
+        .output()
+        .ok()?;
     String::from_utf8(out.stdout).ok()?.trim().parse().ok()
 }
 

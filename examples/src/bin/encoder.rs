@@ -13,7 +13,13 @@ fn main() -> fuse_runtime::Result<()> {
     let x = Tensor::randn(&[batch, seq, 384], 1);
     // Sequence b keeps its first 128 - 8b tokens; the rest is padding.
     let mask: Vec<f32> = (0..batch * seq)
-        .map(|i| if i % seq < seq - 8 * (i / seq) { 1.0 } else { 0.0 })
+        .map(|i| {
+            if i % seq < seq - 8 * (i / seq) {
+                1.0
+            } else {
+                0.0
+            }
+        })
         .collect();
     let mask = Tensor::from_f32(&[batch, seq], mask)?;
 
@@ -22,7 +28,11 @@ fn main() -> fuse_runtime::Result<()> {
     let first_ms = start.elapsed().as_secs_f64() * 1e3;
     let eager = model.forward_eager(&x, &mask)?;
 
-    println!("output {:?}, checksum {:.6}", fused.shape(), fused.checksum());
+    println!(
+        "output {:?}, checksum {:.6}",
+        fused.shape(),
+        fused.checksum()
+    );
     println!(
         "fused vs eager: max abs difference {:.3e}\n",
         fused.max_abs_diff(&eager).unwrap_or(f32::NAN)
@@ -39,9 +49,16 @@ fn main() -> fuse_runtime::Result<()> {
     println!("\ntime (median of 15, batch {batch} × seq {seq}):");
     println!("  first fused call {first_ms:8.2} ms");
     println!("  fused            {fused_ms:8.2} ms");
-    println!("  eager            {eager_ms:8.2} ms   ({:.2}× slower)", eager_ms / fused_ms);
+    println!(
+        "  eager            {eager_ms:8.2} ms   ({:.2}× slower)",
+        eager_ms / fused_ms
+    );
     if std::env::var_os("FUSE_PROFILE").is_some() {
-        for (name, ms) in model.compiled().profile(fuse_runtime::PlanMode::Fused, &[&x, &mask], 10)? {
+        for (name, ms) in
+            model
+                .compiled()
+                .profile(fuse_runtime::PlanMode::Fused, &[&x, &mask], 10)?
+        {
             println!("  {name:<22} {ms:8.3} ms");
         }
     }

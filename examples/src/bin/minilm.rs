@@ -28,11 +28,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let embeddings = embedder.embed(&sentences)?;
     for (s, e) in sentences.iter().zip(&embeddings) {
         let head: Vec<String> = e[..8].iter().map(|v| format!("{v:+.6}")).collect();
-        println!("{s:?}\n  [{}, ...] sum {:+.6}", head.join(", "), e.iter().sum::<f32>());
+        println!(
+            "{s:?}\n  [{}, ...] sum {:+.6}",
+            head.join(", "),
+            e.iter().sum::<f32>()
+        );
     }
     println!("\ncosine similarity:");
     for (i, a) in embeddings.iter().enumerate() {
-        let row: Vec<String> = embeddings.iter().map(|b| format!("{:6.3}", cosine(a, b))).collect();
+        let row: Vec<String> = embeddings
+            .iter()
+            .map(|b| format!("{:6.3}", cosine(a, b)))
+            .collect();
         println!("  {i}: {}", row.join(" "));
     }
     Ok(())
@@ -44,7 +51,15 @@ fn bench(embedder: &SentenceEmbedder) -> Result<(), Box<dyn std::error::Error>> 
     let batch = Batch {
         batch: b,
         seq: s,
-        input_ids: (0..b * s).map(|i| if i % s == 0 { 101 } else { 1000 + (i * 7919 % 29000) as i64 }).collect(),
+        input_ids: (0..b * s)
+            .map(|i| {
+                if i % s == 0 {
+                    101
+                } else {
+                    1000 + (i * 7919 % 29000) as i64
+                }
+            })
+            .collect(),
         token_type_ids: vec![0; b * s],
         position_ids: (0..b * s).map(|i| (i % s) as i64).collect(),
         attention_mask: vec![1.0; b * s],

@@ -60,7 +60,10 @@ pub mod encoder {
             let scale = 1.0 / (HEAD_DIM as f64).sqrt();
             let bias = (1.0 - mask.reshape([b, 1, 1, s])) * -10000.0;
             let probs = (q.matmul(&k.t()) * scale + bias).softmax(-1);
-            let context = probs.matmul(&v).permute([0, 2, 1, 3]).reshape([b, s, HIDDEN]);
+            let context = probs
+                .matmul(&v)
+                .permute([0, 2, 1, 3])
+                .reshape([b, s, HIDDEN]);
             self.output.forward(&context)
         }
     }
@@ -79,7 +82,9 @@ pub mod encoder {
             #[shape(batch, seq, HIDDEN)] x: Tensor,
             #[shape(batch, seq)] mask: Tensor,
         ) -> Tensor {
-            let h = self.attention_norm.forward(&(self.attention.forward(&x, &mask) + &x));
+            let h = self
+                .attention_norm
+                .forward(&(self.attention.forward(&x, &mask) + &x));
             let ffn = self.output.forward(&self.intermediate.forward(&h).gelu());
             self.output_norm.forward(&(ffn + &h))
         }

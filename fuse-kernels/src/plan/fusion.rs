@@ -29,7 +29,9 @@ pub fn class(op: &Op) -> Class {
         Op::Scalar(_) => Class::Constant,
         Op::Permute { .. } | Op::Reshape { .. } | Op::Slice { .. } => Class::View,
         Op::Unary(..) | Op::Binary(..) | Op::Where(..) | Op::Cast(..) => Class::Elementwise,
-        Op::Reduce { .. } | Op::Softmax { .. } | Op::LayerNorm { .. } | Op::RmsNorm { .. } => Class::Row,
+        Op::Reduce { .. } | Op::Softmax { .. } | Op::LayerNorm { .. } | Op::RmsNorm { .. } => {
+            Class::Row
+        }
         Op::MatMul(..) => Class::MatMul,
         Op::Embedding { .. } | Op::Concat { .. } => Class::Standalone,
     }
@@ -65,7 +67,9 @@ impl fmt::Display for WhyNot {
             WhyNot::TwoAnchors => write!(f, "both sides hold a reduction or matmul"),
             WhyNot::MatMulOperand => write!(f, "matmul reads its operands from memory"),
             WhyNot::Standalone => write!(f, "gather/concat run as kernels of their own"),
-            WhyNot::NotRowInput => write!(f, "only the row input of a norm is fused as its prologue"),
+            WhyNot::NotRowInput => {
+                write!(f, "only the row input of a norm is fused as its prologue")
+            }
             WhyNot::ConsumerKind => write!(f, "consumer is not a computing op"),
         }
     }
@@ -88,7 +92,11 @@ pub fn can_fuse(
     consumer: NodeId,
     operand_pos: usize,
 ) -> Result<(), WhyNot> {
-    if group.nodes.iter().any(|&n| class(&g.node(n).op) == Class::Standalone) {
+    if group
+        .nodes
+        .iter()
+        .any(|&n| class(&g.node(n).op) == Class::Standalone)
+    {
         return Err(WhyNot::Standalone);
     }
     let consumer_class = class(&g.node(consumer).op);

@@ -70,7 +70,8 @@ pub fn plan(g: &Graph, intervals: &[Interval]) -> MemoryPlan {
         let ty = g.ty(iv.node);
         let numel = ty.shape.numel();
         let coeff_bytes = numel.coeff * ty.dtype.size();
-        let free = (0..slots.len()).find(|&s| slots[s].syms == numel.syms && busy_until[s] < iv.def);
+        let free =
+            (0..slots.len()).find(|&s| slots[s].syms == numel.syms && busy_until[s] < iv.def);
         let s = match free {
             Some(s) => {
                 slots[s].coeff_bytes = slots[s].coeff_bytes.max(coeff_bytes);

@@ -30,11 +30,19 @@ pub enum KernelKind {
     /// Elementwise ops over the output shape (a materialising copy is the empty case).
     Elementwise,
     /// Prologue (elementwise, into the row) → `anchor` over the last axis → epilogue (elementwise, per output row).
-    Row { anchor: NodeId },
+    Row {
+        anchor: NodeId,
+    },
     /// A (batched) GEMM with its elementwise epilogue applied per output block.
-    MatMul { anchor: NodeId },
-    Gather { node: NodeId },
-    Concat { node: NodeId },
+    MatMul {
+        anchor: NodeId,
+    },
+    Gather {
+        node: NodeId,
+    },
+    Concat {
+        node: NodeId,
+    },
 }
 
 impl KernelKind {
@@ -107,7 +115,10 @@ impl Plan {
 /// The planning passes, in order.
 pub fn plan(graph: &Graph, mode: Mode) -> Plan {
     let (groups, refusals) = fusion::group(graph, mode == Mode::Fused);
-    let roots: BTreeSet<NodeId> = groups.iter().filter_map(|g| g.nodes.last().copied()).collect();
+    let roots: BTreeSet<NodeId> = groups
+        .iter()
+        .filter_map(|g| g.nodes.last().copied())
+        .collect();
     let copies = views_needing_copies(graph, &roots);
     let kernels = build_kernels(graph, groups, &copies);
     let buffers = storage(graph, &kernels);
@@ -153,7 +164,12 @@ fn is_materialized(g: &Graph, roots: &BTreeSet<NodeId>, n: NodeId) -> bool {
 fn build_kernels(g: &Graph, groups: Vec<fusion::Group>, copies: &BTreeSet<NodeId>) -> Vec<Kernel> {
     let mut units: Vec<(NodeId, Vec<NodeId>, Option<NodeId>)> = groups
         .into_iter()
-        .filter_map(|gr| gr.nodes.last().copied().map(|root| (root, gr.nodes, gr.anchor)))
+        .filter_map(|gr| {
+            gr.nodes
+                .last()
+                .copied()
+                .map(|root| (root, gr.nodes, gr.anchor))
+        })
         .collect();
     units.extend(copies.iter().map(|&c| (c, Vec::new(), None)));
     units.sort_by_key(|u| u.0);
@@ -184,7 +200,9 @@ fn build_kernels(g: &Graph, groups: Vec<fusion::Group>, copies: &BTreeSet<NodeId
             read_shapes(g, &k)
         };
         for (operand, at) in operands {
-            if matches!(g.node(operand).op, Op::Scalar(_)) || k.reads.iter().any(|r| r.node == operand) {
+            if matches!(g.node(operand).op, Op::Scalar(_))
+                || k.reads.iter().any(|r| r.node == operand)
+            {
                 continue;
             }
             let own = if nodes.is_empty() {
@@ -218,8 +236,12 @@ fn read_shapes(g: &Graph, k: &Kernel) -> Vec<(NodeId, Shape)> {
             }
             let at = match &node.op {
                 Op::MatMul(a, b) => matmul_operand_shape(g, id, if pos == 0 { *a } else { *b }),
-                Op::Reduce { .. } | Op::Softmax { .. } | Op::LayerNorm { .. } | Op::RmsNorm { .. }
-                | Op::Embedding { .. } | Op::Concat { .. } => g.ty(operand).shape.clone(),
+                Op::Reduce { .. }
+                | Op::Softmax { .. }
+                | Op::LayerNorm { .. }
+                | Op::RmsNorm { .. }
+                | Op::Embedding { .. }
+                | Op::Concat { .. } => g.ty(operand).shape.clone(),
                 _ => g.ty(id).shape.clone(),
             };
             out.push((operand, at));

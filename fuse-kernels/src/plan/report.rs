@@ -10,7 +10,11 @@ fn fmt_sum(g: &Graph, terms: &[Dim]) -> String {
     if terms.is_empty() {
         return "0".into();
     }
-    terms.iter().map(|t| g.fmt_dim(t)).collect::<Vec<_>>().join(" + ")
+    terms
+        .iter()
+        .map(|t| g.fmt_dim(t))
+        .collect::<Vec<_>>()
+        .join(" + ")
 }
 
 /// The IR as text: one line per node with its type.
@@ -18,7 +22,13 @@ pub fn dump_graph(g: &Graph) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "dyn dims: [{}]", g.dyn_dims.join(", "));
     for (i, input) in g.inputs.iter().enumerate() {
-        let _ = writeln!(out, "input{i} {}: {} {}", input.name, input.ty.dtype.name(), g.fmt_shape(&input.ty.shape));
+        let _ = writeln!(
+            out,
+            "input{i} {}: {} {}",
+            input.name,
+            input.ty.dtype.name(),
+            g.fmt_shape(&input.ty.shape)
+        );
     }
     for (i, p) in g.params.iter().enumerate() {
         let _ = writeln!(out, "param{i} {}: {}", p.name, g.fmt_shape(&p.ty.shape));
@@ -31,7 +41,9 @@ pub fn dump_graph(g: &Graph) -> String {
             Op::Softmax { axis, .. } => format!(" axis={axis}"),
             Op::LayerNorm { eps, .. } | Op::RmsNorm { eps, .. } => format!(" eps={eps:e}"),
             Op::Permute { perm, .. } => format!(" perm={perm:?}"),
-            Op::Slice { axis, start, end, .. } => format!(" axis={axis} {start}..{end}"),
+            Op::Slice {
+                axis, start, end, ..
+            } => format!(" axis={axis} {start}..{end}"),
             Op::Concat { axis, .. } => format!(" axis={axis}"),
             _ => String::new(),
         };
@@ -55,8 +67,19 @@ pub fn dump(plan: &Plan) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "plan {:?}: {} kernels", plan.mode, plan.kernels.len());
     for k in &plan.kernels {
-        let ops: Vec<String> = k.nodes.iter().map(|&n| format!("{n}:{}", g.node(n).op.name())).collect();
-        let _ = writeln!(out, "{} -> {} {} [{}]", k.name, k.output, g.fmt_shape(&g.ty(k.output).shape), ops.join(" "));
+        let ops: Vec<String> = k
+            .nodes
+            .iter()
+            .map(|&n| format!("{n}:{}", g.node(n).op.name()))
+            .collect();
+        let _ = writeln!(
+            out,
+            "{} -> {} {} [{}]",
+            k.name,
+            k.output,
+            g.fmt_shape(&g.ty(k.output).shape),
+            ops.join(" ")
+        );
         for r in &k.reads {
             let strides: Vec<String> = r.access.strides.iter().map(|s| g.fmt_dim(s)).collect();
             let _ = writeln!(
@@ -78,7 +101,11 @@ pub fn dump(plan: &Plan) -> String {
         let _ = writeln!(out, "  buffer{b} {node} {:?}", plan.storage_of(b));
     }
     for r in &plan.refusals {
-        let _ = writeln!(out, "not fused: {} -> {}: {}", r.producer, r.consumer, r.why);
+        let _ = writeln!(
+            out,
+            "not fused: {} -> {}: {}",
+            r.producer, r.consumer, r.why
+        );
     }
     out
 }
@@ -104,7 +131,8 @@ pub fn kernel_bytes(g: &Graph, k: &Kernel) -> Vec<Dim> {
 /// The graph in Graphviz DOT, one cluster per kernel.
 pub fn dot(plan: &Plan) -> String {
     let g = &plan.graph;
-    let mut out = String::from("digraph fuse {\n  rankdir=TB;\n  node [shape=box, fontname=monospace];\n");
+    let mut out =
+        String::from("digraph fuse {\n  rankdir=TB;\n  node [shape=box, fontname=monospace];\n");
     for id in g.ids() {
         let node = g.node(id);
         let shape = if node.op.is_leaf() { "ellipse" } else { "box" };
@@ -118,7 +146,11 @@ pub fn dot(plan: &Plan) -> String {
         );
     }
     for k in &plan.kernels {
-        let _ = writeln!(out, "  subgraph cluster_{} {{\n    label=\"{}\"; style=filled; color=lightblue;", k.name, k.name);
+        let _ = writeln!(
+            out,
+            "  subgraph cluster_{} {{\n    label=\"{}\"; style=filled; color=lightblue;",
+            k.name, k.name
+        );
         for n in &k.nodes {
             let _ = writeln!(out, "    n{};", n.0);
         }
@@ -131,7 +163,11 @@ pub fn dot(plan: &Plan) -> String {
     }
     for (b, &(node, _)) in plan.buffers.iter().enumerate() {
         if let Storage::Output(i) = plan.storage_of(b) {
-            let _ = writeln!(out, "  out{i} [label=\"output {i}\", shape=ellipse];\n  n{} -> out{i};", node.0);
+            let _ = writeln!(
+                out,
+                "  out{i} [label=\"output {i}\", shape=ellipse];\n  n{} -> out{i};",
+                node.0
+            );
         }
     }
     out.push_str("}\n");

@@ -111,7 +111,11 @@ pub fn gemm<const B_DIMS: usize, E: RowTask + Sync>(
         return;
     }
     // When B is shared by every batch and A's batches are stacked rows, the batch folds into M: one tall GEMM.
-    let b_shared = spec.b_batch.iter().zip(&spec.batch).all(|(&s, &d)| s == 0 || d == 1);
+    let b_shared = spec
+        .b_batch
+        .iter()
+        .zip(&spec.batch)
+        .all(|(&s, &d)| s == 0 || d == 1);
     let a_stacked = {
         let mut expect = spec.a_rs * m;
         let mut ok = true;
@@ -146,7 +150,10 @@ pub fn gemm<const B_DIMS: usize, E: RowTask + Sync>(
         a_off += row0 * spec.a_rs;
         let a_end = a_off + (rows - 1) * spec.a_rs + (k.max(1) - 1) * spec.a_cs;
         let b_end = b_off + (k.max(1) - 1) * spec.b_rs + (n - 1) * spec.b_cs;
-        assert!(a_end < a.len().max(1) && b_end < b.len().max(1), "GEMM operand out of bounds: planner bug");
+        assert!(
+            a_end < a.len().max(1) && b_end < b.len().max(1),
+            "GEMM operand out of bounds: planner bug"
+        );
         // SAFETY: the last elements read from A and B are in bounds (checked above); `block` holds rows × n.
         unsafe {
             super::gemm::sgemm_raw(
@@ -181,21 +188,34 @@ pub fn gemm<const B_DIMS: usize, E: RowTask + Sync>(
             task(t, block);
         }
     } else {
-        blocks.into_par_iter().enumerate().for_each(|(t, block)| task(t, block));
+        blocks
+            .into_par_iter()
+            .enumerate()
+            .for_each(|(t, block)| task(t, block));
     }
 }
 
 /// `out[i, :] = table[id(i), :]` for every id; out-of-range ids (already refused for user inputs) give zeros.
-pub fn gather_rows(table: &[f32], vocab: usize, dim: usize, out: &mut [f32], id: &(dyn Fn(usize) -> i64 + Sync)) {
-    for_rows(out, dim, &FnTask(|row0: usize, chunk: &mut [f32]| {
-        for (r, dst) in chunk.chunks_exact_mut(dim).enumerate() {
-            let i = id(row0 + r);
-            match usize::try_from(i).ok().filter(|&i| i < vocab) {
-                Some(i) => dst.copy_from_slice(&table[i * dim..(i + 1) * dim]),
-                None => dst.fill(0.0),
+pub fn gather_rows(
+    table: &[f32],
+    vocab: usize,
+    dim: usize,
+    out: &mut [f32],
+    id: &(dyn Fn(usize) -> i64 + Sync),
+) {
+    for_rows(
+        out,
+        dim,
+        &FnTask(|row0: usize, chunk: &mut [f32]| {
+            for (r, dst) in chunk.chunks_exact_mut(dim).enumerate() {
+                let i = id(row0 + r);
+                match usize::try_from(i).ok().filter(|&i| i < vocab) {
+                    Some(i) => dst.copy_from_slice(&table[i * dim..(i + 1) * dim]),
+                    None => dst.fill(0.0),
+                }
             }
-        }
-    }));
+        }),
+    );
 }
 
 /// Copies a strided `shape` region of `src` into a strided region of `dst`.
@@ -211,8 +231,18 @@ pub fn strided_copy(
     let total: usize = shape.iter().product();
     let mut index = vec![0usize; shape.len()];
     for _ in 0..total {
-        let s: usize = src_offset + index.iter().zip(src_strides).map(|(i, s)| i * s).sum::<usize>();
-        let d: usize = dst_offset + index.iter().zip(dst_strides).map(|(i, s)| i * s).sum::<usize>();
+        let s: usize = src_offset
+            + index
+                .iter()
+                .zip(src_strides)
+                .map(|(i, s)| i * s)
+                .sum::<usize>();
+        let d: usize = dst_offset
+            + index
+                .iter()
+                .zip(dst_strides)
+                .map(|(i, s)| i * s)
+                .sum::<usize>();
         dst[d] = src[s];
         for axis in (0..shape.len()).rev() {
             index[axis] += 1;

@@ -5,9 +5,7 @@
 use proc_macro2::{Ident, TokenStream};
 use quote::quote;
 
-use super::expr::{
-    decompose_row, dim_expr, elementwise_body, read_setup, row_base, row_bind, var,
-};
+use super::expr::{decompose_row, dim_expr, elementwise_body, read_setup, row_base, row_bind, var};
 use crate::ir::{DType, NodeId, Op, ReduceOp};
 use crate::plan::{Kernel, KernelKind, Plan, Read};
 
@@ -160,8 +158,18 @@ fn split_row_nodes(plan: &Plan, k: &Kernel, anchor: NodeId) -> (Vec<NodeId>, Vec
             }
         }
     }
-    let prologue = k.nodes.iter().copied().filter(|n| feeds[n.index()] && *n != anchor).collect();
-    let epilogue = k.nodes.iter().copied().filter(|n| !feeds[n.index()] && *n != anchor).collect();
+    let prologue = k
+        .nodes
+        .iter()
+        .copied()
+        .filter(|n| feeds[n.index()] && *n != anchor)
+        .collect();
+    let epilogue = k
+        .nodes
+        .iter()
+        .copied()
+        .filter(|n| !feeds[n.index()] && *n != anchor)
+        .collect();
     (prologue, epilogue)
 }
 
@@ -179,13 +187,22 @@ fn row(plan: &Plan, k: &Kernel, anchor: NodeId) -> TokenStream {
     let in_reads: Vec<&Read> = k
         .reads
         .iter()
-        .filter(|r| prologue.iter().any(|&n| g.node(n).op.operands().contains(&r.node)) || r.node == input)
+        .filter(|r| {
+            prologue
+                .iter()
+                .any(|&n| g.node(n).op.operands().contains(&r.node))
+                || r.node == input
+        })
         .collect();
     let side_reads: Vec<&Read> = operands[1..].iter().filter_map(|&n| k.read(n)).collect();
     let out_reads: Vec<&Read> = k
         .reads
         .iter()
-        .filter(|r| epilogue.iter().any(|&n| g.node(n).op.operands().contains(&r.node)))
+        .filter(|r| {
+            epilogue
+                .iter()
+                .any(|&n| g.node(n).op.operands().contains(&r.node))
+        })
         .collect();
     let all: Vec<&Read> = k.reads.iter().collect();
     let setup = setups(plan, &all);
@@ -254,7 +271,11 @@ fn row(plan: &Plan, k: &Kernel, anchor: NodeId) -> TokenStream {
             _ => quote!(),
         }
     };
-    let out_len = if is_reduce { quote!(1usize) } else { quote!(len) };
+    let out_len = if is_reduce {
+        quote!(1usize)
+    } else {
+        quote!(len)
+    };
     let finish = if epilogue.is_empty() {
         anchor_into(quote!(o))
     } else {
@@ -326,7 +347,11 @@ fn matmul(plan: &Plan, k: &Kernel, anchor: NodeId) -> TokenStream {
     let epi_reads: Vec<&Read> = k
         .reads
         .iter()
-        .filter(|r| epilogue.iter().any(|&n| g.node(n).op.operands().contains(&r.node)))
+        .filter(|r| {
+            epilogue
+                .iter()
+                .any(|&n| g.node(n).op.operands().contains(&r.node))
+        })
         .collect();
     let all: Vec<&Read> = k.reads.iter().collect();
     let setup = setups(plan, &all);

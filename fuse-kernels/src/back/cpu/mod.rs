@@ -41,11 +41,7 @@ pub fn write_program(plan: &Plan, model: &str) -> (TokenStream, TokenStream) {
         fns.push(quote!(#name));
         let kname = &k.name;
         let kind = k.kind.name();
-        let ops: Vec<String> = k
-            .nodes
-            .iter()
-            .map(|&n| g.node(n).op.name())
-            .collect();
+        let ops: Vec<String> = k.nodes.iter().map(|&n| g.node(n).op.name()).collect();
         let bytes = kernel_bytes(g, k).iter().map(mono).collect::<Vec<_>>();
         infos.push(quote!(#rt::KernelInfo { name: #kname, kind: #kind, ops: &[#(#ops),*], bytes: &[#(#bytes),*] }));
     }
