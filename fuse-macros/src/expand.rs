@@ -8,6 +8,8 @@ use fuse_kernels::front::{capture, CapturedModel};
 use fuse_kernels::ir::{DType, Graph, Op};
 use fuse_kernels::plan::{plan, Mode};
 
+mod cuda;
+
 pub fn expand(module: &syn::ItemMod) -> TokenStream {
     let cap = capture(module);
     if let Some(errors) = cap.errors {
@@ -44,10 +46,12 @@ fn forward_fn<'m>(module: &'m syn::ItemMod, model: &syn::Ident) -> Option<&'m sy
     let (_, items) = module.content.as_ref()?;
     items.iter().find_map(|item| match item {
         syn::Item::Impl(imp) => match imp.self_ty.as_ref() {
-            syn::Type::Path(p) if p.path.is_ident(model) => imp.items.iter().find_map(|i| match i {
-                syn::ImplItem::Fn(f) if f.sig.ident == "forward" => Some(f),
-                _ => None,
-            }),
+            syn::Type::Path(p) if p.path.is_ident(model) => {
+                imp.items.iter().find_map(|i| match i {
+                    syn::ImplItem::Fn(f) if f.sig.ident == "forward" => Some(f),
+                    _ => None,
+                })
+            }
             _ => None,
         },
         _ => None,
@@ -80,9 +84,9 @@ fn id_bound(g: &Graph, input: u32) -> Option<usize> {
             loop {
                 match &g.node(cur).op {
                     Op::Input(i) if *i == input => return g.ty(table).shape.0[0].as_static(),
-                    Op::Permute { input, .. } | Op::Reshape { input, .. } | Op::Slice { input, .. } => {
-                        cur = *input
-                    }
+                    Op::Permute { input, .. }
+                    | Op::Reshape { input, .. }
+                    | Op::Slice { input, .. } => cur = *input,
                     _ => return None,
                 }
             }
@@ -135,12 +139,16 @@ fn expand_model(module: &syn::ItemMod, m: &CapturedModel, source: &str) -> Token
         quote!(#rt::InputSpec { name: #iname, dtype: #dt, dims: &[#(#dims),*], shape_text: #text, id_bound: #bound })
     });
     let dyn_dims = &g.dyn_dims;
-    let arg_names: Vec<syn::Ident> = g.inputs.iter().map(|i| format_ident!("{}", i.name)).collect();
+    let arg_names: Vec<syn::Ident> = g
+        .inputs
+        .iter()
+        .map(|i| format_ident!("{}", i.name))
+        .collect();
     let n_out = g.outputs.len();
     let (ret_ty, ret_expr) = if n_out == 1 {
         (
             quote!(::fuse_runtime::Tensor),
-            quote!(self.core.run_one(mode, &[#(#arg_names),*])),
+            quote!(self.core.run_one(__fuse_mode, &[#(#arg_names),*])),
         )
     } else {
         let tys = (0..n_out).map(|_| quote!(::fuse_runtime::Tensor));
@@ -148,16 +156,23 @@ fn expand_model(module: &syn::ItemMod, m: &CapturedModel, source: &str) -> Token
         (
             quote!((#(#tys),*)),
             quote! {{
-                let mut outs = self.core.run(mode, &[#(#arg_names),*])?.into_iter();
+                let mut outs = self.core.run(__fuse_mode, &[#(#arg_names),*])?.into_iter();
                 #(let #vars = outs.next().ok_or(::fuse_runtime::Error::InputCount { expected: #n_out, found: 0 })?;)*
                 Ok((#(#vars),*))
             }},
         )
     };
     let docs = forward_fn(module, name)
-        .map(|f| f.attrs.iter().filter(|a| a.path().is_ident("doc")).cloned().collect::<Vec<_>>())
+        .map(|f| {
+            f.attrs
+                .iter()
+                .filter(|a| a.path().is_ident("doc"))
+                .cloned()
+                .collect::<Vec<_>>()
+        })
         .unwrap_or_default();
     let plan_hash = fused.hash;
+    let cuda_spec = cuda::spec(&fused, &eager, &name_str);
     let vis = quote!(pub);
     quote! {
         #[doc = concat!("The compiled model `", #name_str, "`: weights plus its fused and eager plans.")]
@@ -171,6 +186,7 @@ fn expand_model(module: &syn::ItemMod, m: &CapturedModel, source: &str) -> Token
             #eager_items
             pub static FUSED: #rt::Program = #fused_program;
             pub static EAGER: #rt::Program = #eager_program;
+            pub static CUDA: #rt::CudaSpec = #cuda_spec;
             pub static SPEC: ::fuse_runtime::ModelSpec = ::fuse_runtime::ModelSpec {
                 name: #name_str,
                 dyn_dims: &[#(#dyn_dims),*],
@@ -179,6 +195,7 @@ fn expand_model(module: &syn::ItemMod, m: &CapturedModel, source: &str) -> Token
                 fused: &FUSED,
                 eager: &EAGER,
                 source: #source,
+                cuda: Some(&CUDA),
             };
         }
 
@@ -211,7 +228,7 @@ fn expand_model(module: &syn::ItemMod, m: &CapturedModel, source: &str) -> Token
                 self.forward_with(::fuse_runtime::PlanMode::Eager, #(#arg_names),*)
             }
 
-            pub fn forward_with(&self, mode: ::fuse_runtime::PlanMode, #(#arg_names: &::fuse_runtime::Tensor),*) -> ::fuse_runtime::Result<#ret_ty> {
+            pub fn forward_with(&self, __fuse_mode: ::fuse_runtime::PlanMode, #(#arg_names: &::fuse_runtime::Tensor),*) -> ::fuse_runtime::Result<#ret_ty> {
                 #ret_expr
             }
 

@@ -94,6 +94,18 @@ pub enum Error {
 
     #[error("CUDA error: {message}")]
     Cuda { message: String },
+
+    #[error(
+        "stale GPU kernels for `{model}` ({plan} plan): {what} is for plan {found:016x}, the model's plan is \
+         {expected:016x}; rebuild the crate so its build script and #[fused_model] see the same source"
+    )]
+    StaleKernels {
+        model: String,
+        plan: String,
+        what: String,
+        expected: u64,
+        found: u64,
+    },
 }
 
 /// The runtime's result type.

@@ -349,7 +349,6 @@ impl Executor {
                 None => kernel(&ctx),
             }
         }
-        drop(ctx);
         self.give_back(arena);
     }
 }

@@ -5,6 +5,8 @@
 
 mod arena;
 pub mod cpu;
+pub mod cuda;
+pub mod device;
 pub mod error;
 pub mod exec;
 pub mod model;
@@ -12,6 +14,7 @@ pub mod report;
 pub mod tensor;
 pub mod weights;
 
+pub use device::{Device, Precision};
 pub use error::{Error, Result};
 pub use fuse_macros::fused_model;
 pub use model::{CompiledModel, ModelSpec, PlanMode};
@@ -22,9 +25,17 @@ pub use tensor::{DType, Tensor, TensorData};
 #[doc(hidden)]
 pub mod __private {
     pub use crate::cpu::math;
-    pub use crate::cpu::par::{for_rows, gather_rows, gemm, strided_copy, GemmSpec, NoEpilogue, RowTask};
+    pub use crate::cpu::par::{
+        for_rows, gather_rows, gemm, strided_copy, GemmSpec, NoEpilogue, RowTask,
+    };
     pub use crate::cpu::rows;
-    pub use crate::exec::{BufferKind, BufferSpec, Ctx, DimSpec, InputSpec, KernelInfo, Mono, OutputSpec, Program};
+    pub use crate::cuda::spec::{
+        AotCode, CudaAccess, CudaGemm, CudaKernel, CudaLaunch, CudaProgram, CudaSpec, GridSpec,
+        LaunchRole,
+    };
+    pub use crate::exec::{
+        BufferKind, BufferSpec, Ctx, DimSpec, InputSpec, KernelInfo, Mono, OutputSpec, Program,
+    };
     pub use crate::weights::{Init, ParamSpec};
 }
 

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use crate::device::Placement;
 use crate::error::{Error, Result};
 use crate::exec::{bind_inputs, Executor, InputSpec, Program};
 use crate::report::PlanReport;
@@ -29,6 +30,8 @@ pub struct ModelSpec {
     pub eager: &'static Program,
     /// The `#[fused_model]` module's source, for tools that re-run the front end (tests, the reference).
     pub source: &'static str,
+    /// The GPU code of both plans (see [`crate::cuda`]); `None` for a model with no GPU side.
+    pub cuda: Option<&'static crate::cuda::CudaSpec>,
 }
 
 /// A model with its weights, ready to run. `Send + Sync`: `forward` may be called from many threads at once.
@@ -37,6 +40,8 @@ pub struct CompiledModel {
     weights: Vec<Tensor>,
     fused: Executor,
     eager: Executor,
+    /// Where `run` executes: the CPU executors above, or a GPU copy (see [`crate::device`]).
+    pub(crate) placement: Placement,
 }
 
 impl CompiledModel {
@@ -62,6 +67,7 @@ impl CompiledModel {
             weights,
             fused: Executor::new(spec.fused),
             eager: Executor::new(spec.eager),
+            placement: Placement::default(),
         })
     }
 
@@ -79,6 +85,7 @@ impl CompiledModel {
             weights,
             fused: Executor::new(spec.fused),
             eager: Executor::new(spec.eager),
+            placement: Placement::default(),
         }
     }
 
@@ -93,13 +100,27 @@ impl CompiledModel {
     /// Validates `inputs` and runs the chosen plan.
     pub fn run(&self, mode: PlanMode, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
         let dims = bind_inputs(self.spec.inputs, self.spec.dyn_dims, inputs)?;
+        if let Some(gpu) = self.placement.gpu() {
+            let mut outputs = Vec::new();
+            gpu.run(mode, &dims, inputs, &mut outputs)?;
+            return Ok(outputs);
+        }
         self.executor(mode).run(&dims, &self.weights, inputs)
     }
 
     /// As [`CompiledModel::run`], reusing `outputs` when their shapes fit: no allocation per call.
-    pub fn run_into(&self, mode: PlanMode, inputs: &[&Tensor], outputs: &mut Vec<Tensor>) -> Result<()> {
+    pub fn run_into(
+        &self,
+        mode: PlanMode,
+        inputs: &[&Tensor],
+        outputs: &mut Vec<Tensor>,
+    ) -> Result<()> {
         let dims = bind_inputs(self.spec.inputs, self.spec.dyn_dims, inputs)?;
-        self.executor(mode).run_into(&dims, &self.weights, inputs, outputs, None)
+        if let Some(gpu) = self.placement.gpu() {
+            return gpu.run(mode, &dims, inputs, outputs);
+        }
+        self.executor(mode)
+            .run_into(&dims, &self.weights, inputs, outputs, None)
     }
 
     fn executor(&self, mode: PlanMode) -> &Executor {
@@ -110,7 +131,12 @@ impl CompiledModel {
     }
 
     /// Mean wall time of each kernel over `runs` calls, in milliseconds, with the kernel names.
-    pub fn profile(&self, mode: PlanMode, inputs: &[&Tensor], runs: usize) -> Result<Vec<(&'static str, f64)>> {
+    pub fn profile(
+        &self,
+        mode: PlanMode,
+        inputs: &[&Tensor],
+        runs: usize,
+    ) -> Result<Vec<(&'static str, f64)>> {
         let dims = bind_inputs(self.spec.inputs, self.spec.dyn_dims, inputs)?;
         let exec = self.executor(mode);
         let program = exec.program();

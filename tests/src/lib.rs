@@ -1,6 +1,7 @@
 //! Test support for fuse.
 
-pub mod reference;
-pub mod harness;
 pub mod check;
 pub mod golden;
+pub mod harness;
+pub mod op_models;
+pub mod reference;

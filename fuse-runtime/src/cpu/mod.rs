@@ -2,5 +2,5 @@
 
 pub mod gemm;
 pub mod math;
-pub mod rows;
 pub mod par;
+pub mod rows;

@@ -92,6 +92,18 @@ fn task(fields: &[(Ident, TokenStream)], body: TokenStream) -> TokenStream {
     }
 }
 
+/// The reads of `k` that some node of `nodes` uses.
+fn reads_of<'k>(plan: &Plan, k: &'k Kernel, nodes: &[NodeId]) -> Vec<&'k Read> {
+    k.reads
+        .iter()
+        .filter(|r| {
+            nodes
+                .iter()
+                .any(|&n| plan.graph.node(n).op.operands().contains(&r.node))
+        })
+        .collect()
+}
+
 fn setups(plan: &Plan, reads: &[&Read]) -> TokenStream {
     let s = reads.iter().map(|r| read_setup(plan, r));
     quote!(#(#s)*)
@@ -195,15 +207,7 @@ fn row(plan: &Plan, k: &Kernel, anchor: NodeId) -> TokenStream {
         })
         .collect();
     let side_reads: Vec<&Read> = operands[1..].iter().filter_map(|&n| k.read(n)).collect();
-    let out_reads: Vec<&Read> = k
-        .reads
-        .iter()
-        .filter(|r| {
-            epilogue
-                .iter()
-                .any(|&n| g.node(n).op.operands().contains(&r.node))
-        })
-        .collect();
+    let out_reads = reads_of(plan, k, &epilogue);
     let all: Vec<&Read> = k.reads.iter().collect();
     let setup = setups(plan, &all);
     let in_binds = bind_reads(plan, &in_reads, rank);
@@ -344,15 +348,7 @@ fn matmul(plan: &Plan, k: &Kernel, anchor: NodeId) -> TokenStream {
     let (oa, ob) = (var("off", a), var("off", b));
     let (ba, bb) = (var("buf", a), var("buf", b));
     let epilogue: Vec<NodeId> = k.nodes.iter().copied().filter(|&n| n != anchor).collect();
-    let epi_reads: Vec<&Read> = k
-        .reads
-        .iter()
-        .filter(|r| {
-            epilogue
-                .iter()
-                .any(|&n| g.node(n).op.operands().contains(&r.node))
-        })
-        .collect();
+    let epi_reads = reads_of(plan, k, &epilogue);
     let all: Vec<&Read> = k.reads.iter().collect();
     let setup = setups(plan, &all);
     let out = out_index(plan, k);

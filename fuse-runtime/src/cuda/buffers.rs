@@ -1,0 +1,121 @@
+//! Device buffers in the storage type of the plan: float values as f32 or bf16 (converted on the host on the way
+//! in and out), ids as i64, the arena as bytes. Lengths are checked before every copy, since cudarc asserts them.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use half::bf16;
+
+use crate::device::Precision;
+use crate::error::{Error, Result};
+use crate::tensor::{DType, Tensor};
+
+pub enum DeviceBuffer {
+    F32(CudaSlice<f32>),
+    Bf16(CudaSlice<bf16>),
+    I64(CudaSlice<i64>),
+    Bytes(CudaSlice<u8>),
+}
+
+fn failed(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Cuda {
+        message: format!("{what}: {e}"),
+    }
+}
+
+impl DeviceBuffer {
+    /// A zeroed buffer of `numel` elements of a plan value of type `dtype`.
+    pub fn zeros(
+        stream: &Arc<CudaStream>,
+        dtype: DType,
+        precision: Precision,
+        numel: usize,
+    ) -> Result<Self> {
+        // cudarc allocates at least one element: a zero-length allocation is not a valid pointer to launch with.
+        let n = numel.max(1);
+        let alloc = |e| failed(&format!("allocating {numel} elements on the GPU"), e);
+        Ok(match (dtype, precision) {
+            (DType::I64, _) => DeviceBuffer::I64(stream.alloc_zeros(n).map_err(alloc)?),
+            (_, Precision::F32) => DeviceBuffer::F32(stream.alloc_zeros(n).map_err(alloc)?),
+            (_, Precision::Bf16) => DeviceBuffer::Bf16(stream.alloc_zeros(n).map_err(alloc)?),
+        })
+    }
+
+    pub fn bytes(stream: &Arc<CudaStream>, len: usize) -> Result<Self> {
+        let slice = stream
+            .alloc_zeros(len.max(1))
+            .map_err(|e| failed(&format!("allocating a {len}-byte arena on the GPU"), e))?;
+        Ok(DeviceBuffer::Bytes(slice))
+    }
+
+    /// A weight, uploaded once.
+    pub fn from_tensor(stream: &Arc<CudaStream>, t: &Tensor, precision: Precision) -> Result<Self> {
+        let mut buffer = Self::zeros(stream, t.dtype(), precision, t.numel())?;
+        buffer.upload(stream, t)?;
+        Ok(buffer)
+    }
+
+    /// The device address of element 0.
+    pub fn ptr(&self, stream: &CudaStream) -> u64 {
+        match self {
+            DeviceBuffer::F32(s) => s.device_ptr(stream).0,
+            DeviceBuffer::Bf16(s) => s.device_ptr(stream).0,
+            DeviceBuffer::I64(s) => s.device_ptr(stream).0,
+            DeviceBuffer::Bytes(s) => s.device_ptr(stream).0,
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            DeviceBuffer::F32(s) => s.len(),
+            DeviceBuffer::Bf16(s) => s.len(),
+            DeviceBuffer::I64(s) => s.len(),
+            DeviceBuffer::Bytes(s) => s.len(),
+        }
+    }
+
+    /// Copies a host tensor in, converting f32 to the storage type.
+    pub fn upload(&mut self, stream: &Arc<CudaStream>, t: &Tensor) -> Result<()> {
+        if t.numel() > self.len() {
+            return Err(failed(
+                "uploading a tensor",
+                format!("{} elements into a buffer of {}", t.numel(), self.len()),
+            ));
+        }
+        let copy = |e| failed("copying to the GPU", e);
+        match (self, t.as_f32(), t.as_i64()) {
+            (DeviceBuffer::F32(d), Some(src), _) => stream.memcpy_htod(src, d).map_err(copy),
+            (DeviceBuffer::Bf16(d), Some(src), _) => {
+                let v: Vec<bf16> = src.iter().map(|&x| bf16::from_f32(x)).collect();
+                stream.memcpy_htod(&v, d).map_err(copy)
+            }
+            (DeviceBuffer::I64(d), _, Some(src)) => stream.memcpy_htod(src, d).map_err(copy),
+            _ => Err(failed(
+                "uploading a tensor",
+                format!("a {} tensor does not fit this buffer", t.dtype()),
+            )),
+        }
+    }
+
+    /// Copies a float buffer out into `out` (exactly its length), converting from the storage type.
+    pub fn download(&self, stream: &Arc<CudaStream>, out: &mut [f32]) -> Result<()> {
+        let copy = |e| failed("copying from the GPU", e);
+        match self {
+            DeviceBuffer::F32(s) if s.len() == out.len() => {
+                stream.memcpy_dtoh(s, out).map_err(copy)
+            }
+            DeviceBuffer::Bf16(s) if s.len() == out.len() => {
+                let mut v = vec![bf16::ZERO; s.len()];
+                stream.memcpy_dtoh(s, &mut v).map_err(copy)?;
+                for (o, x) in out.iter_mut().zip(v) {
+                    *o = x.to_f32();
+                }
+                Ok(())
+            }
+            _ => Err(failed(
+                "downloading an output",
+                format!("buffer of {} elements for {} values", self.len(), out.len()),
+            )),
+        }
+    }
+}

@@ -1,0 +1,260 @@
+//! Everything one shape (one binding of the dynamic dims) needs on the GPU: the arena with the CPU plan's slot
+//! layout, input and output buffers, the launch list built from the macro's tables, and, after its first call,
+//! the CUDA graph replaying that list.
+
+use std::sync::Arc;
+
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaFunction, CudaStream};
+
+use super::blas;
+use super::buffers::DeviceBuffer;
+use super::spec::{CudaProgram, LaunchRole};
+use super::sys::{enqueue, GemmStep, KernelStep, Replay, Step};
+use crate::device::Precision;
+use crate::error::{Error, Result};
+use crate::exec::{BufferKind, Program};
+use crate::tensor::Tensor;
+
+/// One plan's loaded code: the function behind each entry of `code.launches`.
+pub struct PlanCode {
+    pub program: &'static Program,
+    pub code: &'static CudaProgram,
+    pub functions: Vec<CudaFunction>,
+}
+
+/// Fields drop in order: the graph before the buffers its launches point into.
+pub struct ShapeState {
+    replay: Option<Replay>,
+    steps: Vec<Step>,
+    /// Input and output buffers, by plan buffer.
+    owned: Vec<Option<DeviceBuffer>>,
+    /// Keeps the arena allocation alive: kernels reach it only through the pointers in `steps`.
+    _arena: DeviceBuffer,
+    capture_tried: bool,
+    /// Matmul kernels that run the generated GEMM although cuBLAS is loaded (a layout it cannot read).
+    pub fallback_gemms: usize,
+}
+
+fn bad_table(what: String) -> Error {
+    Error::Cuda {
+        message: format!("inconsistent GPU launch table: {what}"),
+    }
+}
+
+impl ShapeState {
+    pub fn new(
+        stream: &Arc<CudaStream>,
+        plan: &PlanCode,
+        weights: &[DeviceBuffer],
+        dims: &[usize],
+        precision: Precision,
+        use_blas: bool,
+    ) -> Result<ShapeState> {
+        let p = plan.program;
+        let (offsets, arena_bytes) = p.layout(dims);
+        let arena = DeviceBuffer::bytes(stream, arena_bytes)?;
+        let arena_ptr = arena.ptr(stream);
+        let mut owned = Vec::with_capacity(p.buffers.len());
+        let mut ptrs = Vec::with_capacity(p.buffers.len());
+        for spec in p.buffers {
+            let ptr = match spec.kind {
+                BufferKind::Input(_) | BufferKind::Output(_) => {
+                    let numel = spec.numel.eval(dims);
+                    let buffer = DeviceBuffer::zeros(stream, spec.dtype, precision, numel)?;
+                    let ptr = buffer.ptr(stream);
+                    owned.push(Some(buffer));
+                    ptr
+                }
+                BufferKind::Param(i) => {
+                    owned.push(None);
+                    let w = weights
+                        .get(i)
+                        .ok_or_else(|| bad_table(format!("weight {i} does not exist")))?;
+                    w.ptr(stream)
+                }
+                BufferKind::Arena(s) => {
+                    owned.push(None);
+                    let offset = offsets
+                        .get(s)
+                        .ok_or_else(|| bad_table(format!("arena slot {s} does not exist")))?;
+                    arena_ptr + *offset as u64
+                }
+            };
+            ptrs.push(ptr);
+        }
+        let (steps, fallback_gemms) = steps(plan, &ptrs, dims, precision, use_blas)?;
+        Ok(ShapeState {
+            _arena: arena,
+            owned,
+            steps,
+            replay: None,
+            capture_tried: false,
+            fallback_gemms,
+        })
+    }
+
+    pub fn upload(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        p: &Program,
+        inputs: &[&Tensor],
+    ) -> Result<()> {
+        for (spec, buffer) in p.buffers.iter().zip(&mut self.owned) {
+            if let (BufferKind::Input(i), Some(buffer)) = (spec.kind, buffer) {
+                let t = inputs
+                    .get(i)
+                    .ok_or_else(|| bad_table(format!("input {i} was not given")))?;
+                buffer.upload(stream, t)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Replays the graph, or (first call) runs the steps and captures them. Returns a note when capture failed.
+    pub fn execute(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        blas: Option<&CudaBlas>,
+    ) -> Result<Option<String>> {
+        if let Some(replay) = &self.replay {
+            replay.launch()?;
+            return Ok(None);
+        }
+        for step in &self.steps {
+            enqueue(stream, blas, step)?;
+        }
+        if self.capture_tried {
+            return Ok(None);
+        }
+        // Captured after a direct run, so cuBLAS has made its workspace and picked its kernels outside capture.
+        self.capture_tried = true;
+        match capture(stream, blas, &self.steps) {
+            Ok(replay) => {
+                self.replay = Some(replay);
+                Ok(None)
+            }
+            Err(e) => Ok(Some(format!(
+                "CUDA graph capture failed ({e}); this shape launches its kernels one by one"
+            ))),
+        }
+    }
+
+    pub fn has_replay(&self) -> bool {
+        self.replay.is_some()
+    }
+
+    /// Enqueues only the replay (benchmarks); `None` when there is no graph.
+    pub fn replay(&self) -> Option<Result<()>> {
+        self.replay.as_ref().map(Replay::launch)
+    }
+
+    /// Copies the outputs into `outputs`, which have the program's output shapes at these dims.
+    pub fn download(
+        &self,
+        stream: &Arc<CudaStream>,
+        p: &Program,
+        outputs: &mut [Tensor],
+    ) -> Result<()> {
+        for (o, t) in p.outputs.iter().zip(outputs) {
+            let buffer = self
+                .owned
+                .get(o.buffer)
+                .and_then(Option::as_ref)
+                .ok_or_else(|| bad_table(format!("output buffer {} is not an output", o.buffer)))?;
+            let out = t
+                .as_f32_mut()
+                .ok_or_else(|| bad_table("an output is not f32".into()))?;
+            buffer.download(stream, out)?;
+        }
+        // Copies into pageable memory already complete before returning; this makes "the call is over when
+        // `run` returns" explicit, which the freeing of shape states relies on.
+        stream.synchronize().map_err(|e| Error::Cuda {
+            message: format!("synchronising after the download: {e}"),
+        })
+    }
+}
+
+fn capture(stream: &Arc<CudaStream>, blas: Option<&CudaBlas>, steps: &[Step]) -> Result<Replay> {
+    let err = |what: &str, e: &dyn std::fmt::Display| Error::Cuda {
+        message: format!("{what}: {e}"),
+    };
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .map_err(|e| err("beginning capture", &e))?;
+    let enqueued = steps.iter().try_for_each(|s| enqueue(stream, blas, s));
+    // Capture must end whatever happened, or the stream stays unusable.
+    let graph = stream.end_capture(CUgraphInstantiate_flags(0));
+    enqueued?;
+    match graph {
+        Ok(Some(graph)) => Ok(Replay::new(graph)),
+        Ok(None) => Err(err("ending capture", &"no graph was captured")),
+        Err(e) => Err(err("ending capture", &e)),
+    }
+}
+
+/// The launch list of a plan at `dims`, and how many matmuls need the generated GEMM although cuBLAS is there.
+fn steps(
+    plan: &PlanCode,
+    ptrs: &[u64],
+    dims: &[usize],
+    precision: Precision,
+    use_blas: bool,
+) -> Result<(Vec<Step>, usize)> {
+    let code = plan.code;
+    let dims_i64: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
+    let launch = |kernel: usize, role: LaunchRole, params: &[u64]| -> Result<Step> {
+        let i = code
+            .launches
+            .iter()
+            .position(|l| l.kernel == kernel && l.role == role)
+            .ok_or_else(|| bad_table(format!("kernel {kernel} has no {role:?} launch")))?;
+        let (l, func) = (&code.launches[i], &plan.functions[i]);
+        Ok(Step::Kernel(KernelStep {
+            symbol: l.symbol,
+            func: func.clone(),
+            grid: l.grid.dims(dims),
+            block: l.block,
+            dims: dims_i64.clone(),
+            ptrs: params.to_vec(),
+        }))
+    };
+    let mut out = Vec::new();
+    let mut fallbacks = 0;
+    for (ki, kernel) in code.kernels.iter().enumerate() {
+        let params = kernel
+            .buffers
+            .iter()
+            .map(|&b| ptrs.get(b).copied())
+            .collect::<Option<Vec<u64>>>()
+            .ok_or_else(|| bad_table(format!("kernel {ki} names a buffer the plan lacks")))?;
+        let Some(g) = &kernel.gemm else {
+            out.push(launch(ki, LaunchRole::Kernel, &params)?);
+            continue;
+        };
+        let calls = if use_blas { blas::plan(g, dims) } else { None };
+        let operands = (params.get(1 + g.b), params.get(1 + g.a), params.first());
+        match (calls, operands) {
+            (Some(calls), (Some(&first), Some(&second), Some(&result))) => {
+                out.extend(calls.into_iter().map(|call| {
+                    Step::Gemm(GemmStep {
+                        call,
+                        first,
+                        second,
+                        out: result,
+                        precision,
+                    })
+                }));
+                if g.epilogue {
+                    out.push(launch(ki, LaunchRole::GemmEpilogue, &params)?);
+                }
+            }
+            _ => {
+                fallbacks += usize::from(use_blas);
+                out.push(launch(ki, LaunchRole::GemmFallback, &params)?);
+            }
+        }
+    }
+    Ok((out, fallbacks))
+}

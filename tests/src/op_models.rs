@@ -1,0 +1,141 @@
+//! The per-op models: one small model per op family, shared by the CPU parity tests (`tests/ops.rs`, against
+//! the f64 reference) and the GPU parity tests (`tests/gpu.rs`, GPU against CPU).
+
+use fuse_runtime::fused_model;
+
+#[fused_model]
+pub mod ops {
+    pub const D: usize = 24;
+
+    pub struct Elementwise {}
+    impl Elementwise {
+        pub fn forward(
+            &self,
+            #[shape(batch, D)] x: Tensor,
+            #[shape(batch, D)] y: Tensor,
+        ) -> (Tensor, Tensor, Tensor) {
+            let arith = (x + y) * 0.5 - x / (y.abs() + 1.0) + x.max(&y) - x.min(&y);
+            let pos = x.abs() + 0.5;
+            let trans = pos.log()
+                + pos.sqrt()
+                + pos.rsqrt()
+                + pos.pow(&y)
+                + (-x).exp()
+                + x.tanh()
+                + x.sigmoid();
+            let acts = x.relu() + x.gelu() + x.gelu_tanh() + x.silu() + x.neg().abs() + x.square();
+            (arith, trans, acts)
+        }
+    }
+
+    pub struct Broadcasts {
+        #[shape(D)]
+        row: Tensor,
+    }
+    impl Broadcasts {
+        pub fn forward(&self, #[shape(batch, 1, D)] x: Tensor, #[shape(3, 1)] y: Tensor) -> Tensor {
+            x * &self.row + y - 2.0
+        }
+    }
+
+    pub struct Masks {}
+    impl Masks {
+        pub fn forward(
+            &self,
+            #[shape(batch, D)] x: Tensor,
+            #[shape(batch, D)] y: Tensor,
+        ) -> (Tensor, Tensor, Tensor) {
+            let a = where_(x.gt(&y), x, y) + where_(x.lt(0.0), 1.0, 0.0);
+            let b = where_(x.ge(&y), 2.0, x) + where_(x.le(&y), y, 0.5);
+            let c = where_(x.eq(&x), x, 0.0) + where_(x.ne(&y), 1.0, -1.0);
+            (a, b, c)
+        }
+    }
+
+    pub struct Reductions {}
+    impl Reductions {
+        pub fn forward(
+            &self,
+            #[shape(batch, seq, D)] x: Tensor,
+        ) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) {
+            (
+                x.sum(-1, true) * 2.0,
+                x.mean(2, false),
+                x.max(-1, false),
+                x.sum(1, false),
+                x.mean(0, true),
+                x.max(1, true),
+            )
+        }
+    }
+
+    pub struct Softmaxes {}
+    impl Softmaxes {
+        pub fn forward(&self, #[shape(batch, seq, D)] x: Tensor) -> (Tensor, Tensor) {
+            ((x * 3.0).softmax(-1), x.softmax(1))
+        }
+    }
+
+    pub struct Norms {
+        #[shape(D)]
+        gamma: Tensor,
+        #[shape(D)]
+        beta: Tensor,
+    }
+    impl Norms {
+        pub fn forward(
+            &self,
+            #[shape(batch, D)] x: Tensor,
+            #[shape(batch, D)] y: Tensor,
+        ) -> (Tensor, Tensor) {
+            let ln = (x + y).layer_norm(&self.gamma, &self.beta, 1e-5) * 2.0 + y;
+            let rms = x.rms_norm(&self.gamma, 1e-6).relu();
+            (ln, rms)
+        }
+    }
+
+    pub struct MatMuls {
+        #[shape(16, D)]
+        weight: Tensor,
+        #[shape(16)]
+        bias: Tensor,
+    }
+    impl MatMuls {
+        pub fn forward(
+            &self,
+            #[shape(batch, seq, D)] x: Tensor,
+            #[shape(batch, D, seq)] y: Tensor,
+        ) -> (Tensor, Tensor, Tensor, Tensor) {
+            let linear = (x.matmul(&self.weight.t()) + &self.bias).gelu() + 1.0;
+            let batched = x.matmul(&y);
+            let transposed = y.t().matmul(&x.t()).transpose(1, 2);
+            let plain = self.weight.matmul(&self.weight.t());
+            (linear, batched, transposed, plain)
+        }
+    }
+
+    pub struct Views {}
+    impl Views {
+        pub fn forward(
+            &self,
+            #[shape(batch, seq, D)] x: Tensor,
+        ) -> (Tensor, Tensor, Tensor, Tensor) {
+            let (b, s) = (x.dim(0), x.dim(1));
+            let heads = x.reshape([b, s, 4, 6]).permute([0, 2, 1, 3]);
+            let back = heads.permute([0, 2, 1, 3]).reshape([b * s, D]) + 1.0;
+            let sliced = x.slice(2, 3, 10) * 2.0;
+            let joined = concat([x.slice(2, 0, 4), x.exp().slice(2, 20, 24), x], 2);
+            (heads * 1.0, back, sliced, joined)
+        }
+    }
+
+    pub struct Embeddings {
+        #[shape(50, D)]
+        table: Tensor,
+    }
+    impl Embeddings {
+        pub fn forward(&self, #[shape(batch, seq)] ids: Tensor<i64>) -> (Tensor, Tensor) {
+            (embedding(&self.table, &ids) * 2.0, ids.to_f32() + 0.5)
+        }
+    }
+}

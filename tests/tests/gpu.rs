@@ -1,0 +1,523 @@
+//! The GPU path.
+//!
+//! On any machine: the CUDA probe is a typed error without a GPU and the fallback chain lands on the CPU saying
+//! why; the launch tables, sources and plan hashes the macro embeds are exactly what the CUDA writer produces
+//! (grids included, at several dims: the runtime mirrors the writer's grid constants); `build.rs` fatbins reach
+//! the models of the crate that has one.
+//!
+//! With a GPU: GPU against CPU for every example model (MiniLM with seeded weights, and the real checkpoint when
+//! `scripts/fetch-minilm.sh` fetched it) and every op model of `tests/ops.rs`, at several dynamic dims, each
+//! shape called twice (the second call replays the captured CUDA graph) and the first shape again at the end.
+//! Without one, each prints `skipped: no CUDA device: <reason>` and passes.
+//!
+//! Tolerances, GPU against the CPU's f32 output (elementwise `|gpu - cpu| ≤ atol + rtol·|cpu|`):
+//! - op models: twice each op's CPU-against-f64 tolerance in `tests/ops.rs`, since both sides may err by that;
+//! - example models: 2e-4 + 2e-4 (f32 sums over up to 4096 terms in another order, cuBLAS or the tiled GEMM);
+//! - bf16 storage (fused plans): relative L2 error `‖gpu - cpu‖ / ‖cpu‖ ≤ 2e-2` (bf16 keeps 8 significant bits,
+//!   ~4e-3 per rounding, and every stored intermediate is rounded).
+
+use fuse_examples::models::{
+    chain::chain::Chain, encoder::encoder::EncoderLayer, minilm::minilm::MiniLm, mlp::mlp::Mlp,
+};
+use fuse_kernels::back::cuda::{launches, write_cuda, Grid, Role};
+use fuse_kernels::plan::{plan, Mode};
+use fuse_runtime::cuda::spec::{CudaProgram, GridSpec, LaunchRole};
+use fuse_runtime::{CompiledModel, Device, Error, ModelSpec, PlanMode, Precision, Tensor};
+use fuse_tests::harness::{assert_close, graph_of, to_ref};
+use fuse_tests::op_models::ops::*;
+
+const BF16_REL_L2: f64 = 2e-2;
+
+/// The first GPU, or `None` after printing why the test is skipped.
+fn gpu() -> Option<Device> {
+    match Device::cuda(0) {
+        Ok(d) => Some(d),
+        Err(Error::NoCudaDevice { reason }) => {
+            eprintln!("skipped: no CUDA device: {reason}");
+            None
+        }
+        Err(e) => panic!("the CUDA probe must fail with NoCudaDevice, not: {e}"),
+    }
+}
+
+/// A copy of `model` (same weights) moved to `device`.
+fn moved(model: &CompiledModel, device: &Device, precision: Precision) -> CompiledModel {
+    let copy = CompiledModel::from_weights(model.spec(), model.weights().to_vec())
+        .unwrap_or_else(|e| panic!("{}: {e}", model.spec().name));
+    copy.to_device_with(device.clone(), precision)
+        .unwrap_or_else(|e| panic!("{} to {device} ({precision:?}): {e}", model.spec().name));
+    eprintln!("{}:\n{}", model.spec().name, copy.device_report());
+    copy
+}
+
+fn rel_l2(got: &Tensor, want: &Tensor) -> f64 {
+    let (g, w) = (got.to_f32_vec(), want.to_f32_vec());
+    let diff: f64 = g
+        .iter()
+        .zip(&w)
+        .map(|(a, b)| f64::from(a - b).powi(2))
+        .sum();
+    let norm: f64 = w.iter().map(|b| f64::from(*b).powi(2)).sum();
+    (diff / norm.max(1e-30)).sqrt()
+}
+
+/// The GPU copies of one model: f32 and bf16 storage.
+struct OnGpu {
+    cpu: CompiledModel,
+    f32: CompiledModel,
+    bf16: CompiledModel,
+}
+
+impl OnGpu {
+    fn new(cpu: CompiledModel, device: &Device) -> OnGpu {
+        let f32 = moved(&cpu, device, Precision::F32);
+        let bf16 = moved(&cpu, device, Precision::Bf16);
+        OnGpu { cpu, f32, bf16 }
+    }
+
+    /// Every plan on the GPU against the CPU's fused plan, twice (direct run + capture, then graph replay).
+    #[track_caller]
+    fn check(&self, what: &str, inputs: &[&Tensor], atol: f64, rtol: f64) {
+        let want = self.cpu.run(PlanMode::Fused, inputs).expect("CPU run");
+        for call in ["first call", "graph replay"] {
+            for mode in [PlanMode::Fused, PlanMode::Eager] {
+                let got = self
+                    .f32
+                    .run(mode, inputs)
+                    .unwrap_or_else(|e| panic!("{what} {mode:?} on the GPU: {e}"));
+                assert_eq!(got.len(), want.len(), "{what}: output count");
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    let label = format!("{what} {mode:?} {call} output {i}");
+                    assert_close(&label, g, &to_ref(w), atol, rtol);
+                }
+            }
+            let got = self
+                .bf16
+                .run(PlanMode::Fused, inputs)
+                .unwrap_or_else(|e| panic!("{what} bf16 on the GPU: {e}"));
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                let err = rel_l2(g, w);
+                assert!(
+                    err <= BF16_REL_L2,
+                    "{what} bf16 {call} output {i}: relative L2 error {err:.2e}"
+                );
+            }
+        }
+    }
+}
+
+// ---- any machine ------------------------------------------------------------------------------------------
+
+#[test]
+fn without_a_gpu_the_probe_is_typed_and_the_chain_ends_on_the_cpu() {
+    let model = Mlp::random(1);
+    match Device::cuda(0) {
+        Err(Error::NoCudaDevice { reason }) => {
+            assert!(!reason.is_empty());
+            let (device, line) = Device::best_with_reason();
+            assert!(matches!(device, Device::Cpu), "{device}");
+            assert_eq!(line, format!("CPU: no CUDA device available: {reason}"));
+            assert!(matches!(Device::best(), Device::Cpu));
+            let placed = model.compiled().to_best_device().expect("falls back");
+            assert!(matches!(placed, Device::Cpu));
+            assert!(matches!(model.compiled().device(), Device::Cpu));
+            assert_eq!(model.compiled().device_report(), line);
+            let y = model
+                .forward(&Tensor::randn(&[2, 1024], 3))
+                .expect("runs on the CPU");
+            assert_eq!(y.shape(), &[2, 1024]);
+        }
+        Err(e) => panic!("expected NoCudaDevice, got {e}"),
+        Ok(device) => {
+            eprintln!("a GPU is present ({device}): checking the chain picks it");
+            assert!(Device::best().is_cuda());
+            assert!(model.compiled().to_best_device().expect("placed").is_cuda());
+            assert!(model.compiled().device_report().contains("plan: "));
+        }
+    }
+    model
+        .compiled()
+        .to_device(Device::Cpu)
+        .expect("back to the CPU");
+    assert_eq!(model.compiled().device_report(), "CPU: requested");
+}
+
+fn specs() -> Vec<&'static ModelSpec> {
+    vec![
+        EncoderLayer::spec(),
+        Mlp::spec(),
+        Chain::spec(),
+        MiniLm::spec(),
+        Elementwise::spec(),
+        Broadcasts::spec(),
+        Masks::spec(),
+        Reductions::spec(),
+        Softmaxes::spec(),
+        Norms::spec(),
+        MatMuls::spec(),
+        Views::spec(),
+        Embeddings::spec(),
+    ]
+}
+
+fn role(r: Role) -> LaunchRole {
+    match r {
+        Role::Kernel => LaunchRole::Kernel,
+        Role::GemmEpilogue => LaunchRole::GemmEpilogue,
+        Role::GemmFallback => LaunchRole::GemmFallback,
+    }
+}
+
+fn check_program(spec: &ModelSpec, mode: Mode, code: &CudaProgram) {
+    let p = plan(&graph_of(spec), mode);
+    let what = format!("{} {mode:?}", spec.name);
+    assert_eq!(code.plan_hash, p.hash, "{what}: plan hash");
+    assert!(
+        code.source == write_cuda(&p, spec.name),
+        "{what}: embedded source"
+    );
+    assert!(
+        code.source_bf16.contains("FUSE_STORAGE_BF16"),
+        "{what}: bf16 source"
+    );
+    assert_eq!(code.kernels.len(), p.kernels.len(), "{what}: kernel count");
+    let want = launches(&p, spec.name);
+    assert_eq!(code.launches.len(), want.len(), "{what}: launch count");
+    let dim_sets: [&[usize]; 4] = [&[1, 1, 1], &[3, 17, 2], &[64, 128, 5], &[100_000, 7, 3]];
+    for (got, w) in code.launches.iter().zip(&want) {
+        assert_eq!(
+            (got.kernel, got.symbol, got.role),
+            (w.kernel, w.symbol.as_str(), role(w.role))
+        );
+        assert_eq!(got.block, w.block, "{what} {}", w.symbol);
+        assert!(
+            code.source.contains(&format!(" {}(", w.symbol)),
+            "{what}: {} defined",
+            w.symbol
+        );
+        let same_kind = matches!(
+            (&got.grid, &w.grid),
+            (GridSpec::Elements(_), Grid::Elements(_))
+                | (GridSpec::Rows { .. }, Grid::Rows { .. })
+                | (GridSpec::Tiles { .. }, Grid::Tiles { .. })
+        );
+        assert!(same_kind, "{what} {}: grid kind", w.symbol);
+        for dims in dim_sets {
+            let dims = &dims[..spec.dyn_dims.len().min(dims.len())];
+            assert_eq!(
+                got.grid.dims(dims),
+                w.grid.dims(dims),
+                "{what} {} at {dims:?}",
+                w.symbol
+            );
+        }
+    }
+    for (i, k) in code.kernels.iter().enumerate() {
+        let gemm = fuse_kernels::back::cuda::gemm(&p, &p.kernels[i]);
+        assert_eq!(k.gemm.is_some(), gemm.is_some(), "{what} kernel {i}: GEMM");
+        // What the runtime launches for the kernel exists.
+        let has = |r| code.launches.iter().any(|l| l.kernel == i && l.role == r);
+        match &k.gemm {
+            Some(g) => assert!(
+                has(LaunchRole::GemmFallback) && (!g.epilogue || has(LaunchRole::GemmEpilogue))
+            ),
+            None => assert!(has(LaunchRole::Kernel), "{what} kernel {i}: no launch"),
+        }
+    }
+}
+
+#[test]
+fn embedded_gpu_tables_match_the_cuda_writer() {
+    for spec in specs() {
+        let code = spec.cuda.expect("every model embeds its GPU code");
+        check_program(spec, Mode::Fused, &code.fused);
+        check_program(spec, Mode::Eager, &code.eager);
+    }
+}
+
+#[test]
+fn build_rs_fatbins_reach_the_models_of_its_crate() {
+    // fuse-examples has a build.rs running fuse_build; this crate has none.
+    for spec in [
+        EncoderLayer::spec(),
+        Mlp::spec(),
+        Chain::spec(),
+        MiniLm::spec(),
+    ] {
+        let code = spec.cuda.expect("GPU code");
+        for (program, hash) in [
+            (&code.fused, spec.fused.plan_hash),
+            (&code.eager, spec.eager.plan_hash),
+        ] {
+            let aot = program.aot.as_ref().expect("build.rs output picked up");
+            assert_eq!(aot.plan_hash, format!("{hash:016x}"), "{}", spec.name);
+        }
+    }
+    if EncoderLayer::spec()
+        .cuda
+        .and_then(|c| c.fused.aot.as_ref())
+        .is_some_and(|a| a.fatbin.is_empty())
+    {
+        eprintln!("the fatbins are empty: this build had no nvcc");
+    }
+    assert!(Elementwise::spec()
+        .cuda
+        .expect("GPU code")
+        .fused
+        .aot
+        .is_none());
+}
+
+// ---- with a GPU -------------------------------------------------------------------------------------------
+
+#[test]
+fn encoder_layer_on_gpu() {
+    let Some(device) = gpu() else { return };
+    let m = OnGpu::new(EncoderLayer::random(7).into_compiled(), &device);
+    for (batch, seq) in [(1, 1), (2, 5), (3, 17), (8, 128), (1, 1)] {
+        let x = Tensor::randn(&[batch, seq, 384], 11 + seq as u64);
+        let mut mask = vec![1.0f32; batch * seq];
+        for b in 0..batch {
+            for s in (seq - b.min(seq - 1))..seq {
+                mask[b * seq + s] = 0.0;
+            }
+        }
+        let mask = Tensor::from_f32(&[batch, seq], mask).expect("mask");
+        m.check(&format!("encoder {batch}x{seq}"), &[&x, &mask], 2e-4, 2e-4);
+    }
+}
+
+#[test]
+fn mlp_on_gpu() {
+    let Some(device) = gpu() else { return };
+    let m = OnGpu::new(Mlp::random(3).into_compiled(), &device);
+    for batch in [1, 4, 9, 64, 1] {
+        let x = Tensor::randn(&[batch, 1024], batch as u64);
+        m.check(&format!("mlp {batch}"), &[&x], 2e-4, 2e-4);
+    }
+}
+
+#[test]
+fn chain_on_gpu() {
+    let Some(device) = gpu() else { return };
+    let m = OnGpu::new(Chain::random(5).into_compiled(), &device);
+    for rows in [1, 3, 33, 1] {
+        let x = Tensor::randn(&[rows, 4096], rows as u64);
+        m.check(&format!("chain {rows}"), &[&x], 2e-4, 2e-4);
+    }
+}
+
+/// MiniLM's four inputs: random ids, token types 0/1, positions 0..seq, a padding mask.
+fn minilm_inputs(batch: usize, seq: usize, seed: u64) -> [Tensor; 4] {
+    let shape = [batch, seq];
+    let ids = Tensor::uniform_ids(&shape, 30522, seed);
+    let types = Tensor::uniform_ids(&shape, 2, seed + 1);
+    let positions: Vec<i64> = (0..batch).flat_map(|_| 0..seq as i64).collect();
+    let mask: Vec<f32> = (0..batch)
+        .flat_map(|b| (0..seq).map(move |s| if s + b < seq + 1 { 1.0 } else { 0.0 }))
+        .collect();
+    [
+        ids,
+        types,
+        Tensor::from_i64(&shape, positions).expect("positions"),
+        Tensor::from_f32(&shape, mask).expect("mask"),
+    ]
+}
+
+#[test]
+fn minilm_on_gpu() {
+    let Some(device) = gpu() else { return };
+    let m = OnGpu::new(MiniLm::random(11).into_compiled(), &device);
+    for (batch, seq) in [(1, 3), (2, 9), (4, 33), (1, 3)] {
+        let inputs = minilm_inputs(batch, seq, batch as u64);
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        m.check(&format!("minilm {batch}x{seq}"), &refs, 2e-4, 2e-3);
+    }
+}
+
+#[test]
+fn minilm_checkpoint_on_gpu() {
+    use fuse_examples::minilm_run::{checkpoint_dir, SentenceEmbedder};
+    let Some(device) = gpu() else { return };
+    if !checkpoint_dir().join("model.safetensors").exists() {
+        eprintln!("skipped: no MiniLM checkpoint; run scripts/fetch-minilm.sh");
+        return;
+    }
+    let e = SentenceEmbedder::load().expect("checkpoint loads");
+    let sentences = [
+        "The quick brown fox jumps over the lazy dog.",
+        "Hello, world!",
+    ];
+    let cpu = e.embed(&sentences).expect("CPU embeds");
+    e.model.compiled().to_device(device).expect("to the GPU");
+    let gpu = e.embed(&sentences).expect("GPU embeds");
+    for (c, g) in cpu.iter().zip(&gpu) {
+        let diff = c
+            .iter()
+            .zip(g)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(
+            diff <= 2e-5,
+            "GPU embedding differs from the CPU's by {diff}"
+        );
+    }
+}
+
+/// The dims the op tests use: (batch, seq, seed).
+const CASES: [(usize, usize, u64); 4] = [(1, 1, 1), (3, 5, 2), (5, 8, 3), (1, 1, 1)];
+
+fn ops_on_gpu(
+    cpu: CompiledModel,
+    what: &str,
+    atol: f64,
+    rtol: f64,
+    inputs: impl Fn(usize, usize, u64) -> Vec<Tensor>,
+) {
+    let Some(device) = gpu() else { return };
+    let m = OnGpu::new(cpu, &device);
+    for (batch, seq, seed) in CASES {
+        let inputs = inputs(batch, seq, seed);
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        m.check(&format!("{what} {batch}x{seq}"), &refs, atol, rtol);
+    }
+}
+
+fn two(shape: &[usize], seed: u64) -> Vec<Tensor> {
+    vec![Tensor::randn(shape, seed), Tensor::randn(shape, seed + 1)]
+}
+
+#[test]
+fn elementwise_ops_on_gpu() {
+    ops_on_gpu(
+        Elementwise::random(1).into_compiled(),
+        "elementwise",
+        2e-5,
+        2e-5,
+        |b, _, s| two(&[b, D], s),
+    );
+}
+
+#[test]
+fn broadcasting_on_gpu() {
+    ops_on_gpu(
+        Broadcasts::random(2).into_compiled(),
+        "broadcast",
+        2e-5,
+        2e-5,
+        |b, _, s| vec![Tensor::randn(&[b, 1, D], s), Tensor::randn(&[3, 1], s + 1)],
+    );
+}
+
+#[test]
+fn comparisons_and_where_on_gpu() {
+    ops_on_gpu(
+        Masks::random(3).into_compiled(),
+        "masks",
+        2e-6,
+        2e-6,
+        |b, _, s| two(&[b, D], s),
+    );
+}
+
+#[test]
+fn reductions_on_gpu() {
+    ops_on_gpu(
+        Reductions::random(4).into_compiled(),
+        "reductions",
+        2e-5,
+        2e-5,
+        |b, q, s| vec![Tensor::randn(&[b, q, D], s)],
+    );
+}
+
+#[test]
+fn softmax_on_gpu() {
+    ops_on_gpu(
+        Softmaxes::random(5).into_compiled(),
+        "softmax",
+        2e-6,
+        2e-5,
+        |b, q, s| vec![Tensor::randn(&[b, q, D], s)],
+    );
+}
+
+#[test]
+fn norms_on_gpu() {
+    ops_on_gpu(
+        Norms::random(6).into_compiled(),
+        "norms",
+        2e-5,
+        2e-5,
+        |b, _, s| two(&[b, D], s),
+    );
+}
+
+#[test]
+fn matmuls_on_gpu() {
+    ops_on_gpu(
+        MatMuls::random(7).into_compiled(),
+        "matmul",
+        2e-5,
+        2e-5,
+        |b, q, s| {
+            vec![
+                Tensor::randn(&[b, q, D], s),
+                Tensor::randn(&[b, D, q], s + 1),
+            ]
+        },
+    );
+}
+
+#[test]
+fn views_on_gpu() {
+    ops_on_gpu(
+        Views::random(8).into_compiled(),
+        "views",
+        2e-6,
+        2e-6,
+        |b, q, s| vec![Tensor::randn(&[b, q, D], s)],
+    );
+}
+
+#[test]
+fn embeddings_on_gpu() {
+    ops_on_gpu(
+        Embeddings::random(9).into_compiled(),
+        "embedding",
+        2e-6,
+        2e-6,
+        |b, q, s| vec![Tensor::uniform_ids(&[b, q], 50, s)],
+    );
+}
+
+#[test]
+fn stale_kernels_are_refused() {
+    let Some(device) = gpu() else { return };
+    let real = Mlp::spec();
+    let code = real.cuda.expect("GPU code");
+    let stale = |p: &CudaProgram| CudaProgram {
+        plan_hash: p.plan_hash ^ 1,
+        source: p.source,
+        source_bf16: p.source_bf16,
+        launches: p.launches,
+        kernels: p.kernels,
+        aot: None,
+    };
+    let cuda = Box::leak(Box::new(fuse_runtime::cuda::CudaSpec {
+        fused: stale(&code.fused),
+        eager: stale(&code.eager),
+    }));
+    let spec: &'static ModelSpec = Box::leak(Box::new(ModelSpec {
+        cuda: Some(cuda),
+        ..*real
+    }));
+    let model = CompiledModel::random(spec, 1);
+    match model.to_device(device) {
+        Err(Error::StaleKernels {
+            expected, found, ..
+        }) => assert_eq!(found, expected ^ 1),
+        Err(e) => panic!("expected StaleKernels, got {e}"),
+        Ok(()) => panic!("stale kernels were loaded"),
+    }
+}
