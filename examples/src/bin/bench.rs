@@ -22,7 +22,7 @@ fn workload(name: &str) -> Option<(fuse_runtime::CompiledModel, Vec<Tensor>, &'s
         "w2" => Some((
             Mlp::random(1).into_compiled(),
             vec![Tensor::randn(&[64, 1024], 2)],
-            "W2 MLP 1024-4096-1024 b64 (2 layers)",
+            "W2 MLP 1024-4096-4096-1024 b64",
         )),
         "w3" => Some((
             EncoderLayer::random(1).into_compiled(),

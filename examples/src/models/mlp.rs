@@ -1,4 +1,4 @@
-//! A two-layer perceptron with GELU: the smallest real model (workload W2's shape).
+//! A three-layer perceptron with GELU: workload W2, 1024 → 4096 → 4096 → 1024.
 
 use fuse_runtime::fused_model;
 
@@ -23,13 +23,15 @@ pub mod mlp {
 
     pub struct Mlp {
         fc1: Linear<D_IN, D_HIDDEN>,
-        fc2: Linear<D_HIDDEN, D_OUT>,
+        fc2: Linear<D_HIDDEN, D_HIDDEN>,
+        fc3: Linear<D_HIDDEN, D_OUT>,
     }
 
     impl Mlp {
         pub fn forward(&self, #[shape(batch, D_IN)] x: Tensor) -> Tensor {
             let h = self.fc1.forward(&x).gelu();
-            self.fc2.forward(&h)
+            let h = self.fc2.forward(&h).gelu();
+            self.fc3.forward(&h)
         }
     }
 }
