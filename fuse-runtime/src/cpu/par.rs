@@ -133,57 +133,87 @@ pub fn gemm<const B_DIMS: usize, E: RowTask + Sync>(
         (batches, m)
     };
     let blocks_per_group = rows_per_group.div_ceil(ROW_BLOCK);
+    // C[rows × cols] at `dst` (row stride n) = A[group, row0.., :] · B[group, :, col0..].
+    let product =
+        |group: usize, row0: usize, rows: usize, col0: usize, cols: usize, dst: *mut f32| {
+            let (mut a_off, mut b_off) = (spec.a_offset, spec.b_offset);
+            if groups > 1 {
+                let mut rem = group;
+                for i in (0..B_DIMS).rev() {
+                    let idx = rem % spec.batch[i];
+                    rem /= spec.batch[i];
+                    a_off += idx * spec.a_batch[i];
+                    b_off += idx * spec.b_batch[i];
+                }
+            }
+            a_off += row0 * spec.a_rs;
+            b_off += col0 * spec.b_cs;
+            let a_end = a_off + (rows - 1) * spec.a_rs + (k.max(1) - 1) * spec.a_cs;
+            let b_end = b_off + (k.max(1) - 1) * spec.b_rs + (cols - 1) * spec.b_cs;
+            assert!(
+                a_end < a.len().max(1) && b_end < b.len().max(1),
+                "GEMM operand out of bounds: planner bug"
+            );
+            // SAFETY: the last elements read from A and B are in bounds (checked above); callers pass a `dst` with
+            // `rows` rows of stride n and at least `cols` columns that no other task writes.
+            unsafe {
+                super::gemm::sgemm_raw(
+                    rows,
+                    k,
+                    cols,
+                    1.0,
+                    a.as_ptr().add(a_off),
+                    spec.a_rs as isize,
+                    spec.a_cs as isize,
+                    b.as_ptr().add(b_off),
+                    spec.b_rs as isize,
+                    spec.b_cs as isize,
+                    0.0,
+                    dst,
+                    n as isize,
+                    1,
+                );
+            }
+        };
+    let threads = rayon::current_num_threads();
+    let flops = batches * m * n * k;
+    let row_tasks = groups * blocks_per_group;
+    if threads > 1 && flops >= (1 << 20) && row_tasks < 2 * threads && n >= 2 * COL_BLOCK_MIN {
+        // Too few row blocks to keep every thread busy (a small batch): split the columns too. The epilogue then
+        // runs as a second, row-parallel pass over the just-written (cache-warm) output.
+        let splits = (2 * threads).div_ceil(row_tasks).min(n / COL_BLOCK_MIN);
+        let cols_per = n.div_ceil(splits).div_ceil(16) * 16;
+        let col_blocks = n.div_ceil(cols_per);
+        let dst = SharedOut(out.as_mut_ptr());
+        (0..row_tasks * col_blocks).into_par_iter().for_each(|t| {
+            let (rt, cb) = (t / col_blocks, t % col_blocks);
+            let (group, row0) = (rt / blocks_per_group, (rt % blocks_per_group) * ROW_BLOCK);
+            let rows = ROW_BLOCK.min(rows_per_group - row0);
+            let col0 = cb * cols_per;
+            let cols = cols_per.min(n - col0);
+            let first = (group * rows_per_group + row0) * n + col0;
+            // SAFETY: `first` and the `rows × cols` block it starts lie inside `out`; blocks are disjoint.
+            product(group, row0, rows, col0, cols, unsafe { dst.at(first) });
+        });
+        if let Some(epi) = epilogue {
+            for_rows(out, n, epi);
+        }
+        return;
+    }
     let task = |t: usize, block: &mut [f32]| {
         let group = t / blocks_per_group;
         let row0 = (t % blocks_per_group) * ROW_BLOCK;
-        let rows = block.len() / n;
-        let (mut a_off, mut b_off) = (spec.a_offset, spec.b_offset);
-        if groups > 1 {
-            let mut rem = group;
-            for i in (0..B_DIMS).rev() {
-                let idx = rem % spec.batch[i];
-                rem /= spec.batch[i];
-                a_off += idx * spec.a_batch[i];
-                b_off += idx * spec.b_batch[i];
-            }
-        }
-        a_off += row0 * spec.a_rs;
-        let a_end = a_off + (rows - 1) * spec.a_rs + (k.max(1) - 1) * spec.a_cs;
-        let b_end = b_off + (k.max(1) - 1) * spec.b_rs + (n - 1) * spec.b_cs;
-        assert!(
-            a_end < a.len().max(1) && b_end < b.len().max(1),
-            "GEMM operand out of bounds: planner bug"
-        );
-        // SAFETY: the last elements read from A and B are in bounds (checked above); `block` holds rows × n.
-        unsafe {
-            super::gemm::sgemm_raw(
-                rows,
-                k,
-                n,
-                1.0,
-                a.as_ptr().add(a_off),
-                spec.a_rs as isize,
-                spec.a_cs as isize,
-                b.as_ptr().add(b_off),
-                spec.b_rs as isize,
-                spec.b_cs as isize,
-                0.0,
-                block.as_mut_ptr(),
-                n as isize,
-                1,
-            );
-        }
+        product(group, row0, block.len() / n, 0, n, block.as_mut_ptr());
         if let Some(epi) = epilogue {
             simd_run(epi, group * rows_per_group + row0, block);
         }
     };
     // Blocks never straddle groups: split each group's rows, then blocks.
-    let mut blocks: Vec<&mut [f32]> = Vec::with_capacity(groups * blocks_per_group);
+    let mut blocks: Vec<&mut [f32]> = Vec::with_capacity(row_tasks);
     for group in out.chunks_mut(rows_per_group * n) {
         blocks.extend(group.chunks_mut(ROW_BLOCK * n));
     }
-    let flops = batches * m * n * k;
-    if flops < (1 << 20) || rayon::current_num_threads() == 1 {
+    if flops < (1 << 20) || threads == 1 {
         for (t, block) in blocks.into_iter().enumerate() {
             task(t, block);
         }
@@ -192,6 +222,23 @@ pub fn gemm<const B_DIMS: usize, E: RowTask + Sync>(
             .into_par_iter()
             .enumerate()
             .for_each(|(t, block)| task(t, block));
+    }
+}
+
+/// Narrowest column block worth a GEMM task of its own.
+const COL_BLOCK_MIN: usize = 128;
+
+/// The output pointer shared by column-split GEMM tasks, each writing its own disjoint block.
+struct SharedOut(*mut f32);
+
+// SAFETY: tasks write disjoint blocks through it, and `gemm` does not touch `out` otherwise until they finish.
+unsafe impl Sync for SharedOut {}
+
+impl SharedOut {
+    /// # Safety
+    /// `offset` must be inside the output slice this pointer came from.
+    unsafe fn at(&self, offset: usize) -> *mut f32 {
+        unsafe { self.0.add(offset) }
     }
 }
 
@@ -250,6 +297,59 @@ pub fn strided_copy(
                 break;
             }
             index[axis] = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::Tensor;
+
+    /// Adds 1 to every output element and records nothing else: enough to see that every row got its epilogue once.
+    struct PlusOne;
+
+    impl RowTask for PlusOne {
+        fn run(&self, _: usize, rows: &mut [f32]) {
+            rows.iter_mut().for_each(|v| *v += 1.0);
+        }
+    }
+
+    /// Row blocks only (large M), and rows × column blocks (small M, wide N): both against a plain f64 product.
+    #[test]
+    fn gemm_with_epilogue_matches_naive_on_both_split_paths() {
+        for (m, k, n) in [(600, 64, 48), (4, 256, 1024), (3, 300, 700)] {
+            let a = Tensor::randn(&[m, k], 1).to_f32_vec();
+            let b = Tensor::randn(&[k, n], 2).to_f32_vec();
+            let spec = GemmSpec::<0> {
+                batch: [],
+                a_batch: [],
+                b_batch: [],
+                m,
+                k,
+                n,
+                a_offset: 0,
+                a_rs: k,
+                a_cs: 1,
+                b_offset: 0,
+                b_rs: n,
+                b_cs: 1,
+            };
+            let mut out = vec![f32::NAN; m * n];
+            gemm(&spec, &a, &b, &mut out, Some(&PlusOne));
+            for i in 0..m {
+                for j in 0..n {
+                    let want: f64 = (0..k)
+                        .map(|p| f64::from(a[i * k + p]) * f64::from(b[p * n + j]))
+                        .sum::<f64>()
+                        + 1.0;
+                    let got = f64::from(out[i * n + j]);
+                    assert!(
+                        (got - want).abs() <= 1e-3 * (1.0 + want.abs()),
+                        "{m}x{k}x{n} at ({i}, {j}): {got} vs {want}"
+                    );
+                }
+            }
         }
     }
 }
