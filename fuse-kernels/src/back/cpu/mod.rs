@@ -41,7 +41,12 @@ pub fn write_program(plan: &Plan, model: &str) -> (TokenStream, TokenStream) {
         fns.push(quote!(#name));
         let kname = &k.name;
         let kind = k.kind.name();
-        let ops: Vec<String> = k.nodes.iter().map(|&n| g.node(n).op.name()).collect();
+        // A kernel that computes nothing materialises a view: call it what it is.
+        let ops: Vec<String> = if k.nodes.is_empty() {
+            vec!["copy".to_string()]
+        } else {
+            k.nodes.iter().map(|&n| g.node(n).op.name()).collect()
+        };
         let bytes = kernel_bytes(g, k).iter().map(mono).collect::<Vec<_>>();
         infos.push(quote!(#rt::KernelInfo { name: #kname, kind: #kind, ops: &[#(#ops),*], bytes: &[#(#bytes),*] }));
     }
