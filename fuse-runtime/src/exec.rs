@@ -350,5 +350,14 @@ impl Executor {
             }
         }
         self.give_back(arena);
+        // A value returned twice (`(y, y)`) is computed into its first output slot only; copy it to the others.
+        for (i, o) in p.outputs.iter().enumerate() {
+            if let Some(first) = p.outputs[..i].iter().position(|e| e.buffer == o.buffer) {
+                let (head, tail) = outputs.split_at_mut(i);
+                if let (Some(src), Some(dst)) = (head[first].as_f32(), tail[0].as_f32_mut()) {
+                    dst.copy_from_slice(src);
+                }
+            }
+        }
     }
 }

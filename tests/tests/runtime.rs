@@ -164,3 +164,30 @@ fn bad_weight_files_are_clear_errors() {
         Err(Error::MissingWeight { .. })
     ));
 }
+
+#[fuse_runtime::fused_model]
+mod twice {
+    pub struct Twice {}
+    impl Twice {
+        pub fn forward(&self, #[shape(n, 4)] x: Tensor) -> (Tensor, Tensor, Tensor) {
+            let y = x.exp();
+            (y, x, y)
+        }
+    }
+}
+
+#[test]
+fn a_value_returned_twice_fills_both_outputs() {
+    let m = twice::Twice::random(0);
+    let x = Tensor::randn(&[3, 4], 1);
+    for (a, same_x, b) in [m.forward(&x).unwrap(), m.forward_eager(&x).unwrap()] {
+        assert_eq!(a, b);
+        assert_eq!(same_x, x);
+        let want: Vec<f32> = x.to_f32_vec().iter().map(|v| v.exp()).collect();
+        assert!(a
+            .to_f32_vec()
+            .iter()
+            .zip(&want)
+            .all(|(g, w)| (g - w).abs() <= 1e-6 * (1.0 + w.abs())));
+    }
+}

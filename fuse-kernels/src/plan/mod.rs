@@ -114,6 +114,7 @@ impl Plan {
 
 /// The planning passes, in order.
 pub fn plan(graph: &Graph, mode: Mode) -> Plan {
+    let graph = &separate_leaf_outputs(graph);
     let (groups, refusals) = fusion::group(graph, mode == Mode::Fused);
     let roots: BTreeSet<NodeId> = groups
         .iter()
@@ -134,6 +135,23 @@ pub fn plan(graph: &Graph, mode: Mode) -> Plan {
     };
     plan.hash = fnv1a(dump(&plan).as_bytes());
     plan
+}
+
+/// A model output that is an input or a parameter itself gets a node of its own (an identity reshape, i.e. a view),
+/// so that it has an output buffer distinct from the leaf's for its copy kernel to fill.
+fn separate_leaf_outputs(graph: &Graph) -> Graph {
+    let mut g = graph.clone();
+    for i in 0..g.outputs.len() {
+        let out = g.outputs[i];
+        if g.node(out).op.is_leaf() {
+            let shape = g.ty(out).shape.clone();
+            let span = g.span(out);
+            if let Ok(id) = g.add(Op::Reshape { input: out, shape }, span) {
+                g.outputs[i] = id;
+            }
+        }
+    }
+    g
 }
 
 /// Values that need a copy kernel: reshapes of non-contiguous views cannot be read in place, so their input view
