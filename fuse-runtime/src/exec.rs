@@ -77,6 +77,36 @@ pub struct Program {
 const ALIGN: usize = 64;
 
 impl Program {
+    /// Zeroed output tensors of this program's output shapes at `dims`.
+    pub(crate) fn fresh_outputs(&self, dims: &[usize]) -> Result<Vec<Tensor>> {
+        self.outputs
+            .iter()
+            .map(|o| {
+                let shape: Vec<usize> = o.dims.iter().map(|m| m.eval(dims)).collect();
+                let numel = self.buffers[o.buffer].numel.eval(dims);
+                Tensor::from_f32(&shape, vec![0.0f32; numel])
+            })
+            .collect()
+    }
+
+    /// Keeps `outputs` when they already have the output shapes at `dims` (so a serving loop allocates nothing),
+    /// else replaces them with fresh ones.
+    pub(crate) fn fit_outputs(&self, dims: &[usize], outputs: &mut Vec<Tensor>) -> Result<()> {
+        let fits = outputs.len() == self.outputs.len()
+            && outputs.iter().zip(self.outputs).all(|(t, o)| {
+                t.as_f32().is_some()
+                    && t.shape().len() == o.dims.len()
+                    && t.shape()
+                        .iter()
+                        .zip(o.dims)
+                        .all(|(&n, m)| n == m.eval(dims))
+            });
+        if !fits {
+            *outputs = self.fresh_outputs(dims)?;
+        }
+        Ok(())
+    }
+
     /// Byte offset of each slot and the arena size.
     pub fn layout(&self, dims: &[usize]) -> (Vec<usize>, usize) {
         let mut offsets = Vec::with_capacity(self.slots.len());
@@ -262,7 +292,7 @@ impl Executor {
         weights: &[Tensor],
         inputs: &[&Tensor],
     ) -> Result<Vec<Tensor>> {
-        let mut outputs = self.fresh_outputs(dims)?;
+        let mut outputs = self.program.fresh_outputs(dims)?;
         self.execute(dims, weights, inputs, &mut outputs, None);
         Ok(outputs)
     }
@@ -278,32 +308,9 @@ impl Executor {
         outputs: &mut Vec<Tensor>,
         times: Option<&mut [f64]>,
     ) -> Result<()> {
-        let fits = outputs.len() == self.program.outputs.len()
-            && outputs.iter().zip(self.program.outputs).all(|(t, o)| {
-                t.as_f32().is_some()
-                    && t.shape().len() == o.dims.len()
-                    && t.shape()
-                        .iter()
-                        .zip(o.dims)
-                        .all(|(&n, m)| n == m.eval(dims))
-            });
-        if !fits {
-            *outputs = self.fresh_outputs(dims)?;
-        }
+        self.program.fit_outputs(dims, outputs)?;
         self.execute(dims, weights, inputs, outputs, times);
         Ok(())
-    }
-
-    fn fresh_outputs(&self, dims: &[usize]) -> Result<Vec<Tensor>> {
-        self.program
-            .outputs
-            .iter()
-            .map(|o| {
-                let shape: Vec<usize> = o.dims.iter().map(|m| m.eval(dims)).collect();
-                let numel = self.program.buffers[o.buffer].numel.eval(dims);
-                Tensor::from_f32(&shape, vec![0.0f32; numel])
-            })
-            .collect()
     }
 
     /// Runs every kernel; `outputs` are f32 tensors of the program's output shapes at `dims`.

@@ -265,7 +265,7 @@ impl GpuModel {
             tracing::warn!(target: "fuse::device", model = p.model, "{line}");
             state_note(&mut state.report, line);
         }
-        fit_outputs(p, dims, outputs)?;
+        p.fit_outputs(dims, outputs)?;
         let st = self.shape(state, mode, dims)?;
         st.download(&self.stream, p, outputs)
     }
@@ -323,30 +323,6 @@ fn state_note(report: &mut Vec<String>, line: String) {
     if !report.contains(&line) {
         report.push(line);
     }
-}
-
-/// Replaces `outputs` by zeroed tensors unless they already have the program's output shapes at `dims`.
-fn fit_outputs(p: &Program, dims: &[usize], outputs: &mut Vec<Tensor>) -> Result<()> {
-    let fits = outputs.len() == p.outputs.len()
-        && outputs.iter().zip(p.outputs).all(|(t, o)| {
-            t.as_f32().is_some()
-                && t.shape().len() == o.dims.len()
-                && t.shape()
-                    .iter()
-                    .zip(o.dims)
-                    .all(|(&n, m)| n == m.eval(dims))
-        });
-    if !fits {
-        *outputs = p
-            .outputs
-            .iter()
-            .map(|o| {
-                let shape: Vec<usize> = o.dims.iter().map(|m| m.eval(dims)).collect();
-                Tensor::from_f32(&shape, vec![0.0; shape.iter().product()])
-            })
-            .collect::<Result<Vec<_>>>()?;
-    }
-    Ok(())
 }
 
 /// Device-to-device copy bandwidth over `bytes` (read plus written), GB/s: the roofline for memory-bound kernels.
