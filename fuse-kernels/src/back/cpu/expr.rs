@@ -93,11 +93,10 @@ pub fn row_base(read: &Read, outer: usize) -> TokenStream {
 }
 
 /// Per-row binding of a read along the inner dim (`len` elements), by its inner kind.
-pub fn row_bind(read: &Read, rank: usize, dtype: DType) -> TokenStream {
+pub fn row_bind(read: &Read, rank: usize) -> TokenStream {
     let buf = var("buf", read.node);
     let base = var("base", read.node);
     let x = var("x", read.node);
-    let _ = dtype;
     match inner_kind(read, rank) {
         Inner::Contiguous => quote!(let #x = &#buf[#base..#base + len];),
         Inner::Broadcast => quote!(let #x = #buf[#base];),

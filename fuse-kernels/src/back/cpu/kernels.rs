@@ -44,10 +44,10 @@ fn shape_decl(dims: &[crate::ir::Dim]) -> (TokenStream, usize) {
 }
 
 /// Per-row set-up of a group of reads: bases and inner bindings.
-fn bind_reads(plan: &Plan, reads: &[&Read], rank: usize) -> TokenStream {
+fn bind_reads(reads: &[&Read], rank: usize) -> TokenStream {
     let stmts = reads.iter().map(|r| {
         let base = row_base(r, rank.saturating_sub(1));
-        let bind = row_bind(r, rank, plan.graph.ty(r.access.base).dtype);
+        let bind = row_bind(r, rank);
         quote!(#base #bind)
     });
     quote!(#(#stmts)*)
@@ -115,7 +115,7 @@ fn elementwise(plan: &Plan, k: &Kernel) -> TokenStream {
     let (shape, rank) = shape_decl(&g.ty(k.output).shape.0);
     let reads: Vec<&Read> = k.reads.iter().collect();
     let setup = setups(plan, &reads);
-    let binds = bind_reads(plan, &reads, rank);
+    let binds = bind_reads(&reads, rank);
     let decompose = decompose_row(rank - 1);
     let out = out_index(plan, k);
     // A copy kernel computes nothing: its value is its single read.
@@ -210,7 +210,7 @@ fn row(plan: &Plan, k: &Kernel, anchor: NodeId) -> TokenStream {
     let out_reads = reads_of(plan, k, &epilogue);
     let all: Vec<&Read> = k.reads.iter().collect();
     let setup = setups(plan, &all);
-    let in_binds = bind_reads(plan, &in_reads, rank);
+    let in_binds = bind_reads(&in_reads, rank);
     // Epilogue reads of a reduction without keepdim have one dim fewer: every dim is an outer dim.
     let out_binds = if is_reduce && out_rank + 1 == rank {
         let stmts = out_reads.iter().map(|r| {
@@ -222,7 +222,7 @@ fn row(plan: &Plan, k: &Kernel, anchor: NodeId) -> TokenStream {
         });
         quote!(#(#stmts)*)
     } else {
-        bind_reads(plan, &out_reads, rank)
+        bind_reads(&out_reads, rank)
     };
     let side = side_reads.iter().map(|r| {
         let x = var("side", r.node);
@@ -360,7 +360,7 @@ fn matmul(plan: &Plan, k: &Kernel, anchor: NodeId) -> TokenStream {
         (quote!(), quote!(None::<&#rt::NoEpilogue>))
     } else {
         let decompose = decompose_row(rank - 1);
-        let binds = bind_reads(plan, &epi_reads, rank);
+        let binds = bind_reads(&epi_reads, rank);
         let av = var("a", anchor);
         let body = elementwise_body(plan, k, &epilogue, rank, Some((anchor, quote!(#av))));
         let result = var("v", k.output);
