@@ -37,8 +37,15 @@ pub fn kept_items(module: &syn::ItemMod) -> Vec<syn::Item> {
     };
     items
         .iter()
-        .filter(|i| matches!(i, syn::Item::Const(_)))
-        .cloned()
+        .filter_map(|i| match i {
+            syn::Item::Const(c) => {
+                // The model already used them at compile time; the user may or may not.
+                let mut c = c.clone();
+                c.attrs.push(syn::parse_quote!(#[allow(dead_code)]));
+                Some(syn::Item::Const(c))
+            }
+            _ => None,
+        })
         .collect()
 }
 

@@ -111,3 +111,35 @@ fn embedding_gather_and_cast() {
         check_model("embedding", m.compiled(), &[&ids], 1e-6, 1e-6);
     }
 }
+
+#[fuse_runtime::fused_model]
+mod reread {
+    pub const D: usize = 8;
+
+    /// Reads that a fused kernel would need at two shapes: gamma as the norm's `[D]` weight and again,
+    /// broadcast, in the epilogue; x as a matmul operand and again in the epilogue.
+    pub struct Reread {
+        #[shape(D)]
+        gamma: Tensor,
+        #[shape(D)]
+        beta: Tensor,
+        #[shape(D, D)]
+        w: Tensor,
+    }
+    impl Reread {
+        pub fn forward(&self, #[shape(batch, D)] x: Tensor) -> (Tensor, Tensor) {
+            let normed = x.layer_norm(&self.gamma, &self.beta, 1e-5) * &self.gamma + &self.beta;
+            let projected = x.matmul(&self.w) + &x;
+            (normed, projected)
+        }
+    }
+}
+
+#[test]
+fn a_value_read_at_two_shapes_in_one_kernel() {
+    let m = reread::Reread::random(10);
+    for (batch, _, seed) in cases(10) {
+        let x = Tensor::randn(&[batch, 8], seed);
+        check_model("reread", m.compiled(), &[&x], 1e-5, 1e-5);
+    }
+}

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::ir::{Graph, NodeId, Op};
+use crate::ir::{Dim, Graph, NodeId, Op, Shape};
 
 /// What a node is to the planner.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,6 +56,9 @@ pub enum WhyNot {
     NotRowInput,
     /// The consumer does not compute element by element (e.g. a view).
     ConsumerKind,
+    /// The kernel would read one value at two different shapes (e.g. a norm's weight, and the same weight again
+    /// broadcast in the epilogue); each value is read through one access per kernel.
+    ReadAtTwoShapes,
 }
 
 impl fmt::Display for WhyNot {
@@ -71,6 +74,7 @@ impl fmt::Display for WhyNot {
                 write!(f, "only the row input of a norm is fused as its prologue")
             }
             WhyNot::ConsumerKind => write!(f, "consumer is not a computing op"),
+            WhyNot::ReadAtTwoShapes => write!(f, "the kernel would read one value at two shapes"),
         }
     }
 }
@@ -121,7 +125,52 @@ pub fn can_fuse(
     if consumer_class == Class::Elementwise && g.ty(producer).shape != g.ty(consumer).shape {
         return Err(WhyNot::Broadcast);
     }
+    let mut nodes = group.nodes.clone();
+    nodes.push(consumer);
+    let reads = reads_from_memory(g, &nodes);
+    let conflict = reads
+        .iter()
+        .any(|(n, at)| reads.iter().any(|(m, other)| n == m && at != other));
+    if conflict {
+        return Err(WhyNot::ReadAtTwoShapes);
+    }
     Ok(())
+}
+
+/// Every operand a kernel computing `nodes` reads from memory (not computed by one of `nodes`, not a constant),
+/// with the shape it is read at: a matmul reads its operands at the output's batch dims plus their own matrix
+/// dims, row ops and gathers read whole operands, elementwise ops read at their own (broadcast) shape.
+pub fn reads_from_memory(g: &Graph, nodes: &[NodeId]) -> Vec<(NodeId, Shape)> {
+    let mut out = Vec::new();
+    for &id in nodes {
+        let node = g.node(id);
+        for operand in node.op.operands() {
+            if nodes.contains(&operand) || matches!(g.node(operand).op, Op::Scalar(_)) {
+                continue;
+            }
+            let at = match &node.op {
+                Op::MatMul(..) => matmul_operand_shape(g, id, operand),
+                Op::Reduce { .. }
+                | Op::Softmax { .. }
+                | Op::LayerNorm { .. }
+                | Op::RmsNorm { .. }
+                | Op::Embedding { .. }
+                | Op::Concat { .. } => g.ty(operand).shape.clone(),
+                _ => g.ty(id).shape.clone(),
+            };
+            out.push((operand, at));
+        }
+    }
+    out
+}
+
+/// A matmul operand is read at the output's batch dims followed by its own two matrix dims.
+fn matmul_operand_shape(g: &Graph, mm: NodeId, operand: NodeId) -> Shape {
+    let out = &g.ty(mm).shape.0;
+    let own = &g.ty(operand).shape.0;
+    let mut dims: Vec<Dim> = out[..out.len() - 2].to_vec();
+    dims.extend_from_slice(&own[own.len() - 2..]);
+    Shape(dims)
 }
 
 /// A refused fusion, for the report.
@@ -156,7 +205,18 @@ pub fn group(g: &Graph, fused: bool) -> (Vec<Group>, Vec<Refusal>) {
                 continue;
             };
             let verdict = if fused {
-                can_fuse(g, &uses, candidate, operand, id, pos).and_then(|()| {
+                // Ask about the producer's group together with what the consumer already absorbed, so reads
+                // are checked across every group merging into this kernel.
+                let with_merged = Group {
+                    nodes: candidate
+                        .nodes
+                        .iter()
+                        .chain(&merged.nodes)
+                        .copied()
+                        .collect(),
+                    anchor: candidate.anchor,
+                };
+                can_fuse(g, &uses, &with_merged, operand, id, pos).and_then(|()| {
                     if candidate.anchor.is_some() && merged.anchor.is_some() {
                         Err(WhyNot::TwoAnchors)
                     } else {

@@ -14,7 +14,7 @@ pub use fusion::{can_fuse, Refusal, WhyNot};
 pub use memory::MemoryPlan;
 pub use report::{dot, dump, dump_graph, kernel_bytes};
 
-use crate::ir::{Dim, Graph, NodeId, Op, Shape};
+use crate::ir::{Graph, NodeId, Op, Shape};
 use fusion::{class, Class};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -244,37 +244,7 @@ fn build_kernels(g: &Graph, groups: Vec<fusion::Group>, copies: &BTreeSet<NodeId
 
 /// The operands a kernel reads from memory, each with the shape it is read at.
 fn read_shapes(g: &Graph, k: &Kernel) -> Vec<(NodeId, Shape)> {
-    let mut out = Vec::new();
-    for &id in &k.nodes {
-        let node = g.node(id);
-        let operands = node.op.operands();
-        for (pos, operand) in operands.iter().copied().enumerate() {
-            if k.computes(operand) {
-                continue;
-            }
-            let at = match &node.op {
-                Op::MatMul(a, b) => matmul_operand_shape(g, id, if pos == 0 { *a } else { *b }),
-                Op::Reduce { .. }
-                | Op::Softmax { .. }
-                | Op::LayerNorm { .. }
-                | Op::RmsNorm { .. }
-                | Op::Embedding { .. }
-                | Op::Concat { .. } => g.ty(operand).shape.clone(),
-                _ => g.ty(id).shape.clone(),
-            };
-            out.push((operand, at));
-        }
-    }
-    out
-}
-
-/// A matmul operand is read at the output's batch dims followed by its own two matrix dims.
-fn matmul_operand_shape(g: &Graph, mm: NodeId, operand: NodeId) -> Shape {
-    let out = &g.ty(mm).shape.0;
-    let own = &g.ty(operand).shape.0;
-    let mut dims: Vec<Dim> = out[..out.len() - 2].to_vec();
-    dims.extend_from_slice(&own[own.len() - 2..]);
-    Shape(dims)
+    fusion::reads_from_memory(g, &k.nodes)
 }
 
 /// Inputs and params first (their own memory), then every kernel output: graph outputs get their own allocation,
