@@ -11,6 +11,7 @@ use std::time::Instant;
 use fuse_kernels::back::cuda::{self, Options, StorageType};
 use fuse_kernels::ir::Graph;
 use fuse_kernels::plan::{self, Mode};
+use fuse_tests::golden::check_golden;
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -134,41 +135,6 @@ fn examples() -> Vec<Example> {
         }
     }
     out
-}
-
-/// Compares `actual` with `tests/golden/<file>`, or rewrites it when `FUSE_BLESS` is set (and not `0`).
-#[track_caller]
-fn check_golden(file: &str, actual: &str) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(file);
-    if std::env::var("FUSE_BLESS").is_ok_and(|v| !v.is_empty() && v != "0") {
-        std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))
-            .expect("create tests/golden");
-        std::fs::write(&path, actual).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
-        return;
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_else(|_| {
-        panic!(
-            "missing golden file {}; run with FUSE_BLESS=1 to create it",
-            path.display()
-        )
-    });
-    if expected != actual {
-        let line = expected
-            .lines()
-            .zip(actual.lines())
-            .position(|(a, b)| a != b);
-        let line = line.unwrap_or(expected.lines().count().min(actual.lines().count()));
-        panic!(
-            "{} differs from the generated CUDA at line {}:\n  golden:    {:?}\n  generated: {:?}\n\
-             review the change, then bless with FUSE_BLESS=1",
-            path.display(),
-            line + 1,
-            expected.lines().nth(line).unwrap_or(""),
-            actual.lines().nth(line).unwrap_or("")
-        );
-    }
 }
 
 #[test]
