@@ -18,14 +18,18 @@ pub fn expand(module: &syn::ItemMod) -> TokenStream {
     let source = quote!(#module).to_string();
     let models = cap.models.iter().map(|m| expand_model(module, m, &source));
     let consts = kept_items(module);
+    replace_module(module, quote!(#(#consts)* #(#models)*))
+}
+
+/// The user's module (its attributes, visibility and name) with `body` as its new contents.
+pub fn replace_module(module: &syn::ItemMod, body: TokenStream) -> TokenStream {
     let attrs = &module.attrs;
     let vis = &module.vis;
     let ident = &module.ident;
     quote! {
         #(#attrs)*
         #vis mod #ident {
-            #(#consts)*
-            #(#models)*
+            #body
         }
     }
 }

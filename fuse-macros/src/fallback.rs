@@ -152,15 +152,5 @@ pub fn stub(module: &syn::ItemMod, roots: &[syn::Ident], errors: syn::Error) -> 
     let models = stub_names(module, roots)
         .into_iter()
         .map(|name| stub_model(module, &name));
-    let attrs = &module.attrs;
-    let vis = &module.vis;
-    let ident = &module.ident;
-    quote! {
-        #(#attrs)*
-        #vis mod #ident {
-            #errors
-            #(#consts)*
-            #(#models)*
-        }
-    }
+    crate::expand::replace_module(module, quote!(#errors #(#consts)* #(#models)*))
 }
