@@ -308,6 +308,8 @@ fn row(plan: &Plan, k: &Kernel, anchor: NodeId) -> TokenStream {
     let task = task(
         &fields,
         quote! {
+            // Two rows of scratch per chunk of rows. Kept as fresh locals on purpose: reusing a thread-local buffer
+            // was measured 2.5x slower on a layer norm (the optimiser can no longer prove the rows alias nothing).
             let mut row_buf = vec![0.0f32; len];
             let mut tmp = vec![0.0f32; len];
             for (r, o) in chunk.chunks_exact_mut(out_len).enumerate() {
