@@ -62,6 +62,23 @@ impl Drop for Arena {
     }
 }
 
+/// A zeroed `Vec<f32>` of `numel` for an output tensor. A large one is advised to use huge pages before anything
+/// touches it (`vec!` of zeros maps fresh, untouched memory), so the kernel that fills it takes a few dozen page
+/// faults instead of one per 4 KiB: for a 64 MB output that is most of a call's time.
+pub fn zeroed_output(numel: usize) -> Vec<f32> {
+    let mut v = vec![0.0f32; numel];
+    let bytes = numel * std::mem::size_of::<f32>();
+    if bytes >= 2 * HUGE_PAGE {
+        let start = v.as_mut_ptr() as usize;
+        let first = start.next_multiple_of(HUGE_PAGE);
+        let last = (start + bytes) / HUGE_PAGE * HUGE_PAGE;
+        if last > first {
+            advise_huge_pages(first as *mut u8, last - first);
+        }
+    }
+    v
+}
+
 #[cfg(target_os = "linux")]
 fn advise_huge_pages(ptr: *mut u8, len: usize) {
     // SAFETY: the range is one allocation we own; MADV_HUGEPAGE only changes how it is backed, and a failure
@@ -76,7 +93,7 @@ fn advise_huge_pages(_: *mut u8, _: usize) {}
 
 #[cfg(test)]
 mod tests {
-    use super::Arena;
+    use super::{zeroed_output, Arena};
 
     #[test]
     fn arenas_are_zeroed_aligned_and_large_enough() {
@@ -87,6 +104,18 @@ mod tests {
             // SAFETY: the arena holds `a.len()` initialised (zeroed) bytes.
             let bytes = unsafe { std::slice::from_raw_parts(a.as_mut_ptr(), a.len()) };
             assert!(bytes.iter().all(|&b| b == 0));
+        }
+    }
+
+    #[test]
+    fn outputs_are_zeroed_whatever_their_size() {
+        // Below and above the huge-page threshold, with a length that ends mid-page.
+        for numel in [0, 5, (5 << 20) + 3] {
+            let mut v = zeroed_output(numel);
+            assert_eq!(v.len(), numel);
+            assert!(v.iter().all(|&x| x == 0.0));
+            v.iter_mut().for_each(|x| *x = 1.0);
+            assert!(v.iter().all(|&x| x == 1.0));
         }
     }
 }

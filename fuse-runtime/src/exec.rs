@@ -84,7 +84,7 @@ impl Program {
             .map(|o| {
                 let shape: Vec<usize> = o.dims.iter().map(|m| m.eval(dims)).collect();
                 let numel = self.buffers[o.buffer].numel.eval(dims);
-                Tensor::from_f32(&shape, vec![0.0f32; numel])
+                Tensor::from_f32(&shape, crate::arena::zeroed_output(numel))
             })
             .collect()
     }

