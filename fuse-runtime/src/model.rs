@@ -62,13 +62,18 @@ impl CompiledModel {
                 });
             }
         }
-        Ok(CompiledModel {
+        Ok(Self::assemble(spec, weights))
+    }
+
+    /// The model over weights already checked (or generated) against `spec`.
+    fn assemble(spec: &'static ModelSpec, weights: Vec<Tensor>) -> Self {
+        CompiledModel {
             spec,
             weights,
             fused: Executor::new(spec.fused),
             eager: Executor::new(spec.eager),
             placement: Placement::default(),
-        })
+        }
     }
 
     /// Loads every parameter from a safetensors file by its checkpoint name.
@@ -79,14 +84,7 @@ impl CompiledModel {
 
     /// Seeded random weights (per-parameter scale chosen by the compiler), for examples and tests.
     pub fn random(spec: &'static ModelSpec, seed: u64) -> Self {
-        let weights = random_weights(spec.params, seed);
-        CompiledModel {
-            spec,
-            weights,
-            fused: Executor::new(spec.fused),
-            eager: Executor::new(spec.eager),
-            placement: Placement::default(),
-        }
+        Self::assemble(spec, random_weights(spec.params, seed))
     }
 
     pub fn spec(&self) -> &'static ModelSpec {
