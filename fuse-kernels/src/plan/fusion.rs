@@ -1,6 +1,7 @@
 //! Fusion planning: which ops share a kernel. One question decides it, [`can_fuse`], so the report can say why two
 //! ops were kept apart.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use crate::ir::{Dim, Graph, NodeId, Op, Shape};
@@ -79,11 +80,26 @@ impl fmt::Display for WhyNot {
     }
 }
 
-/// A fusion group under construction: its nodes and its anchor (row op or matmul), if any.
-#[derive(Clone, Debug)]
+/// A fusion group under construction: its nodes, its anchor (row op or matmul), if any, and what it reads from
+/// memory with the shape of each read (one shape per value: see [`WhyNot::ReadAtTwoShapes`]).
+///
+/// The reads are kept up to date as groups merge, so checking a fusion costs the consumer's few operands rather
+/// than a pass over every node of the group (which made long chains cubic to plan).
+#[derive(Clone, Debug, Default)]
 pub struct Group {
     pub nodes: Vec<NodeId>,
     pub anchor: Option<NodeId>,
+    pub reads: BTreeMap<NodeId, Shape>,
+}
+
+impl Group {
+    /// Adds `other`'s nodes and reads. A group never reads a node of another group it merges with: every node
+    /// of a group but its output has its one use inside the group, and the output's one use is the consumer.
+    fn absorb(&mut self, other: Group) {
+        self.anchor = self.anchor.or(other.anchor);
+        self.nodes.extend(other.nodes);
+        self.reads.extend(other.reads);
+    }
 }
 
 /// Can `producer` (the output of `group`) be computed in the same kernel as `consumer`? `operand_pos` is the
@@ -125,12 +141,10 @@ pub fn can_fuse(
     if consumer_class == Class::Elementwise && g.ty(producer).shape != g.ty(consumer).shape {
         return Err(WhyNot::Broadcast);
     }
-    let mut nodes = group.nodes.clone();
-    nodes.push(consumer);
-    let reads = reads_from_memory(g, &nodes);
-    let conflict = reads
-        .iter()
-        .any(|(n, at)| reads.iter().any(|(m, other)| n == m && at != other));
+    let conflict = node_reads(g, consumer)
+        .into_iter()
+        .filter(|(n, _)| !group.nodes.contains(n))
+        .any(|(n, at)| group.reads.get(&n).is_some_and(|seen| *seen != at));
     if conflict {
         return Err(WhyNot::ReadAtTwoShapes);
     }
@@ -141,13 +155,22 @@ pub fn can_fuse(
 /// with the shape it is read at: a matmul reads its operands at the output's batch dims plus their own matrix
 /// dims, row ops and gathers read whole operands, elementwise ops read at their own (broadcast) shape.
 pub fn reads_from_memory(g: &Graph, nodes: &[NodeId]) -> Vec<(NodeId, Shape)> {
-    let mut out = Vec::new();
-    for &id in nodes {
-        let node = g.node(id);
-        for operand in node.op.operands() {
-            if nodes.contains(&operand) || matches!(g.node(operand).op, Op::Scalar(_)) {
-                continue;
-            }
+    let inside: BTreeSet<NodeId> = nodes.iter().copied().collect();
+    nodes
+        .iter()
+        .flat_map(|&id| node_reads(g, id))
+        .filter(|(operand, _)| !inside.contains(operand))
+        .collect()
+}
+
+/// The non-constant operands of one node, each with the shape the node reads it at.
+fn node_reads(g: &Graph, id: NodeId) -> Vec<(NodeId, Shape)> {
+    let node = g.node(id);
+    node.op
+        .operands()
+        .into_iter()
+        .filter(|&operand| !matches!(g.node(operand).op, Op::Scalar(_)))
+        .map(|operand| {
             let at = match &node.op {
                 Op::MatMul(..) => matmul_operand_shape(g, id, operand),
                 Op::Reduce { .. }
@@ -158,10 +181,9 @@ pub fn reads_from_memory(g: &Graph, nodes: &[NodeId]) -> Vec<(NodeId, Shape)> {
                 | Op::Concat { .. } => g.ty(operand).shape.clone(),
                 _ => g.ty(id).shape.clone(),
             };
-            out.push((operand, at));
-        }
-    }
-    out
+            (operand, at)
+        })
+        .collect()
 }
 
 /// A matmul operand is read at the output's batch dims followed by its own two matrix dims.
@@ -194,8 +216,8 @@ pub fn group(g: &Graph, fused: bool) -> (Vec<Group>, Vec<Refusal>) {
             continue;
         }
         let mut merged = Group {
-            nodes: Vec::new(),
             anchor: matches!(c, Class::Row | Class::MatMul).then_some(id),
+            ..Group::default()
         };
         for (pos, operand) in g.node(id).op.operands().into_iter().enumerate() {
             let Some(gi) = group_of[operand.index()] else {
@@ -207,15 +229,9 @@ pub fn group(g: &Graph, fused: bool) -> (Vec<Group>, Vec<Refusal>) {
             let verdict = if fused {
                 // Ask about the producer's group together with what the consumer already absorbed, so reads
                 // are checked across every group merging into this kernel.
-                let with_merged = Group {
-                    nodes: candidate
-                        .nodes
-                        .iter()
-                        .chain(&merged.nodes)
-                        .copied()
-                        .collect(),
-                    anchor: candidate.anchor,
-                };
+                let mut with_merged = candidate.clone();
+                with_merged.absorb(merged.clone());
+                with_merged.anchor = candidate.anchor;
                 can_fuse(g, &uses, &with_merged, operand, id, pos).and_then(|()| {
                     if candidate.anchor.is_some() && merged.anchor.is_some() {
                         Err(WhyNot::TwoAnchors)
@@ -229,8 +245,7 @@ pub fn group(g: &Graph, fused: bool) -> (Vec<Group>, Vec<Refusal>) {
             match verdict {
                 Ok(()) => {
                     if let Some(taken) = groups[gi].take() {
-                        merged.anchor = merged.anchor.or(taken.anchor);
-                        merged.nodes.extend(taken.nodes);
+                        merged.absorb(taken);
                     }
                 }
                 Err(why) => refusals.push(Refusal {
@@ -240,6 +255,11 @@ pub fn group(g: &Graph, fused: bool) -> (Vec<Group>, Vec<Refusal>) {
                 }),
             }
         }
+        let own_reads: Vec<(NodeId, Shape)> = node_reads(g, id)
+            .into_iter()
+            .filter(|(n, _)| !merged.nodes.contains(n))
+            .collect();
+        merged.reads.extend(own_reads);
         merged.nodes.push(id);
         merged.nodes.sort();
         let gi = groups.len();
