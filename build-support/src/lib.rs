@@ -41,6 +41,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 pub use error::BuildError;
+use fuse_kernels::front::Role;
 use fuse_kernels::plan::{self, Mode, Plan};
 
 /// Environment variables that change what [`compile`] does; cargo reruns the build script when they change.
@@ -136,7 +137,7 @@ pub fn compile_with(config: &Config) -> Result<Report, BuildError> {
     );
     lines.push("cargo:rustc-check-cfg=cfg(fuse_cuda_aot)".into());
 
-    let models = capture_all(&files)?;
+    let models = capture_all(&files, &mut lines)?;
     let dir = config.out_dir.join("fuse");
     fs::create_dir_all(&dir).map_err(BuildError::io("creating", &dir))?;
     let nvcc = config.nvcc.as_deref().filter(|_| !models.is_empty());
@@ -233,39 +234,61 @@ pub fn compile_with(config: &Config) -> Result<Report, BuildError> {
 
 /// Every model of every file, by name. Files or modules that do not parse or capture are skipped: rustc and
 /// the macro report those errors on the user's code, better than a build script could.
-fn capture_all(files: &[PathBuf]) -> Result<Vec<Model>, BuildError> {
-    let mut by_name: BTreeMap<String, Model> = BTreeMap::new();
+/// Every model of the crate's `#[fused_model]` modules, with the libraries each one `uses` (found by module
+/// name); `warnings` says why a module was skipped (the macro reports the same problem as a compile error, so the
+/// build does not fail here).
+fn capture_all(files: &[PathBuf], warnings: &mut Vec<String>) -> Result<Vec<Model>, BuildError> {
+    let mut modules = Vec::new();
+    let mut file_of = Vec::new();
     for file in files {
         let text = fs::read_to_string(file).map_err(BuildError::io("reading", file))?;
         let Ok(parsed) = syn::parse_file(&text) else {
             continue;
         };
-        for module in scan::fused_modules(&parsed) {
-            let capture = fuse_kernels::front::capture(&module);
-            for model in capture.models {
-                let name = model.name.to_string();
-                let fused = plan::plan(&model.graph, Mode::Fused);
-                if let Some(seen) = by_name.get(&name) {
-                    if seen.fused.hash != fused.hash {
-                        return Err(BuildError::DuplicateModel {
-                            name,
-                            first: seen.file.clone(),
-                            second: file.clone(),
-                        });
-                    }
-                    continue;
-                }
-                let eager = plan::plan(&model.graph, Mode::Eager);
-                by_name.insert(
-                    name.clone(),
-                    Model {
-                        name,
-                        file: file.clone(),
-                        fused,
-                        eager,
-                    },
-                );
+        let found = fuse_kernels::front::fused_modules(&parsed.items);
+        file_of.extend(std::iter::repeat_n(file, found.len()));
+        modules.extend(found);
+    }
+    let mut by_name: BTreeMap<String, Model> = BTreeMap::new();
+    for ((module, role), file) in modules.iter().zip(file_of) {
+        let Role::Model { uses } = role else {
+            continue;
+        };
+        let used = match fuse_kernels::front::find_libraries(uses, &modules) {
+            Ok(used) => used,
+            Err(why) => {
+                warnings.push(format!(
+                    "cargo:warning=fuse: skipping the models of `{}` in {}: {why}",
+                    module.ident,
+                    file.display()
+                ));
+                continue;
             }
+        };
+        let capture = fuse_kernels::front::capture_with(module, &used);
+        for model in capture.models {
+            let name = model.name.to_string();
+            let fused = plan::plan(&model.graph, Mode::Fused);
+            if let Some(seen) = by_name.get(&name) {
+                if seen.fused.hash != fused.hash {
+                    return Err(BuildError::DuplicateModel {
+                        name,
+                        first: seen.file.clone(),
+                        second: file.clone(),
+                    });
+                }
+                continue;
+            }
+            let eager = plan::plan(&model.graph, Mode::Eager);
+            by_name.insert(
+                name.clone(),
+                Model {
+                    name,
+                    file: file.clone(),
+                    fused,
+                    eager,
+                },
+            );
         }
     }
     Ok(by_name.into_values().collect())

@@ -1,5 +1,6 @@
-//! Finding the `#[fused_model]` modules of a crate: every `.rs` file under `src/`, parsed with syn and walked
-//! through inline modules. The same module text is what the macro sees, so both run the same pipeline.
+//! Finding the source files of a crate: every `.rs` file under `src/`. Their `#[fused_model]` modules are found
+//! by `fuse_kernels::front::fused_modules`; the same module text is what the macro sees, so both run the same
+//! pipeline.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -32,52 +33,4 @@ fn walk(dir: &Path, files: &mut Vec<PathBuf>) -> Result<(), BuildError> {
         }
     }
     Ok(())
-}
-
-/// Whether an attribute is `#[fused_model]` under any path (`fuse_runtime::fused_model`, a re-export...).
-fn is_fused_model(attr: &syn::Attribute) -> bool {
-    attr.path()
-        .segments
-        .last()
-        .is_some_and(|s| s.ident == "fused_model")
-}
-
-/// The `#[fused_model]` modules of a parsed file, outermost first, searching inside inline modules.
-pub fn fused_modules(file: &syn::File) -> Vec<syn::ItemMod> {
-    let mut found = Vec::new();
-    collect(&file.items, &mut found);
-    found
-}
-
-fn collect(items: &[syn::Item], found: &mut Vec<syn::ItemMod>) {
-    for item in items {
-        let syn::Item::Mod(module) = item else {
-            continue;
-        };
-        if module.attrs.iter().any(is_fused_model) {
-            found.push(module.clone());
-        } else if let Some((_, inner)) = &module.content {
-            collect(inner, found);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn finds_models_in_nested_inline_modules() {
-        let file: syn::File = syn::parse_str(
-            "#[fused_model] mod a {} \
-             mod outer { #[fuse_runtime::fused_model] pub mod b {} mod deeper { #[fused_model] mod c {} } } \
-             #[other] mod d {}",
-        )
-        .expect("test source parses");
-        let names: Vec<String> = fused_modules(&file)
-            .iter()
-            .map(|m| m.ident.to_string())
-            .collect();
-        assert_eq!(names, ["a", "b", "c"]);
-    }
 }

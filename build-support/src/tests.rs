@@ -1,12 +1,15 @@
-//! End-to-end tests of `compile_with` on a scratch crate holding the example MLP model.
+//! End-to-end tests of `compile_with` on a scratch crate holding the example MLP model and the library of
+//! sub-models it uses.
 
 use std::path::{Path, PathBuf};
 
 use super::*;
 
 const MLP: &str = include_str!("../../examples/src/models/mlp.rs");
+const LAYERS: &str = include_str!("../../examples/src/models/layers.rs");
 
-/// A scratch crate: `src/lib.rs`, the MLP in `src/models/mlp.rs`, and a file that does not parse.
+/// A scratch crate: `src/lib.rs`, the MLP in `src/models/mlp.rs`, its library in `src/models/layers.rs`, and a
+/// file that does not parse.
 fn scratch(name: &str) -> Config {
     let root = std::env::temp_dir().join(format!("fuse-build-{name}-{}", std::process::id()));
     let _ = fs::remove_dir_all(&root);
@@ -14,6 +17,7 @@ fn scratch(name: &str) -> Config {
     fs::create_dir_all(&models).expect("create scratch crate");
     fs::write(root.join("src").join("lib.rs"), "pub mod models;\n").expect("write lib.rs");
     fs::write(models.join("mlp.rs"), MLP).expect("write mlp.rs");
+    fs::write(models.join("layers.rs"), LAYERS).expect("write layers.rs");
     fs::write(models.join("broken.rs"), "fn oops( {").expect("write broken.rs");
     Config {
         manifest_dir: root.clone(),
@@ -161,5 +165,26 @@ fn a_crate_without_models_needs_no_nvcc() {
         .cargo_lines
         .iter()
         .any(|l| l.starts_with("cargo:warning=")));
+    let _ = fs::remove_dir_all(&config.manifest_dir);
+}
+
+#[test]
+fn a_model_whose_library_is_missing_is_skipped_with_a_warning() {
+    let config = scratch("nolibrary");
+    fs::remove_file(config.manifest_dir.join("src/models/layers.rs")).expect("remove library");
+    let report = compile_with(&config).expect("compile");
+    assert!(report.plans.is_empty());
+    let warnings: Vec<&String> = report
+        .cargo_lines
+        .iter()
+        .filter(|l| l.starts_with("cargo:warning="))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+    assert!(
+        warnings[0].contains("`mlp`")
+            && warnings[0].contains("no library module is named `layers`"),
+        "{}",
+        warnings[0]
+    );
     let _ = fs::remove_dir_all(&config.manifest_dir);
 }

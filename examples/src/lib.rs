@@ -7,6 +7,7 @@ pub mod tokenize;
 pub mod models {
     pub mod chain;
     pub mod encoder;
+    pub mod layers;
     pub mod minilm;
     pub mod mlp;
 }

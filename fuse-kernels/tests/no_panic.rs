@@ -2,9 +2,10 @@
 //! with no span, the worst message a user can get. This feeds the whole compile-time pipeline (`front::capture`,
 //! then `plan` and the CPU writer on every model that captured) three kinds of input, each under `catch_unwind`:
 //!
-//! - mutants of real models (the examples and the ui suite): tokens deleted, duplicated, swapped or inserted,
-//!   literals, method names and identifiers changed, ranges wrapped in brackets; only mutants that still parse
-//!   as a module are kept, since syn rejects the rest before the compiler sees them;
+//! - mutants of real models (the examples and the ui suite), with the libraries they use: tokens of the model or
+//!   of one library deleted, duplicated, swapped or inserted, literals, method names and identifiers changed,
+//!   ranges wrapped in brackets; only mutants that still parse as a module are kept, since syn rejects the rest
+//!   before the compiler sees them;
 //! - models from a small random grammar of the model language, which reach deeper than mutants (loops, branches,
 //!   sub-model arrays, every op);
 //! - random token soup inside a model skeleton.
@@ -20,6 +21,7 @@ use std::time::{Duration, Instant};
 #[path = "no_panic/grammar.rs"]
 mod grammar;
 
+use fuse_kernels::front::{find_libraries, fused_modules, Role};
 use proc_macro2::{Delimiter, Spacing, TokenStream, TokenTree};
 use quote::ToTokens;
 use rand::{Rng, SeedableRng};
@@ -30,10 +32,10 @@ thread_local! {
     static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
 }
 
-/// Runs the pipeline on one module; `Err` carries the panic.
-fn compile(module: &syn::ItemMod) -> Result<Outcome, String> {
+/// Runs the pipeline on one module and the libraries it uses; `Err` carries the panic.
+fn compile(module: &syn::ItemMod, libraries: &[syn::ItemMod]) -> Result<Outcome, String> {
     let run = || {
-        let cap = fuse_kernels::front::capture(module);
+        let cap = fuse_kernels::front::capture_with(module, libraries);
         if cap.errors.is_none() {
             for m in &cap.models {
                 assert!(
@@ -101,9 +103,16 @@ fn run_fuzz() {
     while done < cases && failures.len() < 5 {
         tries += 1;
         let roll = rng.gen_range(0..100);
-        let (kind, source) = if roll < 70 {
+        // (kind, the text a failure prints, the model module's text, its libraries)
+        let (kind, source, model, libraries) = if roll < 70 {
             let seed_model = &seeds[rng.gen_range(0..seeds.len())];
-            let mut toks = tokens_of(&seed_model.module);
+            let mut libraries = seed_model.libraries.clone();
+            // Mostly the model; sometimes one of its libraries, whose mistakes reach the model through `uses`.
+            let target = match libraries.len() {
+                0 => None,
+                n => rng.gen_bool(0.25).then(|| rng.gen_range(0..n)),
+            };
+            let mut toks = tokens_of(target.map_or(&seed_model.module, |i| &libraries[i]));
             let n = if rng.gen_bool(0.6) {
                 1
             } else {
@@ -112,13 +121,32 @@ fn run_fuzz() {
             for _ in 0..n {
                 mutate(&mut rng, &mut toks, &seed_model.idents);
             }
-            ("mutant", render(&toks))
+            let mutant = render(&toks);
+            match target {
+                None => ("mutant", mutant.clone(), mutant, libraries),
+                Some(i) => {
+                    let Ok(library) = syn::parse_str::<syn::ItemMod>(&mutant) else {
+                        continue;
+                    };
+                    libraries[i] = library;
+                    let model = render(&tokens_of(&seed_model.module));
+                    let all = quote::quote!(#(#libraries)*).to_string();
+                    (
+                        "library mutant",
+                        format!("{model}\n{all}"),
+                        model,
+                        libraries,
+                    )
+                }
+            }
         } else if roll < 90 {
-            ("grammar", grammar::random_model(&mut rng))
+            let m = grammar::random_model(&mut rng);
+            ("grammar", m.clone(), m, Vec::new())
         } else {
-            ("soup", grammar::random_soup(&mut rng))
+            let m = grammar::random_soup(&mut rng);
+            ("soup", m.clone(), m, Vec::new())
         };
-        let Ok(module) = syn::parse_str::<syn::ItemMod>(&source) else {
+        let Ok(module) = syn::parse_str::<syn::ItemMod>(&model) else {
             continue;
         };
         done += 1;
@@ -126,7 +154,7 @@ fn run_fuzz() {
             let _ = std::fs::write(path, &source);
         }
         let t = Instant::now();
-        match compile(&module) {
+        match compile(&module, &libraries) {
             Ok(Outcome::Compiled) => compiled += 1,
             Ok(Outcome::Refused) => refused += 1,
             Err(panic) => failures.push(Failure {
@@ -180,9 +208,11 @@ fn compiler_never_panics() {
 
 // ---- seeds and mutations ----
 
-/// A model to mutate: its module and the identifiers it uses (replacements that keep mutants plausible).
+/// A model to mutate: its module, the libraries it uses, and the identifiers of both (replacements that keep
+/// mutants plausible).
 struct Seed {
     module: syn::ItemMod,
+    libraries: Vec<syn::ItemMod>,
     idents: Vec<String>,
 }
 
@@ -199,13 +229,15 @@ impl Seed {
             "tests/ui/shapes",
             "tests/ui/dtypes",
             "tests/ui/signatures",
+            "tests/ui/libraries",
         ] {
             if let Ok(entries) = std::fs::read_dir(format!("{root}/{dir}")) {
                 files.extend(entries.flatten().map(|e| e.path()));
             }
         }
         files.sort();
-        let mut seeds = Vec::new();
+        // Every `#[fused_model]` module with its role; libraries are found by name, as `fuse-build` does.
+        let mut modules = Vec::new();
         for path in files
             .iter()
             .filter(|p| p.extension().is_some_and(|e| e == "rs"))
@@ -213,21 +245,27 @@ impl Seed {
             let Ok(text) = std::fs::read_to_string(path) else {
                 continue;
             };
-            let Ok(file) = syn::parse_file(&text) else {
-                continue;
-            };
-            for item in file.items {
-                if let syn::Item::Mod(module) = item {
-                    if module.content.is_some() {
-                        let idents = tokens_of(&module)
-                            .into_iter()
-                            .filter(|t| t.kind == Kind::Ident)
-                            .map(|t| t.text)
-                            .collect();
-                        seeds.push(Seed { module, idents });
-                    }
-                }
+            if let Ok(file) = syn::parse_file(&text) {
+                modules.extend(fused_modules(&file.items));
             }
+        }
+        let mut seeds = Vec::new();
+        for (module, role) in &modules {
+            let libraries = match role {
+                Role::Model { uses } => find_libraries(uses, &modules).unwrap_or_default(),
+                Role::Library => Vec::new(),
+            };
+            let idents = std::iter::once(module)
+                .chain(&libraries)
+                .flat_map(tokens_of)
+                .filter(|t| t.kind == Kind::Ident)
+                .map(|t| t.text)
+                .collect();
+            seeds.push(Seed {
+                module: module.clone(),
+                libraries,
+                idents,
+            });
         }
         seeds
     }

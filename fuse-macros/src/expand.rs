@@ -4,18 +4,19 @@
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
-use fuse_kernels::front::{capture, CapturedModel};
+use fuse_kernels::front::{capture_with, model_source, CapturedModel};
 use fuse_kernels::ir::{DType, Graph, Op};
 use fuse_kernels::plan::{plan, Mode};
 
 mod cuda;
 
-pub fn expand(module: &syn::ItemMod) -> TokenStream {
-    let cap = capture(module);
+/// Expands a model module whose structs may use those of `libraries` (already collected, in `uses` order).
+pub fn expand(module: &syn::ItemMod, libraries: &[syn::ItemMod]) -> TokenStream {
+    let cap = capture_with(module, libraries);
     if let Some(errors) = cap.errors {
         return crate::fallback::stub(module, &cap.root_names, errors);
     }
-    let source = quote!(#module).to_string();
+    let source = model_source(module, libraries);
     let models = cap.models.iter().map(|m| expand_model(module, m, &source));
     let consts = kept_items(module);
     replace_module(module, quote!(#(#consts)* #(#models)*))

@@ -3,20 +3,37 @@
 
 mod expand;
 mod fallback;
+mod library;
 
 use proc_macro::TokenStream;
 
+use fuse_kernels::front::{parse_role, Role};
+
 /// Compiles the models of an inline module at build time. See the README for the model language.
+///
+/// `#[fused_model(library)]` marks a module of sub-models that other modules' models use;
+/// `#[fused_model(uses(layers, ..))]` is a model module that uses them.
 #[proc_macro_attribute]
 pub fn fused_model(args: TokenStream, input: TokenStream) -> TokenStream {
-    let args = proc_macro2::TokenStream::from(args);
-    if !args.is_empty() {
-        return syn::Error::new_spanned(args, "#[fused_model] takes no arguments")
-            .into_compile_error()
-            .into();
+    let role = match parse_role(args.into()) {
+        Ok(role) => role,
+        Err(e) => return e.into_compile_error().into(),
+    };
+    let module = match syn::parse::<syn::ItemMod>(input) {
+        Ok(module) => module,
+        Err(e) => return e.into_compile_error().into(),
+    };
+    match role {
+        Role::Library => library::expand_library(&module).into(),
+        Role::Model { uses } if uses.is_empty() => expand::expand(&module, &[]).into(),
+        Role::Model { uses } => library::collect_libraries(&uses, &module, &[]).into(),
     }
-    match syn::parse::<syn::ItemMod>(input) {
-        Ok(module) => expand::expand(&module).into(),
-        Err(e) => e.into_compile_error().into(),
-    }
+}
+
+/// The second half of `#[fused_model(uses(..))]`, called by each library's hand-over macro in turn (see
+/// `fuse_kernels::front::Role`). Not for direct use.
+#[doc(hidden)]
+#[proc_macro]
+pub fn __fused_model_with(input: TokenStream) -> TokenStream {
+    library::continue_with(input.into()).into()
 }

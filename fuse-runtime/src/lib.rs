@@ -16,6 +16,8 @@ pub mod weights;
 
 pub use device::{Device, Precision};
 pub use error::{Error, Result};
+#[doc(hidden)]
+pub use fuse_macros::__fused_model_with;
 pub use fuse_macros::fused_model;
 pub use model::{CompiledModel, ModelSpec, PlanMode};
 pub use report::PlanReport;

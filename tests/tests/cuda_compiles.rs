@@ -9,6 +9,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use fuse_kernels::back::cuda::{self, Options, StorageType};
+use fuse_kernels::front::{capture_with, find_libraries, fused_modules, Role};
 use fuse_kernels::ir::Graph;
 use fuse_kernels::plan::{self, Mode};
 use fuse_tests::golden::check_golden;
@@ -22,22 +23,6 @@ struct Example {
     stem: String,
     name: String,
     graph: Graph,
-}
-
-fn fused_modules(items: &[syn::Item], out: &mut Vec<syn::ItemMod>) {
-    for item in items {
-        let syn::Item::Mod(m) = item else { continue };
-        if m.attrs.iter().any(|a| {
-            a.path()
-                .segments
-                .last()
-                .is_some_and(|s| s.ident == "fused_model")
-        }) {
-            out.push(m.clone());
-        } else if let Some((_, inner)) = &m.content {
-            fused_modules(inner, out);
-        }
-    }
 }
 
 /// Models that reach corners the examples do not: a row op over a non-last (dynamic) axis, reductions with an
@@ -99,26 +84,35 @@ fn examples() -> Vec<Example> {
         .filter(|p| p.extension().is_some_and(|x| x == "rs"))
         .collect();
     files.sort();
-    let mut out = Vec::new();
-    for file in files {
-        let text = std::fs::read_to_string(&file)
+    // Every module first, so a model finds its libraries in any file.
+    let mut modules = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file)
             .unwrap_or_else(|e| panic!("reading {}: {e}", file.display()));
         let parsed =
             syn::parse_file(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", file.display()));
-        let mut modules = Vec::new();
-        fused_modules(&parsed.items, &mut modules);
         let stem = file
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let mut models = Vec::new();
-        for module in &modules {
-            let capture = fuse_kernels::front::capture(module);
-            if let Some(e) = capture.errors {
-                panic!("{} does not capture: {e}", file.display());
-            }
-            models.extend(capture.models);
+        modules.extend(
+            fused_modules(&parsed.items)
+                .into_iter()
+                .map(|m| (stem.clone(), m)),
+        );
+    }
+    let all: Vec<(syn::ItemMod, Role)> = modules.iter().map(|(_, m)| m.clone()).collect();
+    let mut out = Vec::new();
+    for (stem, (module, role)) in &modules {
+        let Role::Model { uses } = role else {
+            continue;
+        };
+        let libraries = find_libraries(uses, &all).unwrap_or_else(|e| panic!("{stem}: {e}"));
+        let capture = capture_with(module, &libraries);
+        if let Some(e) = capture.errors {
+            panic!("{stem} does not capture: {e}");
         }
+        let models = capture.models;
         let single = models.len() == 1;
         for m in models {
             let name = m.name.to_string();

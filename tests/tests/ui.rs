@@ -13,6 +13,7 @@ fn ui() {
         "shapes",
         "dtypes",
         "signatures",
+        "libraries",
     ] {
         t.compile_fail(format!("ui/{category}/*.rs"));
     }

@@ -3,26 +3,13 @@
 
 use fuse_runtime::fused_model;
 
-#[fused_model]
+#[fused_model(uses(crate::models::layers::layers))]
 pub mod encoder {
     pub const HIDDEN: usize = 384;
     pub const HEADS: usize = 12;
     pub const HEAD_DIM: usize = HIDDEN / HEADS;
     pub const FFN: usize = 1536;
     pub const EPS: f64 = 1e-12;
-
-    pub struct Linear<const IN: usize, const OUT: usize> {
-        #[shape(OUT, IN)]
-        weight: Tensor,
-        #[shape(OUT)]
-        bias: Tensor,
-    }
-
-    impl<const IN: usize, const OUT: usize> Linear<IN, OUT> {
-        pub fn forward(&self, x: Tensor) -> Tensor {
-            x.matmul(&self.weight.t()) + &self.bias
-        }
-    }
 
     pub struct LayerNorm {
         #[shape(HIDDEN)]

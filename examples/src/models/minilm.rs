@@ -9,7 +9,7 @@
 
 use fuse_runtime::fused_model;
 
-#[fused_model]
+#[fused_model(uses(crate::models::layers::layers))]
 pub mod minilm {
     // From the checkpoint's config.json.
     pub const VOCAB: usize = 30522;
@@ -33,19 +33,6 @@ pub mod minilm {
     /// row then gives zeros, not NaN).
     pub const NORM_EPS: f64 = 1e-12;
     pub const COUNT_EPS: f64 = 1e-9;
-
-    pub struct Linear<const IN: usize, const OUT: usize> {
-        #[shape(OUT, IN)]
-        weight: Tensor,
-        #[shape(OUT)]
-        bias: Tensor,
-    }
-
-    impl<const IN: usize, const OUT: usize> Linear<IN, OUT> {
-        pub fn forward(&self, x: Tensor) -> Tensor {
-            x.matmul(&self.weight.t()) + &self.bias
-        }
-    }
 
     pub struct LayerNorm {
         #[shape(HIDDEN)]

@@ -2,24 +2,11 @@
 
 use fuse_runtime::fused_model;
 
-#[fused_model]
+#[fused_model(uses(crate::models::layers::layers))]
 pub mod mlp {
     pub const D_IN: usize = 1024;
     pub const D_HIDDEN: usize = 4096;
     pub const D_OUT: usize = 1024;
-
-    pub struct Linear<const IN: usize, const OUT: usize> {
-        #[shape(OUT, IN)]
-        weight: Tensor,
-        #[shape(OUT)]
-        bias: Tensor,
-    }
-
-    impl<const IN: usize, const OUT: usize> Linear<IN, OUT> {
-        pub fn forward(&self, x: Tensor) -> Tensor {
-            x.matmul(&self.weight.t()) + &self.bias
-        }
-    }
 
     pub struct Mlp {
         fc1: Linear<D_IN, D_HIDDEN>,

@@ -5,9 +5,11 @@ mod diag;
 mod lower;
 mod model;
 mod model_tree;
+mod role;
 
 pub use consts::ConstVal;
 pub use diag::Diagnostics;
+pub use role::{find_libraries, fused_modules, library_macro_name, module_role, parse_role, Role};
 
 use crate::ir::Graph;
 
@@ -33,8 +35,14 @@ pub struct Capture {
 
 /// Captures every root model of `module`.
 pub fn capture(module: &syn::ItemMod) -> Capture {
+    capture_with(module, &[])
+}
+
+/// Captures every root model of `module`, whose structs may use those of `libraries` (the
+/// `#[fused_model(library)]` modules named in its `uses(..)`, in that order).
+pub fn capture_with(module: &syn::ItemMod, libraries: &[syn::ItemMod]) -> Capture {
     let mut diags = Diagnostics::default();
-    let source = model::read_module(module, &mut diags);
+    let source = model::read_module(module, libraries, &mut diags);
     let roots = source.roots();
     let root_names: Vec<syn::Ident> = roots
         .iter()
@@ -70,8 +78,38 @@ pub fn capture(module: &syn::ItemMod) -> Capture {
     }
 }
 
-/// Captures from source text (the form `build.rs` and the tests use; spans then point into that text).
+/// Checks a `#[fused_model(library)]` module on its own: its items, structs and impls (each `forward` is
+/// lowered where a model uses it, with that model's const arguments).
+pub fn check_library(library: &syn::ItemMod) -> Result<(), syn::Error> {
+    let mut diags = Diagnostics::default();
+    model::read_module(library, &[], &mut diags);
+    diags.finish()
+}
+
+/// Captures from source text (the form `build.rs` and the tests use; spans then point into that text): the
+/// model's module, then the libraries it uses, as [`model_source`] writes them.
 pub fn capture_str(source: &str) -> Result<Capture, syn::Error> {
-    let module: syn::ItemMod = syn::parse_str(source)?;
-    Ok(capture(&module))
+    let file = syn::parse_file(source)?;
+    let mut modules = file.items.into_iter().filter_map(|item| match item {
+        syn::Item::Mod(m) => Some(m),
+        _ => None,
+    });
+    let Some(module) = modules.next() else {
+        return Err(syn::Error::new(
+            proc_macro2::Span::call_site(),
+            "no module in the model source",
+        ));
+    };
+    let libraries: Vec<syn::ItemMod> = modules.collect();
+    Ok(capture_with(&module, &libraries))
+}
+
+/// The text of a model's module followed by its libraries' (what `ModelSpec::source` holds, and
+/// [`capture_str`] reads back).
+pub fn model_source(module: &syn::ItemMod, libraries: &[syn::ItemMod]) -> String {
+    std::iter::once(module)
+        .chain(libraries)
+        .map(|m| quote::quote!(#m).to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
 }

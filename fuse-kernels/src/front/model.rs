@@ -17,6 +17,8 @@ pub struct StructDef {
     pub fields: Vec<FieldDef>,
     /// Fields already reported and left out (bad type, missing shape); uses of them stay silent.
     pub dropped_fields: Vec<String>,
+    /// The `#[fused_model(library)]` module it comes from; `None` for the model's own module.
+    pub library: Option<String>,
 }
 
 pub struct FieldDef {
@@ -61,7 +63,8 @@ impl ModelSource {
             .find(|(_, s)| s.name == name)
     }
 
-    /// Structs no other struct uses as a field: each is a compiled model.
+    /// The module's own structs that no other struct uses as a field: each is a compiled model. (A library's
+    /// structs are building blocks, never models of their own.)
     pub fn roots(&self) -> Vec<usize> {
         let used: Vec<String> = self
             .structs
@@ -73,49 +76,97 @@ impl ModelSource {
             })
             .collect();
         (0..self.structs.len())
+            .filter(|&i| self.structs[i].library.is_none())
             .filter(|&i| !used.contains(&self.structs[i].name.to_string()))
             .collect()
     }
 }
 
-/// Parses the items of the module; errors go to `diags` and the item is skipped.
-pub fn read_module(module: &syn::ItemMod, diags: &mut Diagnostics) -> ModelSource {
+/// Parses the items of the module and of the libraries it uses (`#[fused_model(uses(..))]`); errors go to
+/// `diags` and the item is skipped. Libraries are read first, so a name the module redefines is reported on the
+/// module's own item.
+pub fn read_module(
+    module: &syn::ItemMod,
+    libraries: &[syn::ItemMod],
+    diags: &mut Diagnostics,
+) -> ModelSource {
     let mut source = ModelSource {
         consts: BTreeMap::new(),
         structs: Vec::new(),
         methods: BTreeMap::new(),
         rejected: BTreeSet::new(),
     };
+    for library in libraries {
+        read_items(library, Some(library.ident.to_string()), &mut source, diags);
+    }
+    read_items(module, None, &mut source, diags);
+    super::model_tree::check_field_types(&mut source, diags);
+    super::model_tree::break_cycles(&mut source, diags);
+    source
+}
+
+/// Reads one module's items into `source`; `library` names the module when it is a library.
+fn read_items(
+    module: &syn::ItemMod,
+    library: Option<String>,
+    source: &mut ModelSource,
+    diags: &mut Diagnostics,
+) {
     let Some((_, items)) = &module.content else {
         diags.error(
             At::range(&module.mod_token, &module.ident),
             "#[fused_model] needs an inline module: `mod name { ... }` with the model's structs and impls",
         );
-        return source;
+        return;
+    };
+    // Names that came from libraries read before this module: defining one again is ambiguous.
+    let library_consts: BTreeSet<String> = source.consts.keys().cloned().collect();
+    let library_struct = |name: &str, source: &ModelSource| -> Option<String> {
+        let (_, def) = source.struct_def(name)?;
+        def.library.as_ref().map(|l| format!("library `{l}`"))
     };
     // Constants first, in order, so later constants and shapes can use earlier ones.
     for item in items {
         if let syn::Item::Const(c) = item {
+            let name = c.ident.to_string();
+            if library_consts.contains(&name) {
+                diags.error_at(
+                    &c.ident,
+                    format!("`{name}` is also defined in a library this module uses; rename one of them"),
+                );
+                continue;
+            }
             match eval_const(&c.expr, &source.consts, &BTreeMap::new()) {
                 Ok(v) => {
-                    source.consts.insert(c.ident.to_string(), v);
+                    source.consts.insert(name, v);
                 }
                 Err(e) => {
-                    source.rejected.insert(c.ident.to_string());
+                    source.rejected.insert(name);
                     diags.push(e);
                 }
             }
         }
     }
+    let own_structs = source.structs.len();
     for item in items {
         match item {
             syn::Item::Struct(s) => {
-                if source.structs.iter().any(|d| d.name == s.ident) {
+                let name = s.ident.to_string();
+                if source.structs[own_structs..]
+                    .iter()
+                    .any(|d| d.name == s.ident)
+                {
                     diags.error_at(
                         &s.ident,
-                        format!("the model struct `{}` is defined twice", s.ident),
+                        format!("the model struct `{name}` is defined twice"),
                     );
-                } else if let Some(def) = read_struct(s, diags) {
+                } else if let Some(other) = library_struct(&name, source) {
+                    diags.error_at(
+                        &s.ident,
+                        format!("`{name}` is also defined in {other}; rename one of them"),
+                    );
+                } else if let Some(mut def) = read_struct(s, diags) {
+                    def.library = library.clone();
                     source.structs.push(def);
                 }
             }
@@ -129,19 +180,16 @@ pub fn read_module(module: &syn::ItemMod, diags: &mut Diagnostics) -> ModelSourc
     }
     for item in items {
         if let syn::Item::Impl(imp) = item {
-            read_impl(imp, &mut source, diags);
+            read_impl(imp, &library, source, diags);
         }
     }
-    super::model_tree::check_field_types(&mut source, diags);
-    super::model_tree::break_cycles(&mut source, diags);
-    if source.structs.is_empty() {
+    if source.structs.len() == own_structs {
         diags.error_at(
             &module.ident,
             "this #[fused_model] module has no model struct; add a struct with tensor fields and an impl with \
              `forward`",
         );
     }
-    source
 }
 
 /// Reports an item a model cannot hold; returns its name, if it has one.
@@ -223,6 +271,7 @@ fn read_struct(s: &syn::ItemStruct, diags: &mut Diagnostics) -> Option<StructDef
         const_generics,
         fields,
         dropped_fields,
+        library: None,
     })
 }
 
@@ -376,7 +425,12 @@ fn model_type(ty: &syn::Type, diags: &mut Diagnostics) -> Option<(syn::Ident, Ve
     Some((seg.ident.clone(), args))
 }
 
-fn read_impl(imp: &syn::ItemImpl, source: &mut ModelSource, diags: &mut Diagnostics) {
+fn read_impl(
+    imp: &syn::ItemImpl,
+    library: &Option<String>,
+    source: &mut ModelSource,
+    diags: &mut Diagnostics,
+) {
     if let Some((_, path, _)) = &imp.trait_ {
         diags.error_at(
             path,
@@ -392,7 +446,10 @@ fn read_impl(imp: &syn::ItemImpl, source: &mut ModelSource, diags: &mut Diagnost
         return;
     };
     let owner = seg.ident.to_string();
-    if source.struct_def(&owner).is_none() {
+    if source
+        .struct_def(&owner)
+        .is_none_or(|(_, d)| d.library != *library)
+    {
         diags.error_at(
             &imp.self_ty,
             format!("`{owner}` is not a model struct of this module; an `impl` here belongs to one of its structs"),

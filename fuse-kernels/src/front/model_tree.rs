@@ -1,5 +1,5 @@
 //! Checks on the tree of model structs once the module is read: every sub-model field names a struct of the
-//! module, and no struct contains itself (which would make lowering recurse forever). Offending fields are
+//! module or of a library it uses, and no struct contains itself (which would make lowering recurse forever). Offending fields are
 //! reported and dropped, so the rest of the module can still be checked in the same build.
 
 use super::diag::Diagnostics;
@@ -15,8 +15,9 @@ pub fn check_field_types(source: &mut ModelSource, diags: &mut Diagnostics) {
                 let hint = if ty == "Tensor" {
                     "arrays of tensors are not supported: use one tensor with an extra axis, #[shape(N, ..)]"
                 } else {
-                    "a model field is a `Tensor` with #[shape(..)], a model struct of this module, or an array \
-                     `[Model; N]`; numbers belong in the module as `const`s"
+                    "a model field is a `Tensor` with #[shape(..)], a model struct of this module or of a library \
+                     it uses (`#[fused_model(uses(layers))]`), or an array `[Model; N]`; numbers belong in the \
+                     module as `const`s"
                 };
                 diags.error_at(
                     ty,
