@@ -41,6 +41,15 @@ pub fn parse_role(args: TokenStream) -> syn::Result<Role> {
                     "`uses()` names no library module",
                 ));
             }
+            let text = |p: &syn::Path| quote::quote!(#p).to_string();
+            for (i, p) in paths.iter().enumerate() {
+                if paths.iter().take(i).any(|q| text(q) == text(p)) {
+                    return Err(syn::Error::new_spanned(
+                        p,
+                        "this library is already named in `uses(..)`",
+                    ));
+                }
+            }
             Ok(Role::Model {
                 uses: paths.into_iter().collect(),
             })
@@ -138,6 +147,7 @@ mod tests {
             "librar",
             "uses(1)",
             "library, uses(a)",
+            "uses(a, b, a)",
             "uses = a",
         ] {
             assert!(role(bad).is_err(), "{bad} should be refused");
