@@ -25,7 +25,6 @@ pub fn fused_model(args: TokenStream, input: TokenStream) -> TokenStream {
     };
     match role {
         Role::Library => library::expand_library(&module).into(),
-        Role::Model { uses } if uses.is_empty() => expand::expand(&module, &[]).into(),
         Role::Model { uses } => library::collect_libraries(&uses, &module, &[]).into(),
     }
 }

@@ -51,6 +51,16 @@ pub fn collect_libraries(
 
 /// `__fused_model_with!{ [remaining uses] [model module] [library]* }`.
 pub fn continue_with(input: TokenStream) -> TokenStream {
+    match parse_handover(input) {
+        Ok((uses, module, libraries)) => collect_libraries(&uses, &module, &libraries),
+        Err(e) => e.into_compile_error(),
+    }
+}
+
+/// The bracketed groups of a hand-over: the libraries still to collect, the model, the libraries collected.
+fn parse_handover(
+    input: TokenStream,
+) -> syn::Result<(Vec<syn::Path>, syn::ItemMod, Vec<syn::ItemMod>)> {
     let groups: Vec<TokenStream> = input
         .into_iter()
         .filter_map(|t| match t {
@@ -58,26 +68,20 @@ pub fn continue_with(input: TokenStream) -> TokenStream {
             _ => None,
         })
         .collect();
-    let parsed = (|| -> syn::Result<(Vec<syn::Path>, syn::ItemMod, Vec<syn::ItemMod>)> {
-        let [uses, module, libraries @ ..] = groups.as_slice() else {
-            return Err(syn::Error::new(
-                proc_macro2::Span::call_site(),
-                "__fused_model_with! is internal to #[fused_model(uses(..))]",
-            ));
-        };
-        let uses = syn::parse::Parser::parse2(
-            Punctuated::<syn::Path, syn::Token![,]>::parse_terminated,
-            uses.clone(),
-        )?;
-        let module: syn::ItemMod = syn::parse2(module.clone())?;
-        let libraries = libraries
-            .iter()
-            .map(|l| syn::parse2(l.clone()))
-            .collect::<syn::Result<Vec<syn::ItemMod>>>()?;
-        Ok((uses.into_iter().collect(), module, libraries))
-    })();
-    match parsed {
-        Ok((uses, module, libraries)) => collect_libraries(&uses, &module, &libraries),
-        Err(e) => e.into_compile_error(),
-    }
+    let [uses, module, libraries @ ..] = groups.as_slice() else {
+        return Err(syn::Error::new(
+            proc_macro2::Span::call_site(),
+            "__fused_model_with! is internal to #[fused_model(uses(..))]",
+        ));
+    };
+    let uses = syn::parse::Parser::parse2(
+        Punctuated::<syn::Path, syn::Token![,]>::parse_terminated,
+        uses.clone(),
+    )?;
+    let module: syn::ItemMod = syn::parse2(module.clone())?;
+    let libraries = libraries
+        .iter()
+        .map(|l| syn::parse2(l.clone()))
+        .collect::<syn::Result<Vec<syn::ItemMod>>>()?;
+    Ok((uses.into_iter().collect(), module, libraries))
 }

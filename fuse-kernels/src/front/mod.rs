@@ -9,7 +9,7 @@ mod role;
 
 pub use consts::ConstVal;
 pub use diag::Diagnostics;
-pub use role::{find_libraries, fused_modules, library_macro_name, module_role, parse_role, Role};
+pub use role::{find_libraries, fused_modules, library_macro_name, parse_role, Role};
 
 use crate::ir::Graph;
 

@@ -65,7 +65,7 @@ pub fn library_macro_name(module: &syn::Ident) -> syn::Ident {
 
 /// The role a module's `#[fused_model]` attribute (under any path: `fuse_runtime::fused_model`, a re-export..)
 /// gives it; `None` without one, or with malformed arguments (the macro reports those).
-pub fn module_role(module: &syn::ItemMod) -> Option<Role> {
+fn module_role(module: &syn::ItemMod) -> Option<Role> {
     module.attrs.iter().find_map(|attr| {
         let name = attr.path().segments.last()?;
         if name.ident != "fused_model" {

@@ -229,6 +229,8 @@ pub fn group(g: &Graph, fused: bool) -> (Vec<Group>, Vec<Refusal>) {
             let verdict = if fused {
                 // Ask about the producer's group together with what the consumer already absorbed, so reads
                 // are checked across every group merging into this kernel.
+                // The anchor stays the candidate's: `merged.anchor` may be the consumer itself (a row op), and
+                // the anchors of both sides are compared just below.
                 let mut with_merged = candidate.clone();
                 with_merged.absorb(merged.clone());
                 with_merged.anchor = candidate.anchor;

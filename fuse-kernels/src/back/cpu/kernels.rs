@@ -199,8 +199,8 @@ const PREFETCH_BLOCK: usize = 64;
 fn prefetch_next_row(reads: &[&Read], rank: usize) -> TokenStream {
     let rt = RT();
     const F32_PER_LINE: usize = 16;
-    let lines = PREFETCH_BLOCK / F32_PER_LINE;
-    let lines = |ptr: TokenStream| quote!(for l in 0..#lines { #rt::rows::prefetch(#ptr.wrapping_add(j0 + #F32_PER_LINE * l)); });
+    let count = PREFETCH_BLOCK / F32_PER_LINE;
+    let lines = |ptr: TokenStream| quote!(for l in 0..#count { #rt::rows::prefetch(#ptr.wrapping_add(j0 + #F32_PER_LINE * l)); });
     let inputs = reads.iter().filter(|r| {
         rank >= 2
             && matches!(inner_kind(r, rank), Inner::Contiguous)
