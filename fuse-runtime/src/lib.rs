@@ -26,6 +26,7 @@ pub use tensor::{DType, Tensor, TensorData};
 /// Items the generated code refers to. Not a stable API.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::cpu::attention::{attention, AttentionSpec, Operand};
     pub use crate::cpu::math;
     pub use crate::cpu::par::{
         for_rows, gather_rows, gemm, strided_copy, GemmSpec, NoEpilogue, RowTask,

@@ -114,6 +114,43 @@ pub mod ops {
         }
     }
 
+    /// Attention in the shapes the planner fuses into one kernel, and one it must not fuse (the probabilities
+    /// are also an output).
+    pub struct Attentions {
+        #[shape(16, D)]
+        keys: Tensor,
+        #[shape(16, 8)]
+        values: Tensor,
+    }
+    impl Attentions {
+        pub fn forward(
+            &self,
+            #[shape(batch, seq, D)] q: Tensor,
+            #[shape(batch, keys, D)] k: Tensor,
+            #[shape(batch, keys, 8)] v: Tensor,
+            #[shape(batch, keys)] mask: Tensor,
+        ) -> (Tensor, Tensor, Tensor, Tensor, Tensor) {
+            let (b, s, t) = (q.dim(0), q.dim(1), k.dim(1));
+            // Four heads of six, K and V through permuted views, a scale and an additive padding mask.
+            let qh = q.reshape([b, s, 4, 6]).permute([0, 2, 1, 3]);
+            let kh = k.reshape([b, t, 4, 6]).permute([0, 2, 1, 3]);
+            let bias = (1.0 - mask.reshape([b, 1, 1, t])) * -10000.0;
+            let masked = (qh.matmul(&kh.t()) * 0.4 + bias).softmax(-1).matmul(&kh);
+            // No chain between the scores and the softmax.
+            let plain = q.matmul(&k.t()).softmax(-1).matmul(&v);
+            // Keys and values shared by every batch (batch stride 0), a nonlinear chain.
+            let shared = q
+                .matmul(&self.keys.t())
+                .tanh()
+                .softmax(-1)
+                .matmul(&self.values);
+            // The probabilities are an output too: they must reach memory, so this one is not fused.
+            let probs = (q.matmul(&k.t()) * 0.2).softmax(-1);
+            let kept = probs.matmul(&v);
+            (masked, plain, shared, kept, probs)
+        }
+    }
+
     pub struct Views {}
     impl Views {
         pub fn forward(

@@ -157,6 +157,7 @@ fn specs() -> Vec<&'static ModelSpec> {
         MatMuls::spec(),
         Views::spec(),
         Embeddings::spec(),
+        Attentions::spec(),
     ]
 }
 
@@ -488,6 +489,28 @@ fn embeddings_on_gpu() {
         2e-6,
         2e-6,
         |b, q, s| vec![Tensor::uniform_ids(&[b, q], 50, s)],
+    );
+}
+
+#[test]
+fn attentions_on_gpu() {
+    ops_on_gpu(
+        Attentions::random(10).into_compiled(),
+        "attention",
+        1e-5,
+        1e-5,
+        |b, q, s| {
+            let keys = q + 3;
+            let mask: Vec<f32> = (0..b * keys)
+                .map(|i| f32::from(u8::from(i % keys + 2 < keys)))
+                .collect();
+            vec![
+                Tensor::randn(&[b, q, D], s),
+                Tensor::randn(&[b, keys, D], s + 1),
+                Tensor::randn(&[b, keys, 8], s + 2),
+                Tensor::from_f32(&[b, keys], mask).expect("mask"),
+            ]
+        },
     );
 }
 

@@ -94,6 +94,29 @@ fn matmuls_with_epilogues_batches_and_transposes() {
     }
 }
 
+/// Query and key lengths differ (`keys` = `seq` + 3), padding masks off a random tail of the keys, and the
+/// fused plan must hold exactly three attention kernels (the fourth attention keeps its probabilities).
+#[test]
+fn attention_kernels() {
+    let m = Attentions::random(10);
+    let fused = m.compiled().report(fuse_runtime::PlanMode::Fused).dump();
+    assert_eq!(fused.matches("_attention -> ").count(), 3, "{fused}");
+    for (batch, seq, seed) in cases(10) {
+        let keys = seq + 3;
+        let mask: Vec<f32> = (0..batch * keys)
+            .map(|i| f32::from(u8::from(i % keys < keys - (seed as usize % 3))))
+            .collect();
+        let inputs = [
+            Tensor::randn(&[batch, seq, D], seed),
+            Tensor::randn(&[batch, keys, D], seed + 1),
+            Tensor::randn(&[batch, keys, 8], seed + 2),
+            Tensor::from_f32(&[batch, keys], mask).expect("mask"),
+        ];
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        check_model("attention", m.compiled(), &refs, 1e-5, 1e-5);
+    }
+}
+
 #[test]
 fn permute_reshape_slice_concat() {
     let m = Views::random(8);

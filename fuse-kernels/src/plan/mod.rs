@@ -3,6 +3,7 @@
 //! `back/` only ever see validated input.
 
 pub mod access;
+pub mod attention;
 pub mod fusion;
 pub mod memory;
 mod report;
@@ -10,6 +11,7 @@ mod report;
 use std::collections::BTreeSet;
 
 pub use access::Access;
+pub use attention::Attention;
 pub use fusion::{can_fuse, Refusal, WhyNot};
 pub use memory::MemoryPlan;
 pub use report::{dot, dump, dump_graph, kernel_bytes};
@@ -43,6 +45,8 @@ pub enum KernelKind {
     Concat {
         node: NodeId,
     },
+    /// `softmax(f(Q·Kᵀ)) · V` by blocks of query rows, the scores never in memory (see [`attention`]).
+    Attention(Attention),
 }
 
 impl KernelKind {
@@ -53,6 +57,7 @@ impl KernelKind {
             KernelKind::MatMul { .. } => "matmul",
             KernelKind::Gather { .. } => "gather",
             KernelKind::Concat { .. } => "concat",
+            KernelKind::Attention(_) => "attention",
         }
     }
 }
@@ -115,7 +120,11 @@ impl Plan {
 /// The planning passes, in order.
 pub fn plan(graph: &Graph, mode: Mode) -> Plan {
     let graph = &separate_leaf_outputs(graph);
-    let (groups, refusals) = fusion::group(graph, mode == Mode::Fused);
+    let (groups, mut refusals) = fusion::group(graph, mode == Mode::Fused);
+    let groups = match mode {
+        Mode::Fused => attention::fuse(graph, groups, &mut refusals),
+        Mode::Eager => groups,
+    };
     let roots: BTreeSet<NodeId> = groups
         .iter()
         .filter_map(|g| g.nodes.last().copied())
@@ -195,10 +204,12 @@ fn build_kernels(g: &Graph, groups: Vec<fusion::Group>, copies: &BTreeSet<NodeId
     let in_memory = |n: NodeId| is_materialized(g, &roots, n);
     let mut kernels = Vec::new();
     for (index, (root, nodes, anchor)) in units.into_iter().enumerate() {
-        let kind = match anchor.map(|a| (a, class(&g.node(a).op))) {
-            Some((a, Class::Row)) => KernelKind::Row { anchor: a },
-            Some((a, _)) => KernelKind::MatMul { anchor: a },
-            None => match &g.node(root).op {
+        let attention = anchor.and_then(|_| attention::recognise(g, &nodes));
+        let kind = match (attention, anchor.map(|a| (a, class(&g.node(a).op)))) {
+            (Some(att), _) => KernelKind::Attention(att),
+            (None, Some((a, Class::Row))) => KernelKind::Row { anchor: a },
+            (None, Some((a, _))) => KernelKind::MatMul { anchor: a },
+            (None, None) => match &g.node(root).op {
                 Op::Embedding { .. } => KernelKind::Gather { node: root },
                 Op::Concat { .. } => KernelKind::Concat { node: root },
                 _ => KernelKind::Elementwise,

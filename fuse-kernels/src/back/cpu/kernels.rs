@@ -12,7 +12,7 @@ use super::expr::{
 use crate::ir::{DType, NodeId, Op, ReduceOp};
 use crate::plan::{Kernel, KernelKind, Plan, Read};
 
-const RT: fn() -> TokenStream = || quote!(::fuse_runtime::__private);
+pub(super) const RT: fn() -> TokenStream = || quote!(::fuse_runtime::__private);
 
 pub fn write_kernel(plan: &Plan, k: &Kernel, fn_name: &syn::Ident) -> TokenStream {
     let body = match &k.kind {
@@ -21,6 +21,7 @@ pub fn write_kernel(plan: &Plan, k: &Kernel, fn_name: &syn::Ident) -> TokenStrea
         KernelKind::MatMul { anchor } => matmul(plan, k, *anchor),
         KernelKind::Gather { node } => gather(plan, k, *node),
         KernelKind::Concat { node } => concat(plan, k, *node),
+        KernelKind::Attention(att) => super::attention::attention(plan, k, att),
     };
     let rt = RT();
     quote! {
@@ -32,12 +33,12 @@ pub fn write_kernel(plan: &Plan, k: &Kernel, fn_name: &syn::Ident) -> TokenStrea
     }
 }
 
-fn out_index(plan: &Plan, k: &Kernel) -> usize {
+pub(super) fn out_index(plan: &Plan, k: &Kernel) -> usize {
     plan.buffer_of(k.output).unwrap_or(usize::MAX)
 }
 
 /// Iteration shape as an array named `shape`; a scalar iterates as `[1]`.
-fn shape_decl(dims: &[crate::ir::Dim]) -> (TokenStream, usize) {
+pub(super) fn shape_decl(dims: &[crate::ir::Dim]) -> (TokenStream, usize) {
     if dims.is_empty() {
         return (quote!(let shape: [usize; 1] = [1usize];), 1);
     }
@@ -47,7 +48,7 @@ fn shape_decl(dims: &[crate::ir::Dim]) -> (TokenStream, usize) {
 }
 
 /// Per-row set-up of a group of reads: bases and inner bindings.
-fn bind_reads(reads: &[&Read], rank: usize) -> TokenStream {
+pub(super) fn bind_reads(reads: &[&Read], rank: usize) -> TokenStream {
     let stmts = reads.iter().map(|r| {
         let base = row_base(r, rank.saturating_sub(1));
         let bind = row_bind(r, rank);
@@ -57,7 +58,7 @@ fn bind_reads(reads: &[&Read], rank: usize) -> TokenStream {
 }
 
 /// The fields a task captures for each read: its buffer, offset and strides.
-fn read_fields(plan: &Plan, reads: &[&Read]) -> Vec<(Ident, TokenStream)> {
+pub(super) fn read_fields(plan: &Plan, reads: &[&Read]) -> Vec<(Ident, TokenStream)> {
     let mut fields = Vec::new();
     for r in reads {
         let elem = match plan.graph.ty(r.access.base).dtype {
@@ -74,7 +75,7 @@ fn read_fields(plan: &Plan, reads: &[&Read]) -> Vec<(Ident, TokenStream)> {
 
 /// A `RowTask` capturing `fields` (locals of the same names) whose `run(row0, chunk)` is `body`; binds `task`.
 /// The runtime calls `run` inside `#[target_feature]` copies, so `body`'s loops vectorise for the CPU at hand.
-fn task(fields: &[(Ident, TokenStream)], body: TokenStream) -> TokenStream {
+pub(super) fn task(fields: &[(Ident, TokenStream)], body: TokenStream) -> TokenStream {
     let rt = RT();
     let names: Vec<&Ident> = fields.iter().map(|(n, _)| n).collect();
     let types = fields.iter().map(|(_, t)| t);
@@ -96,7 +97,7 @@ fn task(fields: &[(Ident, TokenStream)], body: TokenStream) -> TokenStream {
 }
 
 /// The reads of `k` that some node of `nodes` uses.
-fn reads_of<'k>(plan: &Plan, k: &'k Kernel, nodes: &[NodeId]) -> Vec<&'k Read> {
+pub(super) fn reads_of<'k>(plan: &Plan, k: &'k Kernel, nodes: &[NodeId]) -> Vec<&'k Read> {
     k.reads
         .iter()
         .filter(|r| {
@@ -107,7 +108,7 @@ fn reads_of<'k>(plan: &Plan, k: &'k Kernel, nodes: &[NodeId]) -> Vec<&'k Read> {
         .collect()
 }
 
-fn setups(plan: &Plan, reads: &[&Read]) -> TokenStream {
+pub(super) fn setups(plan: &Plan, reads: &[&Read]) -> TokenStream {
     let s = reads.iter().map(|r| read_setup(plan, r));
     quote!(#(#s)*)
 }
@@ -393,7 +394,6 @@ fn matmul(plan: &Plan, k: &Kernel, anchor: NodeId) -> TokenStream {
     let (oa, ob) = (var("off", a), var("off", b));
     let (ba, bb) = (var("buf", a), var("buf", b));
     let epilogue: Vec<NodeId> = k.nodes.iter().copied().filter(|&n| n != anchor).collect();
-    let epi_reads = reads_of(plan, k, &epilogue);
     let all: Vec<&Read> = k.reads.iter().collect();
     let setup = setups(plan, &all);
     let out = out_index(plan, k);
@@ -404,29 +404,7 @@ fn matmul(plan: &Plan, k: &Kernel, anchor: NodeId) -> TokenStream {
     let (epilogue_task, epilogue_arg) = if epilogue.is_empty() {
         (quote!(), quote!(None::<&#rt::NoEpilogue>))
     } else {
-        let decompose = decompose_row(rank - 1);
-        let binds = bind_reads(&epi_reads, rank);
-        let av = var("a", anchor);
-        let body = elementwise_body(plan, k, &epilogue, rank, Some((anchor, quote!(#av))));
-        let result = var("v", k.output);
-        let mut fields = read_fields(plan, &epi_reads);
-        fields.push((quote::format_ident!("shape"), quote!([usize; #rank])));
-        let task = task(
-            &fields,
-            quote! {
-                let len = shape[#rank - 1];
-                for (r, o) in chunk.chunks_exact_mut(len).enumerate() {
-                    let row = row0 + r;
-                    #decompose
-                    #binds
-                    for j in 0..len {
-                        let #av = o[j];
-                        #body
-                        o[j] = #result;
-                    }
-                }
-            },
-        );
+        let task = in_place_task(plan, k, anchor, &epilogue, k.output, rank, quote!());
         (task, quote!(Some(&task)))
     };
     quote! {
@@ -450,6 +428,50 @@ fn matmul(plan: &Plan, k: &Kernel, anchor: NodeId) -> TokenStream {
         #epilogue_task
         #rt::gemm(&spec, #ba, #bb, out, #epilogue_arg);
     }
+}
+
+/// A task that rewrites each row of its chunk in place: element `j` holds the anchor's value, and becomes
+/// `result` computed by the elementwise `nodes` (reads indexed at the rows of `shape`); `after_row` then runs
+/// with the finished row as `o`. Binds `task`.
+pub(super) fn in_place_task(
+    plan: &Plan,
+    k: &Kernel,
+    anchor: NodeId,
+    nodes: &[NodeId],
+    result: NodeId,
+    rank: usize,
+    after_row: TokenStream,
+) -> TokenStream {
+    let reads = reads_of(plan, k, nodes);
+    let decompose = decompose_row(rank - 1);
+    let binds = bind_reads(&reads, rank);
+    let av = var("a", anchor);
+    let body = elementwise_body(plan, k, nodes, rank, Some((anchor, quote!(#av))));
+    let result = if result == anchor {
+        quote!(#av)
+    } else {
+        let v = var("v", result);
+        quote!(#v)
+    };
+    let mut fields = read_fields(plan, &reads);
+    fields.push((quote::format_ident!("shape"), quote!([usize; #rank])));
+    task(
+        &fields,
+        quote! {
+            let len = shape[#rank - 1];
+            for (r, o) in chunk.chunks_exact_mut(len).enumerate() {
+                let row = row0 + r;
+                #decompose
+                #binds
+                for j in 0..len {
+                    let #av = o[j];
+                    #body
+                    o[j] = #result;
+                }
+                #after_row
+            }
+        },
+    )
 }
 
 fn gather(plan: &Plan, k: &Kernel, node: NodeId) -> TokenStream {

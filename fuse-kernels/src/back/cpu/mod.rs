@@ -1,6 +1,7 @@
 //! The CPU writer: a validated [`Plan`] → Rust tokens for its kernels and the static `Program` table the runtime
 //! executes (buffers, arena slots, kernel list, report data).
 
+mod attention;
 mod expr;
 mod kernels;
 

@@ -2,7 +2,7 @@
 //! which plan buffers its pointer parameters are. The runtime needs nothing else to launch a generated module.
 
 use super::matmul::{self, GEMM_THREADS, TILE_M, TILE_N};
-use super::{elementwise, launch_symbol, row, shared_kernels};
+use super::{attention, elementwise, launch_symbol, row, shared_kernels};
 use crate::ir::Dim;
 use crate::plan::{Kernel, KernelKind, Plan};
 
@@ -109,6 +109,15 @@ pub fn launches(plan: &Plan, model_name: &str) -> Vec<Launch> {
                     Grid::Rows {
                         rows,
                         per_block: cfg.rows_per_block,
+                    },
+                ));
+            }
+            KernelKind::Attention(att) => {
+                out.push(whole(
+                    [32, attention::ROWS_PER_BLOCK, 1],
+                    Grid::Rows {
+                        rows: attention::rows(g, att),
+                        per_block: attention::ROWS_PER_BLOCK,
                     },
                 ));
             }

@@ -22,6 +22,7 @@
 //!
 //! Output is deterministic: the same plan gives byte-identical text (no hash-map order, no timestamps).
 
+mod attention;
 mod elementwise;
 mod expr;
 mod gather;
@@ -167,6 +168,7 @@ fn write_kernel(w: &mut String, cx: &Ctx, symbol: &str) -> fmt::Result {
         KernelKind::MatMul { anchor } => matmul::write(w, cx, symbol, *anchor),
         KernelKind::Gather { node } => gather::write_gather(w, cx, symbol, *node),
         KernelKind::Concat { node } => gather::write_concat(w, cx, symbol, *node),
+        KernelKind::Attention(att) => attention::write(w, cx, symbol, att),
     }
 }
 

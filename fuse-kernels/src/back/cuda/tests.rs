@@ -235,3 +235,30 @@ fn float_literals_round_trip() {
         "__int_as_float(0xff800000)"
     );
 }
+
+#[test]
+fn attention_streams_keys_with_an_online_softmax_one_warp_per_row() {
+    let (fused, eager, p) = generate(
+        "",
+        "(&self, #[shape(b, 2, s, 40)] q: Tensor, #[shape(b, 2, t, 40)] k: Tensor, \
+         #[shape(b, 2, t, 72)] v: Tensor) -> Tensor { (q.matmul(&k.t()) * 0.5).softmax(-1).matmul(&v) }",
+    );
+    let k = symbol(&p, "k0_attention");
+    assert!(fused.contains(&format!(" {k}(")), "{fused}");
+    // Head dims 40 and 72: two and three registers per lane, the tails masked.
+    assert!(fused.contains("float qr[2], acc[3];"), "{fused}");
+    assert!(fused.contains("if (c < 40) part += qr[t] *"));
+    assert!(fused.contains("const float score = fuse_warp_sum(part);"));
+    assert!(fused.contains("running_sum = running_sum * rescale + p;"));
+    assert!(fused.contains("out[row * 72 + c] = fuse_from_f32(acc[t] / running_sum);"));
+    // Only the fused plan has it; the eager plan keeps the scores in memory.
+    assert!(!eager.contains("_attention("));
+    let launch = launches(&p, "M").into_iter().find(|l| l.symbol == k);
+    let launch = launch.expect("the attention kernel is launched");
+    assert_eq!(launch.block, [32, 4, 1]);
+    assert_eq!(
+        launch.grid.dims(&[3, 5, 9]),
+        [(3 * 2 * 5u32).div_ceil(4), 1, 1]
+    );
+    assert_defines_launches(&fused, &p);
+}

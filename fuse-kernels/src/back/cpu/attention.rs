@@ -1,0 +1,66 @@
+//! The attention kernel on the CPU: the runtime's `attention` driver computes a block of scores with one GEMM,
+//! runs the generated task on it (the elementwise chain on the scores, then the softmax of each row), and
+//! multiplies the block by `V` with a second GEMM. The task is the only generated part.
+
+use proc_macro2::TokenStream;
+use quote::quote;
+
+use super::expr::{dim_expr, var};
+use super::kernels::{in_place_task, out_index, setups, shape_decl, RT};
+use crate::ir::{NodeId, Op};
+use crate::plan::{Attention, Kernel, Plan, Read};
+
+pub fn attention(plan: &Plan, k: &Kernel, att: &Attention) -> TokenStream {
+    let rt = RT();
+    let g = &plan.graph;
+    let (Op::MatMul(q, kt), Op::MatMul(_, v)) = (&g.node(att.scores).op, &g.node(att.output).op)
+    else {
+        return quote!();
+    };
+    let (Some(rq), Some(_), Some(_)) = (k.read(*q), k.read(*kt), k.read(*v)) else {
+        return quote!();
+    };
+    // Iterated as the scores: `[batch.., m, n]`.
+    let (shape, rank) = shape_decl(&g.ty(att.scores).shape.0);
+    let batch = rank - 2;
+    let inner = dim_expr(&rq.access.shape[rank - 1]);
+    let head = dim_expr(&g.ty(att.output).shape.0[rank - 1]);
+    let chain = att.chain(k);
+    let all: Vec<&Read> = k.reads.iter().collect();
+    let setup = setups(plan, &all);
+    let out = out_index(plan, k);
+    let operand = |n: NodeId| (var("buf", n), var("off", n), var("st", n));
+    let ((bq, oq, sq), (bk, ok, sk), (bv, ov, sv)) = (operand(*q), operand(*kt), operand(*v));
+    let batch_dims = (0..batch).map(|i| quote!(shape[#i]));
+    let strides = |st: &proc_macro2::Ident| {
+        let s = (0..batch).map(move |i| quote!(#st[#i]));
+        quote!([#(#s),*])
+    };
+    let (q_batch, k_batch, v_batch) = (strides(&sq), strides(&sk), strides(&sv));
+    let (rows, cols) = (batch, batch + 1);
+    let Op::Softmax { input, .. } = g.node(att.softmax).op else {
+        return quote!();
+    };
+    let softmax = quote!(#rt::rows::softmax_in_place(o););
+    let scores_task = in_place_task(plan, k, att.scores, &chain, input, rank, softmax);
+    quote! {
+        #shape
+        #setup
+        let out = ctx.out_f32(#out);
+        let spec = #rt::AttentionSpec::<#batch> {
+            batch: [#(#batch_dims),*],
+            q_batch: #q_batch,
+            k_batch: #k_batch,
+            v_batch: #v_batch,
+            m: shape[#rows],
+            n: shape[#cols],
+            d: #inner,
+            dv: #head,
+            q: #rt::Operand { offset: #oq, rs: #sq[#rows], cs: #sq[#cols] },
+            k: #rt::Operand { offset: #ok, rs: #sk[#rows], cs: #sk[#cols] },
+            v: #rt::Operand { offset: #ov, rs: #sv[#rows], cs: #sv[#cols] },
+        };
+        #scores_task
+        #rt::attention(&spec, #bq, #bk, #bv, out, &task);
+    }
+}

@@ -1,0 +1,246 @@
+//! Attention by blocks of query rows: `out = softmax(f(Q·Kᵀ)) · V`, where the generated task applies `f` and the
+//! softmax to each row of a block of scores. A block's scores live in a scratch small enough for L2, so the
+//! `[batch.., m, n]` score tensors are never written to memory.
+
+use rayon::prelude::*;
+
+use super::gemm::sgemm_raw;
+use super::par::{simd_run, RowTask};
+
+/// Where a matrix operand's element `(row, col)` of one batch is: `offset + row·rs + col·cs` (plus the batch's
+/// offset), in elements.
+#[derive(Clone, Copy, Debug)]
+pub struct Operand {
+    pub offset: usize,
+    pub rs: usize,
+    pub cs: usize,
+}
+
+/// `out[b] = softmax(f(Q[b] · K[b])) · V[b]` with `B_DIMS` batch dims: Q is m×d, K (already transposed) d×n,
+/// V n×dv; `out` is contiguous `[batch.., m, dv]`. Batch strides are per operand (0 broadcasts).
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionSpec<const B_DIMS: usize> {
+    pub batch: [usize; B_DIMS],
+    pub q_batch: [usize; B_DIMS],
+    pub k_batch: [usize; B_DIMS],
+    pub v_batch: [usize; B_DIMS],
+    pub m: usize,
+    pub n: usize,
+    pub d: usize,
+    pub dv: usize,
+    pub q: Operand,
+    pub k: Operand,
+    pub v: Operand,
+}
+
+/// Scores per block: 64 KB, so a block, its rows of Q and the output rows stay in L2 between the two GEMMs.
+const SCRATCH_ELEMENTS: usize = 1 << 14;
+
+/// Below this many multiply-adds the whole attention runs on the calling thread.
+const PARALLEL_MIN_FLOPS: usize = 1 << 20;
+
+/// Runs the attention of `spec`; `scores.run(first_row, block)` turns a block of raw scores (rows of `n`,
+/// `first_row` counted over `[batch.., m]`) into probabilities in place.
+pub fn attention<const B_DIMS: usize, S: RowTask + Sync>(
+    spec: &AttentionSpec<B_DIMS>,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    out: &mut [f32],
+    scores: &S,
+) {
+    let batches: usize = spec.batch.iter().product();
+    let (m, n, dv) = (spec.m, spec.n, spec.dv);
+    if batches == 0 || m == 0 || dv == 0 {
+        return;
+    }
+    let rows_per_block = (SCRATCH_ELEMENTS / n.max(1)).clamp(1, m);
+    let blocks_per_batch = m.div_ceil(rows_per_block);
+    let mut blocks: Vec<&mut [f32]> = Vec::with_capacity(batches * blocks_per_batch);
+    for batch in out.chunks_mut(m * dv).take(batches) {
+        blocks.extend(batch.chunks_mut(rows_per_block * dv));
+    }
+    let run = |t: usize, block: &mut [f32]| {
+        let (b, row0) = (
+            t / blocks_per_batch,
+            (t % blocks_per_batch) * rows_per_block,
+        );
+        block_attention(spec, q, k, v, b, row0, block, scores);
+    };
+    let flops = batches * m * n * (spec.d + dv);
+    if flops < PARALLEL_MIN_FLOPS || rayon::current_num_threads() == 1 {
+        blocks
+            .into_iter()
+            .enumerate()
+            .for_each(|(t, block)| run(t, block));
+    } else {
+        blocks
+            .into_par_iter()
+            .enumerate()
+            .for_each(|(t, block)| run(t, block));
+    }
+}
+
+/// One block: rows `row0..` of batch `b`, written to `block` (`rows × dv`).
+#[allow(clippy::too_many_arguments)]
+fn block_attention<const B_DIMS: usize, S: RowTask>(
+    spec: &AttentionSpec<B_DIMS>,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    b: usize,
+    row0: usize,
+    block: &mut [f32],
+    scores: &S,
+) {
+    let (n, d, dv) = (spec.n, spec.d, spec.dv);
+    let rows = block.len() / dv;
+    let (mut qo, mut ko, mut vo) = (spec.q.offset, spec.k.offset, spec.v.offset);
+    let mut rem = b;
+    for i in (0..B_DIMS).rev() {
+        let idx = rem % spec.batch[i];
+        rem /= spec.batch[i];
+        qo += idx * spec.q_batch[i];
+        ko += idx * spec.k_batch[i];
+        vo += idx * spec.v_batch[i];
+    }
+    qo += row0 * spec.q.rs;
+    let last = |o: usize, r: usize, rs: usize, c: usize, cs: usize| o + (r - 1) * rs + (c - 1) * cs;
+    let in_bounds = n == 0
+        || (last(vo, n, spec.v.rs, dv, spec.v.cs) < v.len()
+            && (d == 0
+                || (last(qo, rows, spec.q.rs, d, spec.q.cs) < q.len()
+                    && last(ko, d, spec.k.rs, n, spec.k.cs) < k.len())));
+    assert!(in_bounds, "attention operand out of bounds: planner bug");
+    let mut probs = vec![0.0f32; rows * n];
+    if n > 0 {
+        // SAFETY: the last elements read from Q and K are in bounds (checked above); `probs` is rows × n.
+        unsafe {
+            sgemm_raw(
+                rows,
+                d,
+                n,
+                1.0,
+                q.as_ptr().add(qo),
+                spec.q.rs as isize,
+                spec.q.cs as isize,
+                k.as_ptr().add(ko),
+                spec.k.rs as isize,
+                spec.k.cs as isize,
+                0.0,
+                probs.as_mut_ptr(),
+                n as isize,
+                1,
+            );
+        }
+        simd_run(scores, b * spec.m + row0, &mut probs);
+    }
+    // SAFETY: the last element read from V is in bounds (checked above); `block` is rows × dv, row-major.
+    unsafe {
+        sgemm_raw(
+            rows,
+            n,
+            dv,
+            1.0,
+            probs.as_ptr(),
+            n as isize,
+            1,
+            v.as_ptr().add(vo),
+            spec.v.rs as isize,
+            spec.v.cs as isize,
+            0.0,
+            block.as_mut_ptr(),
+            dv as isize,
+            1,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::rows::softmax_in_place;
+    use crate::tensor::Tensor;
+
+    /// Scales by `scale`, then softmax: the task a plain `softmax(Q·Kᵀ·scale)` gets.
+    struct ScaledSoftmax {
+        n: usize,
+        scale: f32,
+    }
+
+    impl RowTask for ScaledSoftmax {
+        fn run(&self, _: usize, rows: &mut [f32]) {
+            for row in rows.chunks_exact_mut(self.n) {
+                row.iter_mut().for_each(|x| *x *= self.scale);
+                softmax_in_place(row);
+            }
+        }
+    }
+
+    /// Against an f64 attention, with K given transposed through its strides, a broadcast V batch, and enough
+    /// keys that a batch takes several row blocks.
+    #[test]
+    fn matches_f64_attention() {
+        for (heads, m, n, d, dv) in [(3, 5, 7, 4, 6), (2, 300, 200, 16, 8), (1, 1, 1, 1, 1)] {
+            let qv = Tensor::randn(&[heads * m * d], 1).to_f32_vec();
+            // K stored as [heads, n, d]: Kᵀ's (row = c, col = j) is at j·d + c.
+            let kv = Tensor::randn(&[heads * n * d], 2).to_f32_vec();
+            let vv = Tensor::randn(&[n * dv], 3).to_f32_vec();
+            let spec = AttentionSpec::<1> {
+                batch: [heads],
+                q_batch: [m * d],
+                k_batch: [n * d],
+                v_batch: [0],
+                m,
+                n,
+                d,
+                dv,
+                q: Operand {
+                    offset: 0,
+                    rs: d,
+                    cs: 1,
+                },
+                k: Operand {
+                    offset: 0,
+                    rs: 1,
+                    cs: d,
+                },
+                v: Operand {
+                    offset: 0,
+                    rs: dv,
+                    cs: 1,
+                },
+            };
+            let scale = 0.5f32;
+            let mut out = vec![f32::NAN; heads * m * dv];
+            attention(&spec, &qv, &kv, &vv, &mut out, &ScaledSoftmax { n, scale });
+            for h in 0..heads {
+                for i in 0..m {
+                    let s: Vec<f64> = (0..n)
+                        .map(|j| {
+                            (0..d)
+                                .map(|c| {
+                                    f64::from(qv[h * m * d + i * d + c])
+                                        * f64::from(kv[h * n * d + j * d + c])
+                                })
+                                .sum::<f64>()
+                                * f64::from(scale)
+                        })
+                        .collect();
+                    let top = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let z: f64 = s.iter().map(|x| (x - top).exp()).sum();
+                    for t in 0..dv {
+                        let want: f64 = (0..n)
+                            .map(|j| (s[j] - top).exp() / z * f64::from(vv[j * dv + t]))
+                            .sum();
+                        let got = f64::from(out[(h * m + i) * dv + t]);
+                        assert!(
+                            (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                            "{heads}x{m}x{n}x{d}x{dv} at ({h}, {i}, {t}): {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
