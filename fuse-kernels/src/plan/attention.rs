@@ -80,19 +80,15 @@ pub fn fuse(g: &Graph, groups: Vec<Group>, refusals: &mut Vec<Refusal>) -> Vec<G
         let Some((sm_index, qk_index)) = candidate(g, &uses, &slots, &root_of, pv_group) else {
             continue;
         };
-        let (Some(qk), Some(sm), Some(pv)) = (
-            slots[qk_index].clone(),
-            slots[sm_index].clone(),
-            slots[i].clone(),
-        ) else {
+        let (Some(qk), Some(sm)) = (slots[qk_index].as_ref(), slots[sm_index].as_ref()) else {
             continue;
         };
         let (s, p, out) = (
             qk.nodes.last().copied(),
             sm.nodes.last().copied(),
-            pv.nodes.last().copied(),
+            pv_group.nodes.last().copied(),
         );
-        let Some(merged) = merge(qk, sm, pv) else {
+        let Some(merged) = merge(qk, sm, pv_group) else {
             continue;
         };
         // The merge overrides the refusals between the three anchors.
@@ -154,7 +150,7 @@ fn candidate(
 }
 
 /// One group of the three, unless it would read one value at two shapes.
-fn merge(qk: Group, sm: Group, pv: Group) -> Option<Group> {
+fn merge(qk: &Group, sm: &Group, pv: &Group) -> Option<Group> {
     let (&s, &p) = (qk.nodes.last()?, sm.nodes.last()?);
     let mut reads = qk.reads.clone();
     for (node, at) in sm.reads.iter().chain(&pv.reads) {
@@ -166,9 +162,10 @@ fn merge(qk: Group, sm: Group, pv: Group) -> Option<Group> {
         }
         reads.insert(*node, at.clone());
     }
-    let mut nodes = qk.nodes;
-    nodes.extend(sm.nodes);
-    nodes.extend(pv.nodes);
+    let mut nodes: Vec<NodeId> = [qk, sm, pv]
+        .iter()
+        .flat_map(|gr| gr.nodes.iter().copied())
+        .collect();
     nodes.sort();
     Some(Group {
         nodes,

@@ -60,28 +60,30 @@ pub fn attention<const B_DIMS: usize, S: RowTask + Sync>(
     for batch in out.chunks_mut(m * dv).take(batches) {
         blocks.extend(batch.chunks_mut(rows_per_block * dv));
     }
-    let run = |t: usize, block: &mut [f32]| {
+    // One score scratch per worker, reused across its blocks: the GEMM overwrites it, so only its first
+    // allocation is zeroed.
+    let run = |scratch: &mut Vec<f32>, t: usize, block: &mut [f32]| {
         let (b, row0) = (
             t / blocks_per_batch,
             (t % blocks_per_batch) * rows_per_block,
         );
-        block_attention(spec, q, k, v, b, row0, block, scores);
+        block_attention(spec, q, k, v, b, row0, block, scores, scratch);
     };
     let flops = batches * m * n * (spec.d + dv);
     if flops < PARALLEL_MIN_FLOPS || rayon::current_num_threads() == 1 {
-        blocks
-            .into_iter()
-            .enumerate()
-            .for_each(|(t, block)| run(t, block));
+        let mut scratch = Vec::new();
+        for (t, block) in blocks.into_iter().enumerate() {
+            run(&mut scratch, t, block);
+        }
     } else {
         blocks
             .into_par_iter()
             .enumerate()
-            .for_each(|(t, block)| run(t, block));
+            .for_each_init(Vec::new, |scratch, (t, block)| run(scratch, t, block));
     }
 }
 
-/// One block: rows `row0..` of batch `b`, written to `block` (`rows × dv`).
+/// One block: rows `row0..` of batch `b`, written to `block` (`rows × dv`); `scratch` holds its scores.
 #[allow(clippy::too_many_arguments)]
 fn block_attention<const B_DIMS: usize, S: RowTask>(
     spec: &AttentionSpec<B_DIMS>,
@@ -92,6 +94,7 @@ fn block_attention<const B_DIMS: usize, S: RowTask>(
     row0: usize,
     block: &mut [f32],
     scores: &S,
+    scratch: &mut Vec<f32>,
 ) {
     let (n, d, dv) = (spec.n, spec.d, spec.dv);
     let rows = block.len() / dv;
@@ -112,7 +115,10 @@ fn block_attention<const B_DIMS: usize, S: RowTask>(
                 || (last(qo, rows, spec.q.rs, d, spec.q.cs) < q.len()
                     && last(ko, d, spec.k.rs, n, spec.k.cs) < k.len())));
     assert!(in_bounds, "attention operand out of bounds: planner bug");
-    let mut probs = vec![0.0f32; rows * n];
+    if scratch.len() < rows * n {
+        scratch.resize(rows * n, 0.0);
+    }
+    let probs = &mut scratch[..rows * n];
     if n > 0 {
         // SAFETY: the last elements read from Q and K are in bounds (checked above); `probs` is rows × n.
         unsafe {
@@ -133,7 +139,7 @@ fn block_attention<const B_DIMS: usize, S: RowTask>(
                 1,
             );
         }
-        simd_run(scores, b * spec.m + row0, &mut probs);
+        simd_run(scores, b * spec.m + row0, probs);
     }
     // SAFETY: the last element read from V is in bounds (checked above); `block` is rows × dv, row-major.
     unsafe {
