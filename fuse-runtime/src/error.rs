@@ -50,6 +50,12 @@ pub enum Error {
     #[error("dimension `{dim}` is 0; empty tensors are not supported")]
     ZeroDim { dim: String },
 
+    #[error("the model has no dynamic dimension `{dim}`; its dynamic dimensions are {known:?}")]
+    UnknownDim { dim: String, known: Vec<String> },
+
+    #[error("no size given for dynamic dimension `{dim}`")]
+    MissingDim { dim: String },
+
     #[error("input `{input}` holds id {id}, outside the vocabulary 0..{vocab}")]
     IdOutOfRange {
         input: String,

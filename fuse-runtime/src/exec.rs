@@ -279,6 +279,13 @@ impl Executor {
         }
     }
 
+    /// Makes sure a call with `dims` finds an arena in the pool, allocating (and page-faulting) it now.
+    pub fn reserve(&self, dims: &[usize]) {
+        let (_, bytes) = self.program.layout(dims);
+        let arena = self.take_arena(bytes);
+        self.give_back(arena);
+    }
+
     fn give_back(&self, arena: Arena) {
         if let Ok(mut pool) = self.pool.lock() {
             pool.push(arena);

@@ -65,8 +65,10 @@ impl CompiledModel {
         Ok(Self::assemble(spec, weights))
     }
 
-    /// The model over weights already checked (or generated) against `spec`.
+    /// The model over weights already checked (or generated) against `spec`. Reserves the kernels' per-thread
+    /// scratch and starts the worker pool here, so the first `forward` costs what every later one does.
     fn assemble(spec: &'static ModelSpec, weights: Vec<Tensor>) -> Self {
+        crate::cpu::reserve_scratch();
         CompiledModel {
             spec,
             weights,
@@ -93,6 +95,30 @@ impl CompiledModel {
 
     pub fn weights(&self) -> &[Tensor] {
         &self.weights
+    }
+
+    /// Allocates, now, the memory a CPU `forward` with these dynamic dimension sizes needs (its arena), so
+    /// that the first such call — or a first call at a larger size — costs what later ones do. Sizes are by
+    /// name, e.g. `[("batch", 8), ("seq", 128)]`; a call with smaller sizes uses the same memory. Optional:
+    /// without it the first call allocates.
+    pub fn reserve(&self, sizes: &[(&str, usize)]) -> Result<()> {
+        let known = self.spec.dyn_dims;
+        if let Some((dim, _)) = sizes.iter().find(|(d, _)| !known.contains(d)) {
+            return Err(Error::UnknownDim {
+                dim: (*dim).into(),
+                known: known.iter().map(|d| (*d).into()).collect(),
+            });
+        }
+        let dims = known
+            .iter()
+            .map(|&name| match sizes.iter().rfind(|(d, _)| *d == name) {
+                Some(&(_, 0)) => Err(Error::ZeroDim { dim: name.into() }),
+                Some(&(_, n)) => Ok(n),
+                None => Err(Error::MissingDim { dim: name.into() }),
+            })
+            .collect::<Result<Vec<usize>>>()?;
+        self.fused.reserve(&dims);
+        Ok(())
     }
 
     /// Validates `inputs` and runs the chosen plan.

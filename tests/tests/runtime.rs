@@ -95,6 +95,34 @@ fn wrong_inputs_are_typed_errors() {
 }
 
 #[test]
+fn reserve_checks_its_sizes_and_leaves_results_unchanged() {
+    let model = EncoderLayer::random(1);
+    let (x, mask) = inputs(2, 9);
+    let before = model.forward(&x, &mask).unwrap();
+    let compiled = model.compiled();
+    // A larger arena than the call needs, then calls at the reserved size and at the smaller one.
+    compiled.reserve(&[("seq", 16), ("batch", 4)]).unwrap();
+    let (x4, mask4) = inputs(4, 16);
+    model.forward(&x4, &mask4).unwrap();
+    assert_eq!(model.forward(&x, &mask).unwrap(), before);
+    match compiled.reserve(&[("batch", 4), ("tokens", 16)]) {
+        Err(Error::UnknownDim { dim, known }) => {
+            assert_eq!(dim, "tokens");
+            assert_eq!(known, ["batch", "seq"]);
+        }
+        other => panic!("expected UnknownDim, got {other:?}"),
+    }
+    match compiled.reserve(&[("batch", 4)]) {
+        Err(Error::MissingDim { dim }) => assert_eq!(dim, "seq"),
+        other => panic!("expected MissingDim, got {other:?}"),
+    }
+    assert!(matches!(
+        compiled.reserve(&[("batch", 0), ("seq", 3)]),
+        Err(Error::ZeroDim { .. })
+    ));
+}
+
+#[test]
 fn weights_round_trip_through_safetensors_by_checkpoint_name() {
     let model = EncoderLayer::random(3);
     let spec = EncoderLayer::spec();

@@ -6,52 +6,84 @@ use std::time::Instant;
 
 use fuse_examples::models::{chain::chain::Chain, encoder::encoder::EncoderLayer, mlp::mlp::Mlp};
 use fuse_examples::timing::median_ms;
-use fuse_runtime::{PlanMode, Result, Tensor};
+use fuse_runtime::{CompiledModel, PlanMode, Result, Tensor};
 
 const RUNS: usize = 20;
-const FIRST_CALL_PROCESSES: usize = 7;
+const FIRST_CALL_PROCESSES: usize = 15;
+/// Calls after the first that give a fresh process's own steady state.
+const STEADY_CALLS: usize = 10;
 
-/// A workload: its model and inputs, built fresh (for the first-call measurement too).
-fn workload(name: &str) -> Option<(fuse_runtime::CompiledModel, Vec<Tensor>, &'static str)> {
+/// A workload: its model, inputs and their dynamic dimension sizes, built fresh (for the first-call
+/// measurement too).
+struct Workload {
+    model: CompiledModel,
+    inputs: Vec<Tensor>,
+    sizes: Vec<(&'static str, usize)>,
+    label: &'static str,
+}
+
+fn workload(name: &str) -> Option<Workload> {
     let (batch, seq) = (8, 128);
     match name {
-        "w1" => Some((
-            Chain::random(1).into_compiled(),
-            vec![Tensor::randn(&[4096, 4096], 2)],
-            "W1 LN(gelu(x*a+b)+x) 4096x4096",
-        )),
-        "w2" => Some((
-            Mlp::random(1).into_compiled(),
-            vec![Tensor::randn(&[64, 1024], 2)],
-            "W2 MLP 1024-4096-4096-1024 b64",
-        )),
-        "w3" => Some((
-            EncoderLayer::random(1).into_compiled(),
-            vec![
+        "w1" => Some(Workload {
+            model: Chain::random(1).into_compiled(),
+            inputs: vec![Tensor::randn(&[4096, 4096], 2)],
+            sizes: vec![("rows", 4096)],
+            label: "W1 LN(gelu(x*a+b)+x) 4096x4096",
+        }),
+        "w2" => Some(Workload {
+            model: Mlp::random(1).into_compiled(),
+            inputs: vec![Tensor::randn(&[64, 1024], 2)],
+            sizes: vec![("batch", 64)],
+            label: "W2 MLP 1024-4096-4096-1024 b64",
+        }),
+        "w3" => Some(Workload {
+            model: EncoderLayer::random(1).into_compiled(),
+            inputs: vec![
                 Tensor::randn(&[batch, seq, 384], 2),
                 Tensor::from_f32(&[batch, seq], vec![1.0; batch * seq]).ok()?,
             ],
-            "W3 encoder layer h384 b8 s128",
-        )),
+            sizes: vec![("batch", batch), ("seq", seq)],
+            label: "W3 encoder layer h384 b8 s128",
+        }),
         _ => None,
     }
 }
 
-fn first_call(name: &str) -> Result<()> {
-    let Some((model, inputs, _)) = workload(name) else {
+/// Prints the first call's time and the median of the next [`STEADY_CALLS`] in this process: comparing the two
+/// within one process keeps the machine's process-to-process variance out of the ratio. With `reserve`, the
+/// arena for the call's sizes is allocated first, as a server that knows its largest batch would at load.
+fn first_call(name: &str, reserve: bool) -> Result<()> {
+    let Some(Workload {
+        model,
+        inputs,
+        sizes,
+        ..
+    }) = workload(name)
+    else {
         return Ok(());
     };
+    if reserve {
+        model.reserve(&sizes)?;
+    }
     let refs: Vec<&Tensor> = inputs.iter().collect();
     let start = Instant::now();
     model.run(PlanMode::Fused, &refs)?;
-    println!("{:.3}", start.elapsed().as_secs_f64() * 1e3);
+    let first = start.elapsed().as_secs_f64() * 1e3;
+    let steady = median_ms(STEADY_CALLS, || model.run(PlanMode::Fused, &refs).map(drop))?;
+    println!("{first:.3} {steady:.3}");
     Ok(())
 }
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("--first-call") {
-        return first_call(args.get(1).map_or("", String::as_str));
+    if let Some(mode @ ("--first-call" | "--first-call-reserved")) =
+        args.first().map(String::as_str)
+    {
+        return first_call(
+            args.get(1).map_or("", String::as_str),
+            mode == "--first-call-reserved",
+        );
     }
     let profile = args.iter().any(|a| a == "--profile");
     let args: Vec<String> = args.into_iter().filter(|a| a != "--profile").collect();
@@ -65,15 +97,30 @@ fn main() -> Result<()> {
         "ms, median of {RUNS}; 'new out' allocates the output per call, 'reuse' writes into one"
     );
     println!(
-        "{:<40} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7} {:>9}",
-        "workload", "eager", "fused", "ratio", "eager", "fused", "ratio", "1st call"
+        "{:<40} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7} {:>9} {:>10} {:>10}",
+        "workload",
+        "eager",
+        "fused",
+        "ratio",
+        "eager",
+        "fused",
+        "ratio",
+        "1st call",
+        "1st/steady",
+        "reserved"
     );
     println!(
-        "{:<40} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7} {:>9}",
-        "", "new out", "new out", "", "reuse", "reuse", "", "median of 7"
+        "{:<40} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7}   (medians over {FIRST_CALL_PROCESSES} fresh processes)",
+        "", "new out", "new out", "", "reuse", "reuse", ""
     );
     for name in &names {
-        let Some((model, inputs, label)) = workload(name) else {
+        let Some(Workload {
+            model,
+            inputs,
+            label,
+            ..
+        }) = workload(name)
+        else {
             eprintln!("unknown workload {name}");
             continue;
         };
@@ -87,9 +134,12 @@ fn main() -> Result<()> {
         let fused_reuse = median_ms(RUNS, || {
             model.run_into(PlanMode::Fused, &refs, &mut outputs)
         })?;
-        let first = fresh_process_first_call(name).unwrap_or(f64::NAN);
+        let (first, first_ratio) =
+            fresh_process_first_call(name, "--first-call").unwrap_or((f64::NAN, f64::NAN));
+        let (_, reserved_ratio) =
+            fresh_process_first_call(name, "--first-call-reserved").unwrap_or((f64::NAN, f64::NAN));
         println!(
-            "{label:<40} {eager:>9.2} {fused:>9.2} {:>6.2}x {eager_reuse:>9.2} {fused_reuse:>9.2} {:>6.2}x {first:>9.2}",
+            "{label:<40} {eager:>9.2} {fused:>9.2} {:>6.2}x {eager_reuse:>9.2} {fused_reuse:>9.2} {:>6.2}x {first:>9.2} {first_ratio:>9.2}x {reserved_ratio:>9.2}x",
             eager / fused,
             eager_reuse / fused_reuse
         );
@@ -104,26 +154,26 @@ fn main() -> Result<()> {
     Ok(())
 }
 
-/// Median first-call time over a few fresh processes: one process is one sample, and the first call of a process
-/// varies with what the OS has to map for it.
-fn fresh_process_first_call(name: &str) -> Option<f64> {
+/// Over a few fresh processes, the median first-call time and the median of each process's first call over its
+/// own steady state: one process is one sample, and the first call of a process varies with what the OS has to
+/// map for it.
+fn fresh_process_first_call(name: &str, mode: &str) -> Option<(f64, f64)> {
     let exe = std::env::current_exe().ok()?;
-    let mut samples = Vec::new();
+    let (mut firsts, mut ratios) = (Vec::new(), Vec::new());
     for _ in 0..FIRST_CALL_PROCESSES {
-        let out = Command::new(&exe)
-            .args(["--first-call", name])
-            .output()
-            .ok()?;
-        samples.push(
-            String::from_utf8(out.stdout)
-                .ok()?
-                .trim()
-                .parse::<f64>()
-                .ok()?,
-        );
+        let out = Command::new(&exe).args([mode, name]).output().ok()?;
+        let text = String::from_utf8(out.stdout).ok()?;
+        let mut fields = text.split_whitespace().map(str::parse::<f64>);
+        let (first, steady) = (fields.next()?.ok()?, fields.next()?.ok()?);
+        firsts.push(first);
+        ratios.push(first / steady);
     }
+    Some((median(&mut firsts), median(&mut ratios)))
+}
+
+fn median(samples: &mut [f64]) -> f64 {
     samples.sort_by(f64::total_cmp);
-    Some(samples[samples.len() / 2])
+    samples[samples.len() / 2]
 }
 
 fn rayon_threads() -> usize {

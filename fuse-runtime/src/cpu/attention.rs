@@ -6,6 +6,7 @@ use rayon::prelude::*;
 
 use super::gemm::sgemm_raw;
 use super::par::{simd_run, RowTask};
+use super::scratch::{with_buffer, SCORES};
 
 /// Where a matrix operand's element `(row, col)` of one batch is: `offset + row·rs + col·cs` (plus the batch's
 /// offset), in elements.
@@ -34,7 +35,7 @@ pub struct AttentionSpec<const B_DIMS: usize> {
 }
 
 /// Scores per block: 64 KB, so a block, its rows of Q and the output rows stay in L2 between the two GEMMs.
-const SCRATCH_ELEMENTS: usize = 1 << 14;
+pub const SCRATCH_ELEMENTS: usize = 1 << 14;
 
 /// Below this many multiply-adds the whole attention runs on the calling thread.
 const PARALLEL_MIN_FLOPS: usize = 1 << 20;
@@ -60,30 +61,31 @@ pub fn attention<const B_DIMS: usize, S: RowTask + Sync>(
     for batch in out.chunks_mut(m * dv).take(batches) {
         blocks.extend(batch.chunks_mut(rows_per_block * dv));
     }
-    // One score scratch per worker, reused across its blocks: the GEMM overwrites it, so only its first
-    // allocation is zeroed.
-    let run = |scratch: &mut Vec<f32>, t: usize, block: &mut [f32]| {
+    // Each block's scores go to its thread's scratch (reserved at load), which the first GEMM overwrites.
+    let run = |t: usize, block: &mut [f32]| {
         let (b, row0) = (
             t / blocks_per_batch,
             (t % blocks_per_batch) * rows_per_block,
         );
-        block_attention(spec, q, k, v, b, row0, block, scores, scratch);
+        let rows = block.len() / dv;
+        with_buffer(&SCORES, rows * n, |probs| {
+            block_attention(spec, q, k, v, b, row0, block, scores, probs)
+        });
     };
     let flops = batches * m * n * (spec.d + dv);
     if flops < PARALLEL_MIN_FLOPS || rayon::current_num_threads() == 1 {
-        let mut scratch = Vec::new();
         for (t, block) in blocks.into_iter().enumerate() {
-            run(&mut scratch, t, block);
+            run(t, block);
         }
     } else {
         blocks
             .into_par_iter()
             .enumerate()
-            .for_each_init(Vec::new, |scratch, (t, block)| run(scratch, t, block));
+            .for_each(|(t, block)| run(t, block));
     }
 }
 
-/// One block: rows `row0..` of batch `b`, written to `block` (`rows × dv`); `scratch` holds its scores.
+/// One block: rows `row0..` of batch `b`, written to `block` (`rows × dv`); `probs` (`rows × n`) holds its scores.
 #[allow(clippy::too_many_arguments)]
 fn block_attention<const B_DIMS: usize, S: RowTask>(
     spec: &AttentionSpec<B_DIMS>,
@@ -94,7 +96,7 @@ fn block_attention<const B_DIMS: usize, S: RowTask>(
     row0: usize,
     block: &mut [f32],
     scores: &S,
-    scratch: &mut Vec<f32>,
+    probs: &mut [f32],
 ) {
     let (n, d, dv) = (spec.n, spec.d, spec.dv);
     let rows = block.len() / dv;
@@ -115,10 +117,6 @@ fn block_attention<const B_DIMS: usize, S: RowTask>(
                 || (last(qo, rows, spec.q.rs, d, spec.q.cs) < q.len()
                     && last(ko, d, spec.k.rs, n, spec.k.cs) < k.len())));
     assert!(in_bounds, "attention operand out of bounds: planner bug");
-    if scratch.len() < rows * n {
-        scratch.resize(rows * n, 0.0);
-    }
-    let probs = &mut scratch[..rows * n];
     if n > 0 {
         // SAFETY: the last elements read from Q and K are in bounds (checked above); `probs` is rows × n.
         unsafe {

@@ -1,0 +1,297 @@
+//! fuse's own SGEMM for CPUs with AVX-512: the GotoBLAS/BLIS loop nest around a 12×32 register tile.
+//!
+//! Why not `matrixmultiply` here: it allocates its packing buffers on every call, so the first call of a process
+//! pays a page fault per 4 KiB of them (thousands per layer). This driver packs into per-thread scratch that a
+//! model reserves on every worker when it loads. Its 12×32 tile (24 accumulators, two
+//! vector loads and twelve broadcasts per step) also needs fewer loads per FMA than a 16×16 tile.
+//!
+//! Loop nest: columns in blocks of [`NC`] → depth in blocks of [`KC`] (pack B) → rows in blocks of [`MC`]
+//! (pack A) → [`NR`]-column panels → [`MR`]-row panels → the register tile. The packed A block stays in L2, the
+//! B panel in L1.
+
+use std::arch::x86_64::*;
+
+use crate::cpu::scratch::{with_buffer, Buffer, GEMM_A, GEMM_B};
+
+/// Rows of the register tile.
+pub const MR: usize = 12;
+/// Columns of the register tile: two 16-lane vectors.
+pub const NR: usize = 32;
+/// Depth of one packed block: a 32-column B panel of KC rows is 32 KiB.
+pub const KC: usize = 256;
+/// Rows of one packed A block (MC×KC = 96 KiB, held in L2).
+pub const MC: usize = 96;
+/// Columns of one packed B block (KC×NC = 1 MiB).
+pub const NC: usize = 1024;
+
+/// A strided matrix operand: element (i, j) is at `ptr + i·rs + j·cs`.
+#[derive(Clone, Copy)]
+pub struct Strided<P> {
+    pub ptr: P,
+    pub rs: isize,
+    pub cs: isize,
+}
+
+impl Strided<*const f32> {
+    #[inline(always)]
+    unsafe fn at(&self, i: usize, j: usize) -> f32 {
+        // SAFETY: the caller keeps (i, j) within the matrix the strides describe.
+        unsafe { *self.ptr.offset(i as isize * self.rs + j as isize * self.cs) }
+    }
+}
+
+/// C ← α·A·B + β·C for an m×k A, a k×n B and an m×n C (the contract of `super::sgemm_raw`).
+///
+/// # Safety
+/// The CPU must support AVX-512F; the operands must satisfy `sgemm_raw`'s contract.
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn sgemm(
+    (m, k, n): (usize, usize, usize),
+    alpha: f32,
+    a: Strided<*const f32>,
+    b: Strided<*const f32>,
+    beta: f32,
+    c: Strided<*mut f32>,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        // SAFETY: C's elements are valid for writes (and reads when β ≠ 0).
+        unsafe { scale(m, n, beta, c) };
+        return;
+    }
+    with_buffer(&GEMM_A, MC * KC, |apack| {
+        with_buffer(&GEMM_B, KC * NC, |bpack| {
+            // SAFETY: forwarded contract; the buffers have the sizes `blocks` needs.
+            unsafe { blocks((m, k, n), alpha, a, b, beta, c, apack, bpack) }
+        })
+    })
+}
+
+/// The per-thread buffers [`sgemm`] packs into, with their sizes.
+pub fn scratch_needs() -> Vec<(&'static Buffer, usize)> {
+    vec![(&GEMM_A, MC * KC), (&GEMM_B, KC * NC)]
+}
+
+/// The loop nest of [`sgemm`] over its packing buffers (`apack` MC×KC, `bpack` KC×NC floats).
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn blocks(
+    (m, k, n): (usize, usize, usize),
+    alpha: f32,
+    a: Strided<*const f32>,
+    b: Strided<*const f32>,
+    beta: f32,
+    c: Strided<*mut f32>,
+    apack: &mut [f32],
+    bpack: &mut [f32],
+) {
+    // With few rows, each B element is used by at most one A block: packing B would copy it once to read it
+    // once. Row-contiguous B is then read in place (masked loads cover the last, partial panel).
+    let direct_b = m <= MC && b.cs == 1;
+    for jc in (0..n).step_by(NC) {
+        let nc = NC.min(n - jc);
+        for pc in (0..k).step_by(KC) {
+            let kc = KC.min(k - pc);
+            let b_block = offset(b, pc, jc);
+            if !direct_b {
+                // SAFETY: the block lies inside B; `bpack` holds KC×NC floats.
+                unsafe { pack_b(kc, nc, b_block, bpack) };
+            }
+            // Later depth blocks add to what the first one wrote.
+            let beta = if pc == 0 { beta } else { 1.0 };
+            for ic in (0..m).step_by(MC) {
+                let mc = MC.min(m - ic);
+                // SAFETY: the block lies inside A; `apack` holds MC×KC floats.
+                unsafe { pack_a(mc, kc, offset(a, ic, pc), apack) };
+                for jr in (0..nc).step_by(NR) {
+                    let cols = NR.min(nc - jr);
+                    let panel = if direct_b {
+                        Strided {
+                            ptr: b_block.ptr.wrapping_add(jr),
+                            rs: b.rs,
+                            cs: 1,
+                        }
+                    } else {
+                        Strided {
+                            ptr: bpack.as_ptr().wrapping_add(jr * kc),
+                            rs: NR as isize,
+                            cs: 1,
+                        }
+                    };
+                    for ir in (0..mc).step_by(MR) {
+                        let rows = MR.min(mc - ir);
+                        let tile = c
+                            .ptr
+                            .wrapping_offset((ic + ir) as isize * c.rs + (jc + jr) as isize * c.cs);
+                        // SAFETY: the A panel holds kc steps; the B panel's kc rows hold `cols` readable columns;
+                        // the tile's rows × cols lie inside C.
+                        unsafe {
+                            tile_kernel(
+                                kc,
+                                alpha,
+                                apack.as_ptr().add(ir * kc),
+                                panel,
+                                beta,
+                                Strided { ptr: tile, ..c },
+                                rows,
+                                cols,
+                            )
+                        };
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn offset(m: Strided<*const f32>, i: usize, j: usize) -> Strided<*const f32> {
+    Strided {
+        ptr: m.ptr.wrapping_offset(i as isize * m.rs + j as isize * m.cs),
+        ..m
+    }
+}
+
+/// B's kc×nc block into NR-column panels, each `kc` rows of NR floats, the last panel zero-padded.
+unsafe fn pack_b(kc: usize, nc: usize, b: Strided<*const f32>, out: &mut [f32]) {
+    for (p, panel) in out[..nc.div_ceil(NR) * NR * kc]
+        .chunks_exact_mut(NR * kc)
+        .enumerate()
+    {
+        let j0 = p * NR;
+        let cols = NR.min(nc - j0);
+        for (l, row) in panel.chunks_exact_mut(NR).enumerate() {
+            if b.cs == 1 {
+                // SAFETY: row l of the block has nc ≥ j0 + cols contiguous elements.
+                let src = unsafe {
+                    std::slice::from_raw_parts(b.ptr.offset(l as isize * b.rs).add(j0), cols)
+                };
+                row[..cols].copy_from_slice(src);
+            } else {
+                for (j, v) in row[..cols].iter_mut().enumerate() {
+                    // SAFETY: (l, j0 + j) is inside the block.
+                    *v = unsafe { b.at(l, j0 + j) };
+                }
+            }
+            row[cols..].fill(0.0);
+        }
+    }
+}
+
+/// A's mc×kc block into MR-row panels, each `kc` steps of MR floats, the last panel zero-padded.
+unsafe fn pack_a(mc: usize, kc: usize, a: Strided<*const f32>, out: &mut [f32]) {
+    for (p, panel) in out[..mc.div_ceil(MR) * MR * kc]
+        .chunks_exact_mut(MR * kc)
+        .enumerate()
+    {
+        let i0 = p * MR;
+        let rows = MR.min(mc - i0);
+        for i in 0..rows {
+            for l in 0..kc {
+                // SAFETY: (i0 + i, l) is inside the block.
+                panel[l * MR + i] = unsafe { a.at(i0 + i, l) };
+            }
+        }
+        for l in 0..kc {
+            panel[l * MR + rows..(l + 1) * MR].fill(0.0);
+        }
+    }
+}
+
+/// The register tile: C[rows×cols] ← α·Ap·B + β·C over `kc` steps of a packed A panel and a row-contiguous B
+/// panel (packed, or B itself), whose columns past `cols` are never read.
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_kernel(
+    kc: usize,
+    alpha: f32,
+    ap: *const f32,
+    b: Strided<*const f32>,
+    beta: f32,
+    c: Strided<*mut f32>,
+    rows: usize,
+    cols: usize,
+) {
+    let lanes = |from: usize| -> __mmask16 {
+        let n = cols.saturating_sub(from).min(16);
+        ((1u32 << n) - 1) as __mmask16
+    };
+    let masks = [lanes(0), lanes(16)];
+    let mut acc = [[_mm512_setzero_ps(); 2]; MR];
+    for l in 0..kc {
+        // SAFETY: the A panel holds kc steps of MR floats; B's row l holds `cols` floats (masked loads read no
+        // further).
+        unsafe {
+            let row = b.ptr.offset(l as isize * b.rs);
+            let b0 = _mm512_maskz_loadu_ps(masks[0], row);
+            let b1 = _mm512_maskz_loadu_ps(masks[1], row.add(16));
+            let a = ap.add(l * MR);
+            for (i, acc) in acc.iter_mut().enumerate() {
+                let ai = _mm512_set1_ps(*a.add(i));
+                acc[0] = _mm512_fmadd_ps(ai, b0, acc[0]);
+                acc[1] = _mm512_fmadd_ps(ai, b1, acc[1]);
+            }
+        }
+    }
+    let alpha_v = _mm512_set1_ps(alpha);
+    let beta_v = _mm512_set1_ps(beta);
+    if c.cs == 1 {
+        for (i, acc) in acc.iter().enumerate().take(rows) {
+            for (h, (&mask, &sum)) in masks.iter().zip(acc).enumerate() {
+                // SAFETY: row i, columns 16h.. under `mask` lie inside C; masked lanes are not touched.
+                unsafe {
+                    let p = c.ptr.offset(i as isize * c.rs).add(16 * h);
+                    let mut v = _mm512_mul_ps(sum, alpha_v);
+                    // β = 0 must not read C: it may hold NaN.
+                    if beta != 0.0 {
+                        v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, p), beta_v, v);
+                    }
+                    _mm512_mask_storeu_ps(p, mask, v);
+                }
+            }
+        }
+    } else {
+        let mut tile = [0.0f32; MR * NR];
+        for (i, acc) in acc.iter().enumerate() {
+            // SAFETY: `tile` holds MR rows of NR floats.
+            unsafe {
+                _mm512_storeu_ps(
+                    tile.as_mut_ptr().add(i * NR),
+                    _mm512_mul_ps(acc[0], alpha_v),
+                );
+                _mm512_storeu_ps(
+                    tile.as_mut_ptr().add(i * NR + 16),
+                    _mm512_mul_ps(acc[1], alpha_v),
+                );
+            }
+        }
+        for i in 0..rows {
+            for j in 0..cols {
+                // SAFETY: (i, j) is inside C.
+                unsafe {
+                    let p = c.ptr.offset(i as isize * c.rs + j as isize * c.cs);
+                    *p = if beta != 0.0 {
+                        tile[i * NR + j] + beta * *p
+                    } else {
+                        tile[i * NR + j]
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// C ← β·C (the k = 0 product), writing zeros without reading when β = 0.
+unsafe fn scale(m: usize, n: usize, beta: f32, c: Strided<*mut f32>) {
+    for i in 0..m {
+        for j in 0..n {
+            // SAFETY: (i, j) is inside C.
+            unsafe {
+                let p = c.ptr.offset(i as isize * c.rs + j as isize * c.cs);
+                *p = if beta != 0.0 { beta * *p } else { 0.0 };
+            }
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! Per-thread scratch buffers (the GEMM's packed blocks, attention's scores), kept for the life of the thread.
+//!
+//! A model reserves them on every worker when it loads ([`reserve`]), so no call — the first one included —
+//! allocates or page-faults for scratch. A thread that first needs one later (a caller's own thread running a
+//! small kernel inline, or a larger shape) grows its buffer on that use.
+
+use std::cell::RefCell;
+use std::thread::LocalKey;
+
+/// One per-thread buffer.
+pub type Buffer = LocalKey<RefCell<Vec<f32>>>;
+
+thread_local! {
+    /// The GEMM's packed block of A.
+    pub static GEMM_A: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// The GEMM's packed block of B.
+    pub static GEMM_B: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// Attention's block of scores.
+    pub static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on the first `len` floats of this thread's `buffer`, growing it first if it is shorter. The
+/// contents are whatever the last user left: callers overwrite before they read.
+pub fn with_buffer<R>(buffer: &'static Buffer, len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    buffer.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buf) => {
+            if buf.len() < len {
+                *buf = touched(len);
+            }
+            f(&mut buf[..len])
+        }
+        // Only reachable if a kernel re-entered itself on this thread; a temporary buffer keeps it correct.
+        Err(_) => f(&mut touched(len)),
+    })
+}
+
+/// Gives every rayon worker and the calling thread each `(buffer, len)`, and so also starts rayon's pool:
+/// a model's first call then pays for neither.
+pub fn reserve(needs: &[(&'static Buffer, usize)]) {
+    let reserve_here = || {
+        for &(buffer, len) in needs {
+            with_buffer(buffer, len, |_| ());
+        }
+    };
+    rayon::broadcast(|_| reserve_here());
+    reserve_here();
+}
+
+/// A zeroed buffer whose pages are already mapped, so its first use does not fault on them.
+fn touched(len: usize) -> Vec<f32> {
+    // `vec![0.0; len]` maps fresh zero pages lazily, and the compiler turns allocate-then-fill-with-zeros into
+    // the same lazy allocation; a volatile write per page cannot be elided.
+    let mut v = vec![0.0f32; len];
+    let per_page = 4096 / std::mem::size_of::<f32>();
+    for i in (0..len).step_by(per_page) {
+        // SAFETY: `i < len`, so the pointer is in bounds and aligned.
+        unsafe { std::ptr::write_volatile(v.as_mut_ptr().add(i), 0.0) };
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_grow_and_keep_their_contents_per_thread() {
+        with_buffer(&SCORES, 10, |b| b.fill(3.0));
+        // A shorter request sees the same memory; a longer one gets a zeroed, larger buffer.
+        with_buffer(&SCORES, 4, |b| assert_eq!(b, [3.0; 4]));
+        with_buffer(&SCORES, 5000, |b| assert!(b.iter().all(|&x| x == 0.0)));
+        std::thread::spawn(|| with_buffer(&SCORES, 3, |b| assert_eq!(b, [0.0; 3])))
+            .join()
+            .unwrap();
+        // Re-entering the same buffer gets a temporary one instead of a panic.
+        with_buffer(&SCORES, 2, |outer| {
+            outer.fill(1.0);
+            with_buffer(&SCORES, 2, |inner| assert_eq!(inner, [0.0; 2]));
+        });
+    }
+}
