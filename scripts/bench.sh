@@ -11,6 +11,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 cargo build --release -p fuse-examples --bins
 echo "== fuse (W1-W3) =="
 target/release/bench
+echo "== GEMM kernels (one thread) =="
+RAYON_NUM_THREADS=1 target/release/gemm_bench
 echo "== fuse (W4 MiniLM) =="
 if scripts/fetch-minilm.sh >/dev/null; then
     target/release/minilm --bench

@@ -97,7 +97,7 @@ fn main() -> Result<()> {
         "ms, median of {RUNS}; 'new out' allocates the output per call, 'reuse' writes into one"
     );
     println!(
-        "{:<40} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7} {:>9} {:>10} {:>10}",
+        "{:<40} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7} {:>9} {:>10} {:>10} {:>10}",
         "workload",
         "eager",
         "fused",
@@ -107,7 +107,8 @@ fn main() -> Result<()> {
         "ratio",
         "1st call",
         "1st/steady",
-        "reserved"
+        "reserved",
+        "1 thread"
     );
     println!(
         "{:<40} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7}   (medians over {FIRST_CALL_PROCESSES} fresh processes)",
@@ -134,12 +135,15 @@ fn main() -> Result<()> {
         let fused_reuse = median_ms(RUNS, || {
             model.run_into(PlanMode::Fused, &refs, &mut outputs)
         })?;
+        let nan = (f64::NAN, f64::NAN);
         let (first, first_ratio) =
-            fresh_process_first_call(name, "--first-call").unwrap_or((f64::NAN, f64::NAN));
-        let (_, reserved_ratio) =
-            fresh_process_first_call(name, "--first-call-reserved").unwrap_or((f64::NAN, f64::NAN));
+            fresh_process_first_call(name, "--first-call", None).unwrap_or(nan);
+        let (_, reserved) =
+            fresh_process_first_call(name, "--first-call-reserved", None).unwrap_or(nan);
+        let (_, reserved_one_thread) =
+            fresh_process_first_call(name, "--first-call-reserved", Some(1)).unwrap_or(nan);
         println!(
-            "{label:<40} {eager:>9.2} {fused:>9.2} {:>6.2}x {eager_reuse:>9.2} {fused_reuse:>9.2} {:>6.2}x {first:>9.2} {first_ratio:>9.2}x {reserved_ratio:>9.2}x",
+            "{label:<40} {eager:>9.2} {fused:>9.2} {:>6.2}x {eager_reuse:>9.2} {fused_reuse:>9.2} {:>6.2}x {first:>9.2} {first_ratio:>9.2}x {reserved:>9.2}x {reserved_one_thread:>9.2}x",
             eager / fused,
             eager_reuse / fused_reuse
         );
@@ -156,12 +160,18 @@ fn main() -> Result<()> {
 
 /// Over a few fresh processes, the median first-call time and the median of each process's first call over its
 /// own steady state: one process is one sample, and the first call of a process varies with what the OS has to
-/// map for it.
-fn fresh_process_first_call(name: &str, mode: &str) -> Option<(f64, f64)> {
+/// map for it. `threads` sets the processes' worker count: with one, no idle CPU has to wake up for the first
+/// call.
+fn fresh_process_first_call(name: &str, mode: &str, threads: Option<usize>) -> Option<(f64, f64)> {
     let exe = std::env::current_exe().ok()?;
     let (mut firsts, mut ratios) = (Vec::new(), Vec::new());
     for _ in 0..FIRST_CALL_PROCESSES {
-        let out = Command::new(&exe).args([mode, name]).output().ok()?;
+        let mut command = Command::new(&exe);
+        command.args([mode, name]);
+        if let Some(threads) = threads {
+            command.env("RAYON_NUM_THREADS", threads.to_string());
+        }
+        let out = command.output().ok()?;
         let text = String::from_utf8(out.stdout).ok()?;
         let mut fields = text.split_whitespace().map(str::parse::<f64>);
         let (first, steady) = (fields.next()?.ok()?, fields.next()?.ok()?);

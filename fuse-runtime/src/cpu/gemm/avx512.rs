@@ -91,6 +91,10 @@ unsafe fn blocks(
     // With few rows, each B element is used by at most one A block: packing B would copy it once to read it
     // once. Row-contiguous B is then read in place (masked loads cover the last, partial panel).
     let direct_b = m <= MC && b.cs == 1;
+    // Row-contiguous A is read in place: the tile broadcasts its elements from memory either way, and packing
+    // would cost as much as the multiply-adds it feeds when there are few columns. Not when the row stride is a
+    // multiple of 4 KiB, where the tile's twelve rows would share L1 sets.
+    let direct_a = a.cs == 1 && a.rs % 1024 != 0;
     for jc in (0..n).step_by(NC) {
         let nc = NC.min(n - jc);
         for pc in (0..k).step_by(KC) {
@@ -104,8 +108,11 @@ unsafe fn blocks(
             let beta = if pc == 0 { beta } else { 1.0 };
             for ic in (0..m).step_by(MC) {
                 let mc = MC.min(m - ic);
-                // SAFETY: the block lies inside A; `apack` holds MC×KC floats.
-                unsafe { pack_a(mc, kc, offset(a, ic, pc), apack) };
+                let a_block = offset(a, ic, pc);
+                if !direct_a {
+                    // SAFETY: the block lies inside A; `apack` holds MC×KC floats.
+                    unsafe { pack_a(mc, kc, a_block, apack) };
+                }
                 for jr in (0..nc).step_by(NR) {
                     let cols = NR.min(nc - jr);
                     let panel = if direct_b {
@@ -126,20 +133,33 @@ unsafe fn blocks(
                         let tile = c
                             .ptr
                             .wrapping_offset((ic + ir) as isize * c.rs + (jc + jr) as isize * c.cs);
-                        // SAFETY: the A panel holds kc steps; the B panel's kc rows hold `cols` readable columns;
-                        // the tile's rows × cols lie inside C.
+                        let c_tile = Strided { ptr: tile, ..c };
+                        // SAFETY: the A panel holds kc steps of MR rows (a partial panel read in place is packed
+                        // first, since rows past `rows` do not exist); the B panel's kc rows hold `cols` readable
+                        // columns; the tile's rows × cols lie inside C.
                         unsafe {
-                            tile_kernel(
-                                kc,
-                                alpha,
-                                apack.as_ptr().add(ir * kc),
-                                panel,
-                                beta,
-                                Strided { ptr: tile, ..c },
-                                rows,
-                                cols,
-                            )
-                        };
+                            if direct_a && rows == MR {
+                                let a_panel = offset(a_block, ir, 0);
+                                tile_kernel::<false>(
+                                    kc, alpha, a_panel, panel, beta, c_tile, rows, cols,
+                                );
+                            } else {
+                                let a_panel = if direct_a {
+                                    pack_a(rows, kc, offset(a_block, ir, 0), apack);
+                                    apack.as_ptr()
+                                } else {
+                                    apack.as_ptr().add(ir * kc)
+                                };
+                                let a_panel = Strided {
+                                    ptr: a_panel,
+                                    rs: 1,
+                                    cs: MR as isize,
+                                };
+                                tile_kernel::<true>(
+                                    kc, alpha, a_panel, panel, beta, c_tile, rows, cols,
+                                );
+                            }
+                        }
                     }
                 }
             }
@@ -200,14 +220,14 @@ unsafe fn pack_a(mc: usize, kc: usize, a: Strided<*const f32>, out: &mut [f32]) 
     }
 }
 
-/// The register tile: C[rows×cols] ← α·Ap·B + β·C over `kc` steps of a packed A panel and a row-contiguous B
-/// panel (packed, or B itself), whose columns past `cols` are never read.
+/// The register tile: C[rows×cols] ← α·A·B + β·C over `kc` steps of an A panel (packed, or MR rows of A read in
+/// place) and a row-contiguous B panel (packed, or B itself) whose columns past `cols` are never read.
 #[target_feature(enable = "avx512f")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile_kernel(
+unsafe fn tile_kernel<const PACKED_A: bool>(
     kc: usize,
     alpha: f32,
-    ap: *const f32,
+    a: Strided<*const f32>,
     b: Strided<*const f32>,
     beta: f32,
     c: Strided<*mut f32>,
@@ -227,9 +247,12 @@ unsafe fn tile_kernel(
             let row = b.ptr.offset(l as isize * b.rs);
             let b0 = _mm512_maskz_loadu_ps(masks[0], row);
             let b1 = _mm512_maskz_loadu_ps(masks[1], row.add(16));
-            let a = ap.add(l * MR);
             for (i, acc) in acc.iter_mut().enumerate() {
-                let ai = _mm512_set1_ps(*a.add(i));
+                let ai = _mm512_set1_ps(if PACKED_A {
+                    *a.ptr.add(l * MR + i)
+                } else {
+                    *a.ptr.offset(i as isize * a.rs).add(l)
+                });
                 acc[0] = _mm512_fmadd_ps(ai, b0, acc[0]);
                 acc[1] = _mm512_fmadd_ps(ai, b1, acc[1]);
             }
