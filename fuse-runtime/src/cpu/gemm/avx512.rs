@@ -2,12 +2,13 @@
 //!
 //! Why not `matrixmultiply` here: it allocates its packing buffers on every call, so the first call of a process
 //! pays a page fault per 4 KiB of them (thousands per layer). This driver packs into per-thread scratch that a
-//! model reserves on every worker when it loads. Its 12×32 tile (24 accumulators, two
-//! vector loads and twelve broadcasts per step) also needs fewer loads per FMA than a 16×16 tile.
+//! model reserves on every worker when it loads. Its 12×32 tile (24 accumulators, two vector loads and twelve
+//! broadcasts per step) also needs fewer loads per FMA than a 16×16 tile, and it skips packing where packing
+//! would cost as much as it saves: `gemm_bench` has the figures.
 //!
-//! Loop nest: columns in blocks of [`NC`] → depth in blocks of [`KC`] (pack B) → rows in blocks of [`MC`]
-//! (pack A) → [`NR`]-column panels → [`MR`]-row panels → the register tile. The packed A block stays in L2, the
-//! B panel in L1.
+//! Loop nest: columns in blocks of [`NC`] → depth in blocks of [`KC`] (B packed into [`NR`]-column panels, or read
+//! in place when there are few rows) → rows in blocks of [`MC`] (A packed into [`MR`]-row panels, or read in
+//! place when its rows are contiguous) → column panels → row panels → the register tile.
 
 use std::arch::x86_64::*;
 
@@ -45,7 +46,6 @@ impl Strided<*const f32> {
 /// # Safety
 /// The CPU must support AVX-512F; the operands must satisfy `sgemm_raw`'s contract.
 #[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
 pub unsafe fn sgemm(
     (m, k, n): (usize, usize, usize),
     alpha: f32,
@@ -246,7 +246,8 @@ unsafe fn tile_kernel<const PACKED_A: bool>(
         unsafe {
             let row = b.ptr.offset(l as isize * b.rs);
             let b0 = _mm512_maskz_loadu_ps(masks[0], row);
-            let b1 = _mm512_maskz_loadu_ps(masks[1], row.add(16));
+            // `wrapping_add`: with 16 columns or fewer this points past B, and the empty mask reads nothing.
+            let b1 = _mm512_maskz_loadu_ps(masks[1], row.wrapping_add(16));
             for (i, acc) in acc.iter_mut().enumerate() {
                 let ai = _mm512_set1_ps(if PACKED_A {
                     *a.ptr.add(l * MR + i)
@@ -265,7 +266,7 @@ unsafe fn tile_kernel<const PACKED_A: bool>(
             for (h, (&mask, &sum)) in masks.iter().zip(acc).enumerate() {
                 // SAFETY: row i, columns 16h.. under `mask` lie inside C; masked lanes are not touched.
                 unsafe {
-                    let p = c.ptr.offset(i as isize * c.rs).add(16 * h);
+                    let p = c.ptr.offset(i as isize * c.rs).wrapping_add(16 * h);
                     let mut v = _mm512_mul_ps(sum, alpha_v);
                     // β = 0 must not read C: it may hold NaN.
                     if beta != 0.0 {
