@@ -100,7 +100,8 @@ impl CompiledModel {
     /// Allocates, now, the memory a CPU `forward` with these dynamic dimension sizes needs (its arena), so
     /// that the first such call — or a first call at a larger size — costs what later ones do. Sizes are by
     /// name, e.g. `[("batch", 8), ("seq", 128)]`; a call with smaller sizes uses the same memory. Optional:
-    /// without it the first call allocates.
+    /// without it the first call allocates. The sizes are checked wherever the model runs; on a GPU nothing is
+    /// allocated here (each shape gets its device arena and CUDA graph on its first call).
     pub fn reserve(&self, sizes: &[(&str, usize)]) -> Result<()> {
         let known = self.spec.dyn_dims;
         if let Some((dim, _)) = sizes.iter().find(|(d, _)| !known.contains(d)) {
@@ -117,7 +118,9 @@ impl CompiledModel {
                 None => Err(Error::MissingDim { dim: name.into() }),
             })
             .collect::<Result<Vec<usize>>>()?;
-        self.fused.reserve(&dims);
+        if self.placement.gpu().is_none() {
+            self.fused.reserve(&dims);
+        }
         Ok(())
     }
 

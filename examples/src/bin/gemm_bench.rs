@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use fuse_runtime::cpu::gemm::{sgemm_on, Backend};
+use fuse_runtime::cpu::gemm::{sgemm_on, Backend, Strided};
 
 /// A product m×k · k×n where B's element (l, j) is at `l·rsb + j·csb` and A, C are row-major.
 struct Shape {
@@ -65,20 +65,12 @@ fn main() {
                     unsafe {
                         sgemm_on(
                             backend,
-                            s.m,
-                            s.k,
-                            s.n,
+                            (s.m, s.k, s.n),
                             1.0,
-                            a.as_ptr(),
-                            s.k as isize,
-                            1,
-                            b.as_ptr(),
-                            s.rsb as isize,
-                            s.csb as isize,
+                            Strided::new(a.as_ptr(), s.k as isize, 1),
+                            Strided::new(b.as_ptr(), s.rsb as isize, s.csb as isize),
                             0.0,
-                            c.as_mut_ptr(),
-                            s.n as isize,
-                            1,
+                            Strided::new(c.as_mut_ptr(), s.n as isize, 1),
                         )
                     };
                 }

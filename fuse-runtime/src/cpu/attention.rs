@@ -4,7 +4,7 @@
 
 use rayon::prelude::*;
 
-use super::gemm::sgemm_raw;
+use super::gemm::{sgemm, Strided};
 use super::par::{simd_run, RowTask};
 use super::scratch::{with_buffer, SCORES};
 
@@ -120,42 +120,26 @@ fn block_attention<const B_DIMS: usize, S: RowTask>(
     if n > 0 {
         // SAFETY: the last elements read from Q and K are in bounds (checked above); `probs` is rows × n.
         unsafe {
-            sgemm_raw(
-                rows,
-                d,
-                n,
+            sgemm(
+                (rows, d, n),
                 1.0,
-                q.as_ptr().add(qo),
-                spec.q.rs as isize,
-                spec.q.cs as isize,
-                k.as_ptr().add(ko),
-                spec.k.rs as isize,
-                spec.k.cs as isize,
+                Strided::new(q.as_ptr().add(qo), spec.q.rs as isize, spec.q.cs as isize),
+                Strided::new(k.as_ptr().add(ko), spec.k.rs as isize, spec.k.cs as isize),
                 0.0,
-                probs.as_mut_ptr(),
-                n as isize,
-                1,
+                Strided::new(probs.as_mut_ptr(), n as isize, 1),
             );
         }
         simd_run(scores, b * spec.m + row0, probs);
     }
     // SAFETY: the last element read from V is in bounds (checked above); `block` is rows × dv, row-major.
     unsafe {
-        sgemm_raw(
-            rows,
-            n,
-            dv,
+        sgemm(
+            (rows, n, dv),
             1.0,
-            probs.as_ptr(),
-            n as isize,
-            1,
-            v.as_ptr().add(vo),
-            spec.v.rs as isize,
-            spec.v.cs as isize,
+            Strided::new(probs.as_ptr(), n as isize, 1),
+            Strided::new(v.as_ptr().add(vo), spec.v.rs as isize, spec.v.cs as isize),
             0.0,
-            block.as_mut_ptr(),
-            dv as isize,
-            1,
+            Strided::new(block.as_mut_ptr(), dv as isize, 1),
         );
     }
 }

@@ -3,6 +3,7 @@
 
 use rayon::prelude::*;
 
+use super::gemm::{sgemm, Strided};
 use super::math::{dispatch_avx2, dispatch_avx512};
 
 /// Below this many elements a kernel runs on the calling thread: rayon's hand-off costs more than it saves.
@@ -157,21 +158,21 @@ pub fn gemm<const B_DIMS: usize, E: RowTask + Sync>(
             // SAFETY: the last elements read from A and B are in bounds (checked above); callers pass a `dst` with
             // `rows` rows of stride n and at least `cols` columns that no other task writes.
             unsafe {
-                super::gemm::sgemm_raw(
-                    rows,
-                    k,
-                    cols,
+                sgemm(
+                    (rows, k, cols),
                     1.0,
-                    a.as_ptr().add(a_off),
-                    spec.a_rs as isize,
-                    spec.a_cs as isize,
-                    b.as_ptr().add(b_off),
-                    spec.b_rs as isize,
-                    spec.b_cs as isize,
+                    Strided::new(
+                        a.as_ptr().add(a_off),
+                        spec.a_rs as isize,
+                        spec.a_cs as isize,
+                    ),
+                    Strided::new(
+                        b.as_ptr().add(b_off),
+                        spec.b_rs as isize,
+                        spec.b_cs as isize,
+                    ),
                     0.0,
-                    dst,
-                    n as isize,
-                    1,
+                    Strided::new(dst, n as isize, 1),
                 );
             }
         };

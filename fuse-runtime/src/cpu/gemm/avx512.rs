@@ -12,6 +12,7 @@
 
 use std::arch::x86_64::*;
 
+use super::Strided;
 use crate::cpu::scratch::{with_buffer, Buffer, GEMM_A, GEMM_B};
 
 /// Rows of the register tile.
@@ -25,26 +26,10 @@ pub const MC: usize = 96;
 /// Columns of one packed B block (KC×NC = 1 MiB).
 pub const NC: usize = 1024;
 
-/// A strided matrix operand: element (i, j) is at `ptr + i·rs + j·cs`.
-#[derive(Clone, Copy)]
-pub struct Strided<P> {
-    pub ptr: P,
-    pub rs: isize,
-    pub cs: isize,
-}
-
-impl Strided<*const f32> {
-    #[inline(always)]
-    unsafe fn at(&self, i: usize, j: usize) -> f32 {
-        // SAFETY: the caller keeps (i, j) within the matrix the strides describe.
-        unsafe { *self.ptr.offset(i as isize * self.rs + j as isize * self.cs) }
-    }
-}
-
-/// C ← α·A·B + β·C for an m×k A, a k×n B and an m×n C (the contract of `super::sgemm_raw`).
+/// C ← α·A·B + β·C for an m×k A, a k×n B and an m×n C (the contract of `super::sgemm`).
 ///
 /// # Safety
-/// The CPU must support AVX-512F; the operands must satisfy `sgemm_raw`'s contract.
+/// The CPU must support AVX-512F; the operands must satisfy `super::sgemm`'s contract.
 #[target_feature(enable = "avx512f")]
 pub unsafe fn sgemm(
     (m, k, n): (usize, usize, usize),
@@ -174,25 +159,25 @@ fn offset(m: Strided<*const f32>, i: usize, j: usize) -> Strided<*const f32> {
     }
 }
 
-/// B's kc×nc block into NR-column panels, each `kc` rows of NR floats, the last panel zero-padded.
-unsafe fn pack_b(kc: usize, nc: usize, b: Strided<*const f32>, out: &mut [f32]) {
-    for (p, panel) in out[..nc.div_ceil(NR) * NR * kc]
-        .chunks_exact_mut(NR * kc)
+/// The kc×w block of `m` (kc rows) into W-column panels, each `kc` rows of W floats, the last panel zero-padded.
+/// B packs this way directly; A packs as its transpose, so each step of an A panel holds MR rows.
+unsafe fn pack<const W: usize>(kc: usize, w: usize, m: Strided<*const f32>, out: &mut [f32]) {
+    for (p, panel) in out[..w.div_ceil(W) * W * kc]
+        .chunks_exact_mut(W * kc)
         .enumerate()
     {
-        let j0 = p * NR;
-        let cols = NR.min(nc - j0);
-        for (l, row) in panel.chunks_exact_mut(NR).enumerate() {
-            if b.cs == 1 {
-                // SAFETY: row l of the block has nc ≥ j0 + cols contiguous elements.
-                let src = unsafe {
-                    std::slice::from_raw_parts(b.ptr.offset(l as isize * b.rs).add(j0), cols)
-                };
-                row[..cols].copy_from_slice(src);
+        let j0 = p * W;
+        let cols = W.min(w - j0);
+        for (l, row) in panel.chunks_exact_mut(W).enumerate() {
+            // SAFETY: row l, columns j0..j0 + cols, is inside the block.
+            let src = unsafe { m.ptr.offset(l as isize * m.rs + j0 as isize * m.cs) };
+            if m.cs == 1 {
+                // SAFETY: as above, and contiguous.
+                row[..cols].copy_from_slice(unsafe { std::slice::from_raw_parts(src, cols) });
             } else {
                 for (j, v) in row[..cols].iter_mut().enumerate() {
-                    // SAFETY: (l, j0 + j) is inside the block.
-                    *v = unsafe { b.at(l, j0 + j) };
+                    // SAFETY: as above.
+                    *v = unsafe { *src.offset(j as isize * m.cs) };
                 }
             }
             row[cols..].fill(0.0);
@@ -200,24 +185,17 @@ unsafe fn pack_b(kc: usize, nc: usize, b: Strided<*const f32>, out: &mut [f32]) 
     }
 }
 
-/// A's mc×kc block into MR-row panels, each `kc` steps of MR floats, the last panel zero-padded.
+/// B's kc×nc block into NR-column panels.
+unsafe fn pack_b(kc: usize, nc: usize, b: Strided<*const f32>, out: &mut [f32]) {
+    // SAFETY: forwarded.
+    unsafe { pack::<NR>(kc, nc, b, out) }
+}
+
+/// A's mc×kc block into MR-row panels: its transpose's kc×mc block packed like B.
 unsafe fn pack_a(mc: usize, kc: usize, a: Strided<*const f32>, out: &mut [f32]) {
-    for (p, panel) in out[..mc.div_ceil(MR) * MR * kc]
-        .chunks_exact_mut(MR * kc)
-        .enumerate()
-    {
-        let i0 = p * MR;
-        let rows = MR.min(mc - i0);
-        for i in 0..rows {
-            for l in 0..kc {
-                // SAFETY: (i0 + i, l) is inside the block.
-                panel[l * MR + i] = unsafe { a.at(i0 + i, l) };
-            }
-        }
-        for l in 0..kc {
-            panel[l * MR + rows..(l + 1) * MR].fill(0.0);
-        }
-    }
+    let transposed = Strided::new(a.ptr, a.cs, a.rs);
+    // SAFETY: forwarded.
+    unsafe { pack::<MR>(kc, mc, transposed, out) }
 }
 
 /// The register tile: C[rows×cols] ← α·A·B + β·C over `kc` steps of an A panel (packed, or MR rows of A read in

@@ -40,117 +40,73 @@ pub fn scratch_needs() -> Vec<(&'static super::scratch::Buffer, usize)> {
     Vec::new()
 }
 
-/// C ← α·A·B + β·C for an m×k A, a k×n B and an m×n C, each given by a pointer and (row, column) strides in
-/// elements.
+/// A strided matrix operand: element (i, j) is at `ptr + i·rs + j·cs`, strides in elements.
+#[derive(Clone, Copy, Debug)]
+pub struct Strided<P> {
+    pub ptr: P,
+    pub rs: isize,
+    pub cs: isize,
+}
+
+impl<P> Strided<P> {
+    pub fn new(ptr: P, rs: isize, cs: isize) -> Self {
+        Strided { ptr, rs, cs }
+    }
+}
+
+/// C ← α·A·B + β·C for an m×k A, a k×n B and an m×n C (`dims` = (m, k, n)), on the best backend of this CPU.
 ///
 /// With β = 0, C is only written, never read, so it may hold garbage (even NaN) on entry.
 ///
 /// # Safety
-/// For every i < m, j < n and l < k, `a.offset(i*rsa + l*csa)` and `b.offset(l*rsb + j*csb)` must be valid for
-/// reads and `c.offset(i*rsc + j*csc)` valid for reads and writes, all computed without overflow. C must not
-/// overlap A or B, and distinct (i, j) must address distinct elements of C (no zero or aliasing C strides
-/// unless m or n is 1). The slices need no particular alignment.
-#[allow(clippy::too_many_arguments)]
+/// For every i < m, j < n and l < k, A's (i, l) and B's (l, j) must be valid for reads and C's (i, j) valid for
+/// reads and writes, all computed without overflow. C must not overlap A or B, and distinct (i, j) must address
+/// distinct elements of C (no zero or aliasing C strides unless m or n is 1). No particular alignment is needed.
 #[inline]
-pub unsafe fn sgemm_raw(
-    m: usize,
-    k: usize,
-    n: usize,
+pub unsafe fn sgemm(
+    dims: (usize, usize, usize),
     alpha: f32,
-    a: *const f32,
-    rsa: isize,
-    csa: isize,
-    b: *const f32,
-    rsb: isize,
-    csb: isize,
+    a: Strided<*const f32>,
+    b: Strided<*const f32>,
     beta: f32,
-    c: *mut f32,
-    rsc: isize,
-    csc: isize,
+    c: Strided<*mut f32>,
 ) {
     // SAFETY: forwarded contract.
-    unsafe {
-        sgemm_on(
-            Backend::best(),
-            m,
-            k,
-            n,
-            alpha,
-            a,
-            rsa,
-            csa,
-            b,
-            rsb,
-            csb,
-            beta,
-            c,
-            rsc,
-            csc,
-        )
-    }
+    unsafe { sgemm_on(Backend::best(), dims, alpha, a, b, beta, c) }
 }
 
-/// [`sgemm_raw`] on a chosen backend (tests run both).
+/// [`sgemm`] on a chosen backend (tests and `gemm_bench` run both).
 ///
 /// # Safety
-/// [`sgemm_raw`]'s contract; `Backend::Own` only where [`Backend::best`] returns it.
-#[allow(clippy::too_many_arguments)]
+/// [`sgemm`]'s contract; `Backend::Own` only where [`Backend::best`] returns it.
 #[inline]
 pub unsafe fn sgemm_on(
     backend: Backend,
-    m: usize,
-    k: usize,
-    n: usize,
+    (m, k, n): (usize, usize, usize),
     alpha: f32,
-    a: *const f32,
-    rsa: isize,
-    csa: isize,
-    b: *const f32,
-    rsb: isize,
-    csb: isize,
+    a: Strided<*const f32>,
+    b: Strided<*const f32>,
     beta: f32,
-    c: *mut f32,
-    rsc: isize,
-    csc: isize,
+    c: Strided<*mut f32>,
 ) {
     #[cfg(target_arch = "x86_64")]
     if backend == Backend::Own {
-        use avx512::Strided;
-        // SAFETY: the CPU has AVX-512F (the caller's contract) and the operands satisfy `sgemm_raw`'s.
-        return unsafe {
-            avx512::sgemm(
-                (m, k, n),
-                alpha,
-                Strided {
-                    ptr: a,
-                    rs: rsa,
-                    cs: csa,
-                },
-                Strided {
-                    ptr: b,
-                    rs: rsb,
-                    cs: csb,
-                },
-                beta,
-                Strided {
-                    ptr: c,
-                    rs: rsc,
-                    cs: csc,
-                },
-            )
-        };
+        // SAFETY: the CPU has AVX-512F (the caller's contract) and the operands satisfy `sgemm`'s.
+        return unsafe { avx512::sgemm((m, k, n), alpha, a, b, beta, c) };
     }
     let _ = backend;
-    // SAFETY: the caller upholds matrixmultiply's contract, which is the one stated above.
+    // SAFETY: the caller upholds matrixmultiply's contract, which is the one stated on `sgemm`.
     unsafe {
-        matrixmultiply::sgemm(m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc);
+        matrixmultiply::sgemm(
+            m, k, n, alpha, a.ptr, a.rs, a.cs, b.ptr, b.rs, b.cs, beta, c.ptr, c.rs, c.cs,
+        );
     }
 }
 
 /// `out = op(A) · op(B)` for row-major stored matrices, where `op` transposes when the flag is set; `a_shape`
 /// and `b_shape` are the stored shapes. `out` is row-major with the shape of the product.
 ///
-/// A safe entry point for tests and reference paths; generated kernels call [`sgemm_raw`] with their own strides.
+/// A safe entry point for tests and reference paths; the kernel drivers call [`sgemm`] with their own strides.
 ///
 /// # Panics
 /// If the inner dimensions disagree or a slice length does not match its shape.
@@ -201,21 +157,13 @@ pub fn matmul(
     // SAFETY: the lengths were checked against the shapes, so every index the strides produce is in bounds,
     // `out` is a distinct &mut slice, and its row-major strides (n, 1) address each element once.
     unsafe {
-        sgemm_raw(
-            m,
-            k,
-            n,
+        sgemm(
+            (m, k, n),
             1.0,
-            a.as_ptr(),
-            rsa as isize,
-            csa as isize,
-            b.as_ptr(),
-            rsb as isize,
-            csb as isize,
+            Strided::new(a.as_ptr(), rsa as isize, csa as isize),
+            Strided::new(b.as_ptr(), rsb as isize, csb as isize),
             0.0,
-            out.as_mut_ptr(),
-            n as isize,
-            1,
+            Strided::new(out.as_mut_ptr(), n as isize, 1),
         );
     }
 }
@@ -324,20 +272,12 @@ mod tests {
                     unsafe {
                         sgemm_on(
                             backend,
-                            m,
-                            k,
-                            n,
+                            (m, k, n),
                             alpha,
-                            a.as_ptr(),
-                            rsa as isize,
-                            csa as isize,
-                            b.as_ptr(),
-                            rsb as isize,
-                            csb as isize,
+                            Strided::new(a.as_ptr(), rsa as isize, csa as isize),
+                            Strided::new(b.as_ptr(), rsb as isize, csb as isize),
                             beta,
-                            c.as_mut_ptr(),
-                            rsc as isize,
-                            csc as isize,
+                            Strided::new(c.as_mut_ptr(), rsc as isize, csc as isize),
                         );
                     }
                     for i in 0..m {
@@ -371,21 +311,13 @@ mod tests {
         let mut buf = vec![10.0f32; 4 * 5];
         let offset = 1 + 4; // row 1, column 1
         unsafe {
-            sgemm_raw(
-                2,
-                2,
-                3,
+            sgemm(
+                (2, 2, 3),
                 2.0,
-                a.as_ptr(),
-                2,
-                1,
-                b.as_ptr(),
-                3,
-                1,
+                Strided::new(a.as_ptr(), 2, 1),
+                Strided::new(b.as_ptr(), 3, 1),
                 0.5,
-                buf.as_mut_ptr().add(offset),
-                1,
-                4,
+                Strided::new(buf.as_mut_ptr().add(offset), 1, 4),
             );
         }
         let ab = [[5.0f32, 2.0, 0.0], [11.0, 4.0, -1.0]];
