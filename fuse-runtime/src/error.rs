@@ -56,6 +56,16 @@ pub enum Error {
     #[error("no size given for dynamic dimension `{dim}`")]
     MissingDim { dim: String },
 
+    #[error(
+        "cannot allocate {what} for these shapes ({}): not enough memory",
+        .bytes.map_or_else(|| "a size past the address space".to_string(), |b| format!("{b} bytes"))
+    )]
+    OutOfMemory {
+        what: &'static str,
+        /// `None` when the size itself overflows.
+        bytes: Option<usize>,
+    },
+
     #[error("input `{input}` holds id {id}, outside the vocabulary 0..{vocab}")]
     IdOutOfRange {
         input: String,

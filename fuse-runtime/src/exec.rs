@@ -21,6 +21,13 @@ impl Mono {
     pub fn eval(&self, dims: &[usize]) -> usize {
         self.syms.iter().fold(self.coeff, |acc, &s| acc * dims[s])
     }
+
+    /// [`Dim::eval`], or `None` when the product overflows (sizes a user asked for, not yet backed by memory).
+    pub fn checked_eval(&self, dims: &[usize]) -> Option<usize> {
+        self.syms
+            .iter()
+            .try_fold(self.coeff, |acc, &s| acc.checked_mul(dims[s]))
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -83,8 +90,13 @@ impl Program {
             .iter()
             .map(|o| {
                 let shape: Vec<usize> = o.dims.iter().map(|m| m.eval(dims)).collect();
-                let numel = self.buffers[o.buffer].numel.eval(dims);
-                Tensor::from_f32(&shape, crate::arena::zeroed_output(numel))
+                let numel = self.buffers[o.buffer].numel.checked_eval(dims);
+                let data = numel.and_then(crate::arena::zeroed_output);
+                let data = data.ok_or(Error::OutOfMemory {
+                    what: "an output",
+                    bytes: numel.and_then(|n| n.checked_mul(4)),
+                })?;
+                Tensor::from_f32(&shape, data)
             })
             .collect()
     }
@@ -108,15 +120,20 @@ impl Program {
     }
 
     /// Byte offset of each slot and the arena size.
-    pub fn layout(&self, dims: &[usize]) -> (Vec<usize>, usize) {
+    pub fn layout(&self, dims: &[usize]) -> Result<(Vec<usize>, usize)> {
+        let overflow = || Error::OutOfMemory {
+            what: "the arena",
+            bytes: None,
+        };
         let mut offsets = Vec::with_capacity(self.slots.len());
         let mut end = 0usize;
         for slot in self.slots {
-            let start = end.div_ceil(ALIGN) * ALIGN;
+            let start = end.checked_next_multiple_of(ALIGN).ok_or_else(overflow)?;
             offsets.push(start);
-            end = start + slot.eval(dims);
+            let bytes = slot.checked_eval(dims).ok_or_else(overflow)?;
+            end = start.checked_add(bytes).ok_or_else(overflow)?;
         }
-        (offsets, end)
+        Ok((offsets, end))
     }
 }
 
@@ -271,19 +288,23 @@ impl Executor {
     }
 
     /// An arena of at least `bytes` from the pool (a larger shape replaces a small one).
-    fn take_arena(&self, bytes: usize) -> Arena {
+    fn take_arena(&self, bytes: usize) -> Result<Arena> {
         let pooled = self.pool.lock().map(|mut p| p.pop()).ok().flatten();
         match pooled {
-            Some(arena) if arena.len() >= bytes => arena,
-            _ => Arena::new(bytes),
+            Some(arena) if arena.len() >= bytes => Ok(arena),
+            _ => Arena::new(bytes).ok_or(Error::OutOfMemory {
+                what: "the arena",
+                bytes: Some(bytes),
+            }),
         }
     }
 
     /// Makes sure a call with `dims` finds an arena in the pool, allocating (and page-faulting) it now.
-    pub fn reserve(&self, dims: &[usize]) {
-        let (_, bytes) = self.program.layout(dims);
-        let arena = self.take_arena(bytes);
+    pub fn reserve(&self, dims: &[usize]) -> Result<()> {
+        let (_, bytes) = self.program.layout(dims)?;
+        let arena = self.take_arena(bytes)?;
         self.give_back(arena);
+        Ok(())
     }
 
     fn give_back(&self, arena: Arena) {
@@ -300,7 +321,7 @@ impl Executor {
         inputs: &[&Tensor],
     ) -> Result<Vec<Tensor>> {
         let mut outputs = self.program.fresh_outputs(dims)?;
-        self.execute(dims, weights, inputs, &mut outputs, None);
+        self.execute(dims, weights, inputs, &mut outputs, None)?;
         Ok(outputs)
     }
 
@@ -316,8 +337,7 @@ impl Executor {
         times: Option<&mut [f64]>,
     ) -> Result<()> {
         self.program.fit_outputs(dims, outputs)?;
-        self.execute(dims, weights, inputs, outputs, times);
-        Ok(())
+        self.execute(dims, weights, inputs, outputs, times)
     }
 
     /// Runs every kernel; `outputs` are f32 tensors of the program's output shapes at `dims`.
@@ -328,10 +348,10 @@ impl Executor {
         inputs: &[&Tensor],
         outputs: &mut [Tensor],
         mut times: Option<&mut [f64]>,
-    ) {
+    ) -> Result<()> {
         let p = self.program;
-        let (offsets, arena_bytes) = p.layout(dims);
-        let mut arena = self.take_arena(arena_bytes);
+        let (offsets, arena_bytes) = p.layout(dims)?;
+        let mut arena = self.take_arena(arena_bytes)?;
         let base = arena.as_mut_ptr();
         let out_ptrs: Vec<*mut u8> = outputs
             .iter_mut()
@@ -373,5 +393,6 @@ impl Executor {
                 }
             }
         }
+        Ok(())
     }
 }

@@ -118,10 +118,10 @@ impl CompiledModel {
                 None => Err(Error::MissingDim { dim: name.into() }),
             })
             .collect::<Result<Vec<usize>>>()?;
-        if self.placement.gpu().is_none() {
-            self.fused.reserve(&dims);
+        if self.placement.gpu().is_some() {
+            return Ok(());
         }
-        Ok(())
+        self.fused.reserve(&dims)
     }
 
     /// Validates `inputs` and runs the chosen plan.

@@ -48,9 +48,11 @@ impl PlanReport {
         self.dims.unwrap_or([1; 8])
     }
 
-    /// Arena bytes at the report's dims.
+    /// Arena bytes at the report's dims (`usize::MAX` if that size overflows).
     pub fn arena_bytes(&self) -> usize {
-        self.program.layout(&self.dims()).1
+        self.program
+            .layout(&self.dims())
+            .map_or(usize::MAX, |(_, bytes)| bytes)
     }
 
     /// Modelled bytes moved by all kernels at the report's dims.

@@ -120,6 +120,20 @@ fn reserve_checks_its_sizes_and_leaves_results_unchanged() {
         compiled.reserve(&[("batch", 0), ("seq", 3)]),
         Err(Error::ZeroDim { .. })
     ));
+    // Sizes no machine backs are a typed error, not an abort: one whose byte count overflows, one the allocator
+    // refuses.
+    match compiled.reserve(&[("batch", 1 << 40), ("seq", 1 << 20)]) {
+        Err(Error::OutOfMemory { bytes: None, .. }) => {}
+        other => panic!("expected OutOfMemory without a size, got {other:?}"),
+    }
+    match compiled.reserve(&[("batch", 1 << 24), ("seq", 1 << 16)]) {
+        Err(e @ Error::OutOfMemory { bytes: Some(_), .. }) => {
+            assert!(e.to_string().contains("the arena"), "{e}");
+        }
+        other => panic!("expected OutOfMemory with a size, got {other:?}"),
+    }
+    // The model still runs afterwards.
+    assert_eq!(model.forward(&x, &mask).unwrap(), before);
 }
 
 #[test]

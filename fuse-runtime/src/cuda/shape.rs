@@ -53,7 +53,7 @@ impl ShapeState {
         use_blas: bool,
     ) -> Result<ShapeState> {
         let p = plan.program;
-        let (offsets, arena_bytes) = p.layout(dims);
+        let (offsets, arena_bytes) = p.layout(dims)?;
         let arena = DeviceBuffer::bytes(stream, arena_bytes)?;
         let arena_ptr = arena.ptr(stream);
         let mut owned = Vec::with_capacity(p.buffers.len());
