@@ -27,14 +27,38 @@ const fn shape(what: &'static str, m: usize, k: usize, n: usize, rsb: usize, csb
     }
 }
 
-const SHAPES: [Shape; 7] = [
-    shape("W3 projection block", 256, 384, 384, 384, 1),
-    shape("W3 FFN-in block", 256, 384, 1536, 1536, 1),
-    shape("W3 FFN-out block", 256, 1536, 384, 384, 1),
-    shape("W2 column block (B stride 4096)", 64, 1024, 1024, 4096, 1),
-    shape("W2 last layer block", 64, 4096, 256, 1024, 1),
+/// Linear layers multiply by a transposed `[out, in]` weight: B's (l, j) is W[j, l], so B's row stride is 1 and
+/// its column stride the layer's input width. Column blocks of a wider layer start `col0` rows into W.
+const SHAPES: [Shape; 8] = [
+    shape("W3 projection block, B = Wᵀ", 256, 384, 384, 1, 384),
+    shape("W3 FFN-in block, B = Wᵀ", 256, 384, 1536, 1, 384),
+    shape("W3 FFN-out block, B = Wᵀ", 256, 1536, 384, 1, 1536),
+    shape(
+        "W2 first layer column block, B = Wᵀ",
+        64,
+        1024,
+        1024,
+        1,
+        1024,
+    ),
+    shape(
+        "W2 middle layer column block, B = Wᵀ",
+        64,
+        4096,
+        1024,
+        1,
+        4096,
+    ),
+    shape("W2 last layer column block, B = Wᵀ", 64, 4096, 256, 1, 4096),
     shape("attention Q·Kᵀ block (K transposed)", 128, 32, 128, 1, 32),
-    shape("attention P·V block (V stride 1152)", 128, 128, 32, 1152, 1),
+    shape(
+        "attention P·V block (V row stride 1152)",
+        128,
+        128,
+        32,
+        1152,
+        1,
+    ),
 ];
 
 const ROUNDS: usize = 7;
@@ -45,7 +69,7 @@ fn main() {
         return;
     }
     println!(
-        "{:<52} {:>16} {:>10} {:>8}",
+        "{:<60} {:>16} {:>10} {:>8}",
         "shape (m×k×n)", "matrixmultiply", "fuse", "ratio"
     );
     for s in &SHAPES {
@@ -80,7 +104,7 @@ fn main() {
         let [portable, own] = best.map(|t| flops / t / 1e9);
         let label = format!("{} {}×{}×{}", s.what, s.m, s.k, s.n);
         println!(
-            "{label:<52} {portable:>16.0} {own:>10.0} {:>7.2}x",
+            "{label:<60} {portable:>16.0} {own:>10.0} {:>7.2}x",
             own / portable
         );
     }

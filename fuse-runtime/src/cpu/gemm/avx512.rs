@@ -161,6 +161,7 @@ fn offset(m: Strided<*const f32>, i: usize, j: usize) -> Strided<*const f32> {
 
 /// The kc×w block of `m` (kc rows) into W-column panels, each `kc` rows of W floats, the last panel zero-padded.
 /// B packs this way directly; A packs as its transpose, so each step of an A panel holds MR rows.
+#[target_feature(enable = "avx512f")]
 unsafe fn pack<const W: usize>(kc: usize, w: usize, m: Strided<*const f32>, out: &mut [f32]) {
     for (p, panel) in out[..w.div_ceil(W) * W * kc]
         .chunks_exact_mut(W * kc)
@@ -168,14 +169,23 @@ unsafe fn pack<const W: usize>(kc: usize, w: usize, m: Strided<*const f32>, out:
     {
         let j0 = p * W;
         let cols = W.min(w - j0);
+        // A column-contiguous source (a Linear layer's Wᵀ) goes through 16×16 register transposes; what they
+        // leave (the last rows and columns short of 16) is copied element by element below.
+        let (rows16, cols16) = if m.rs == 1 && W.is_multiple_of(16) {
+            // SAFETY: the panel's block of `m` is readable; `panel` holds kc rows of W.
+            unsafe { pack_transposed::<W>(kc, cols, offset(m, 0, j0), panel) }
+        } else {
+            (0, 0)
+        };
         for (l, row) in panel.chunks_exact_mut(W).enumerate() {
+            let from = if l < rows16 { cols16 } else { 0 };
             // SAFETY: row l, columns j0..j0 + cols, is inside the block.
             let src = unsafe { m.ptr.offset(l as isize * m.rs + j0 as isize * m.cs) };
             if m.cs == 1 {
                 // SAFETY: as above, and contiguous.
                 row[..cols].copy_from_slice(unsafe { std::slice::from_raw_parts(src, cols) });
             } else {
-                for (j, v) in row[..cols].iter_mut().enumerate() {
+                for (j, v) in row[..cols].iter_mut().enumerate().skip(from) {
                     // SAFETY: as above.
                     *v = unsafe { *src.offset(j as isize * m.cs) };
                 }
@@ -183,6 +193,74 @@ unsafe fn pack<const W: usize>(kc: usize, w: usize, m: Strided<*const f32>, out:
             row[cols..].fill(0.0);
         }
     }
+}
+
+/// Packs the whole 16×16 blocks of a panel whose source has unit row stride (element (l, j) at `m.ptr + l +
+/// j·cs`): 16 source columns are 16 contiguous loads, transposed in registers into 16 panel rows. Returns how
+/// many rows and columns of the panel it filled (multiples of 16).
+#[target_feature(enable = "avx512f")]
+unsafe fn pack_transposed<const W: usize>(
+    kc: usize,
+    cols: usize,
+    m: Strided<*const f32>,
+    panel: &mut [f32],
+) -> (usize, usize) {
+    let (rows16, cols16) = (kc / 16 * 16, cols / 16 * 16);
+    for l0 in (0..rows16).step_by(16) {
+        for j0 in (0..cols16).step_by(16) {
+            // SAFETY: columns j0..j0 + 16 hold rows l0..l0 + 16 (inside the block); the stores land in panel
+            // rows l0..l0 + 16, columns j0..j0 + 16 < W.
+            unsafe {
+                let src = |t: usize| m.ptr.offset((j0 + t) as isize * m.cs).add(l0);
+                let columns = std::array::from_fn(|t| _mm512_loadu_ps(src(t)));
+                for (t, row) in transpose16(columns).into_iter().enumerate() {
+                    _mm512_storeu_ps(panel.as_mut_ptr().add((l0 + t) * W + j0), row);
+                }
+            }
+        }
+    }
+    (rows16, cols16)
+}
+
+/// The transpose of a 16×16 block held as 16 rows: unpack pairs of floats, then pairs of pairs, within each
+/// 128-bit lane (giving 4×4 transposes per lane), then regroup the lanes with two rounds of lane shuffles.
+#[target_feature(enable = "avx512f")]
+fn transpose16(r: [__m512; 16]) -> [__m512; 16] {
+    let ps = _mm512_castps_pd;
+    let pd = _mm512_castpd_ps;
+    // t[4g..4g+4] from rows 4g..4g+4: float pairs of rows (4g, 4g+1) and (4g+2, 4g+3).
+    let t: [__m512; 16] = std::array::from_fn(|i| {
+        let (g, q) = (i / 4, i % 4);
+        let (a, b) = (r[4 * g + 2 * (q / 2)], r[4 * g + 2 * (q / 2) + 1]);
+        if q % 2 == 0 {
+            _mm512_unpacklo_ps(a, b)
+        } else {
+            _mm512_unpackhi_ps(a, b)
+        }
+    });
+    // u[4g + q], lane k: column 4k + q of rows 4g..4g+4.
+    let u: [__m512; 16] = std::array::from_fn(|i| {
+        let (g, q) = (i / 4, i % 4);
+        let (a, b) = (ps(t[4 * g + q / 2]), ps(t[4 * g + 2 + q / 2]));
+        pd(if q % 2 == 0 {
+            _mm512_unpacklo_pd(a, b)
+        } else {
+            _mm512_unpackhi_pd(a, b)
+        })
+    });
+    // Row 4k + q of the transpose: lane k of u[q], u[4 + q], u[8 + q], u[12 + q].
+    let mut out = [_mm512_setzero_ps(); 16];
+    for q in 0..4 {
+        let low = _mm512_shuffle_f32x4::<0x44>(u[q], u[4 + q]);
+        let high = _mm512_shuffle_f32x4::<0xEE>(u[q], u[4 + q]);
+        let low2 = _mm512_shuffle_f32x4::<0x44>(u[8 + q], u[12 + q]);
+        let high2 = _mm512_shuffle_f32x4::<0xEE>(u[8 + q], u[12 + q]);
+        out[q] = _mm512_shuffle_f32x4::<0x88>(low, low2);
+        out[4 + q] = _mm512_shuffle_f32x4::<0xDD>(low, low2);
+        out[8 + q] = _mm512_shuffle_f32x4::<0x88>(high, high2);
+        out[12 + q] = _mm512_shuffle_f32x4::<0xDD>(high, high2);
+    }
+    out
 }
 
 /// B's kc×nc block into NR-column panels.
