@@ -6,8 +6,8 @@
 //! broadcasts per step) also needs fewer loads per FMA than a 16×16 tile, and it skips packing where packing
 //! would cost as much as it saves: `gemm_bench` has the figures.
 //!
-//! Loop nest: columns in blocks of [`NC`] → depth in blocks of [`KC`] (B packed into [`NR`]-column panels, or read
-//! in place when there are few rows) → rows in blocks of [`MC`] (A packed into [`MR`]-row panels, or read in
+//! Loop nest: columns in blocks of [`NC`] → depth in blocks of [`KC`] (B packed into [`NR`]-column panels, through
+//! 16×16 register transposes when its columns are contiguous, or read in place when there are few rows) → rows in blocks of [`MC`] (A packed into [`MR`]-row panels, or read in
 //! place when its rows are contiguous) → column panels → row panels → the register tile.
 
 use std::arch::x86_64::*;

@@ -3,9 +3,10 @@
 //!
 //! `matrixmultiply` measured ≈ 190–200 GFLOP/s f32 on one core here, ahead of the `gemm` crate (≈ 120), and it
 //! picks its AVX2/SSE kernel at run time, so it suits binaries built for baseline x86-64 and other targets. The
-//! own kernel exists for the first call: its packing buffers live per thread and are reserved at load (see
-//! `super::scratch`), where `matrixmultiply` allocates them on every call. Both take arbitrary row and column
-//! strides, so generated code folds transposes and sub-matrix views into the call instead of copying.
+//! own kernel exists for the first call and for speed: its packing buffers live per thread and are reserved at
+//! load (see `super::scratch`), where `matrixmultiply` allocates them on every call, and it runs the workloads'
+//! task shapes 1.10–1.81× faster (BENCHMARKS.md, `gemm_bench`). Both take arbitrary row and column strides, so
+//! generated code folds transposes and sub-matrix views into the call instead of copying.
 
 #[cfg(target_arch = "x86_64")]
 mod avx512;
