@@ -228,17 +228,82 @@ mod tests {
         }
     }
 
-    /// Both backends (the own one where this CPU runs it) against an f64 product, over shapes that cover partial
-    /// register tiles and every blocking loop (k > KC, m > MC, n > NC), transposed operands, a column-major C,
-    /// and α/β (β = 0 over a NaN-filled C must not read it).
-    #[test]
-    fn backends_match_f64_with_strides_alpha_beta() {
-        let mut backends = vec![Backend::Portable];
+    /// The backends this CPU runs (the own one only with AVX-512).
+    fn backends() -> Vec<Backend> {
         if Backend::best() == Backend::Own {
-            backends.push(Backend::Own);
+            vec![Backend::Portable, Backend::Own]
         } else {
             eprintln!("skipping the own GEMM kernel: this CPU has no AVX-512");
+            vec![Backend::Portable]
         }
+    }
+
+    /// One product on `backend` against f64: `layout` bit 0 transposes A, bit 1 transposes B, bit 2 makes C
+    /// column-major; every operand's leading dimension is padded by `pad` (a view into a wider buffer); β = 0
+    /// runs over a NaN-filled C, which must not be read.
+    fn check_product(
+        backend: Backend,
+        (m, k, n): (usize, usize, usize),
+        layout: usize,
+        pad: usize,
+        (alpha, beta): (f32, f32),
+        seed: u64,
+    ) {
+        let (a_trans, b_trans, c_cols) = (layout & 1 != 0, layout & 2 != 0, layout & 4 != 0);
+        // (row stride, column stride, elements) of a rows×cols operand, stored transposed or not.
+        let strided = |rows: usize, cols: usize, trans: bool| {
+            if trans {
+                (1, rows + pad, cols * (rows + pad))
+            } else {
+                (cols + pad, 1, rows * (cols + pad))
+            }
+        };
+        let (rsa, csa, a_len) = strided(m, k, a_trans);
+        let (rsb, csb, b_len) = strided(k, n, b_trans);
+        let (rsc, csc, c_len) = strided(m, n, c_cols);
+        let a = randv(a_len, seed);
+        let b = randv(b_len, seed + 1);
+        let c0 = randv(c_len, seed + 2);
+        let mut c = if beta == 0.0 {
+            vec![f32::NAN; c_len]
+        } else {
+            c0.clone()
+        };
+        // SAFETY: every (i, l), (l, j), (i, j) the strides produce is inside its vector.
+        unsafe {
+            sgemm_on(
+                backend,
+                (m, k, n),
+                alpha,
+                Strided::new(a.as_ptr(), rsa as isize, csa as isize),
+                Strided::new(b.as_ptr(), rsb as isize, csb as isize),
+                beta,
+                Strided::new(c.as_mut_ptr(), rsc as isize, csc as isize),
+            );
+        }
+        for i in 0..m {
+            for j in 0..n {
+                let (mut dot, mut scale) = (0.0f64, 0.0f64);
+                for l in 0..k {
+                    let p = f64::from(a[i * rsa + l * csa]) * f64::from(b[l * rsb + j * csb]);
+                    dot += p;
+                    scale += p.abs();
+                }
+                let at = i * rsc + j * csc;
+                let want = f64::from(alpha) * dot + f64::from(beta) * f64::from(c0[at]);
+                let got = f64::from(c[at]);
+                assert!(
+                    (got - want).abs() <= 1e-5 * (scale + f64::from(c0[at]).abs()) + 1e-30,
+                    "{backend:?} {m}x{k}x{n} layout {layout} pad {pad} at ({i}, {j}): {got} vs {want}"
+                );
+            }
+        }
+    }
+
+    /// Shapes that cover partial register tiles and every blocking loop (k > KC, m > MC, n > NC), in every
+    /// layout, with and without α/β.
+    #[test]
+    fn backends_match_f64_with_strides_alpha_beta() {
         let sizes = [
             (1, 1, 1),
             (13, 300, 45),
@@ -248,58 +313,37 @@ mod tests {
             (5, 0, 9),
         ];
         let mut seed = 100;
-        for backend in backends {
-            for &(m, k, n) in &sizes {
-                for case in 0..8 {
-                    let (a_trans, b_trans, c_cols) = (case & 1 != 0, case & 2 != 0, case & 4 != 0);
+        for backend in backends() {
+            for &dims in &sizes {
+                for layout in 0..8 {
                     seed += 3;
-                    let a = randv(m * k, seed);
-                    let b = randv(k * n, seed + 1);
-                    let c0 = randv(m * n, seed + 2);
-                    let (alpha, beta) = if case % 3 == 0 {
+                    let scalars = if layout % 3 == 0 {
                         (1.0, 0.0)
                     } else {
                         (-0.75, 0.5)
                     };
-                    let (rsa, csa) = if a_trans { (1, m) } else { (k, 1) };
-                    let (rsb, csb) = if b_trans { (1, k) } else { (n, 1) };
-                    let (rsc, csc) = if c_cols { (1, m) } else { (n, 1) };
-                    let mut c = if beta == 0.0 {
-                        vec![f32::NAN; m * n]
-                    } else {
-                        c0.clone()
-                    };
-                    // SAFETY: every (i, l), (l, j), (i, j) the strides produce is inside its vector.
-                    unsafe {
-                        sgemm_on(
-                            backend,
-                            (m, k, n),
-                            alpha,
-                            Strided::new(a.as_ptr(), rsa as isize, csa as isize),
-                            Strided::new(b.as_ptr(), rsb as isize, csb as isize),
-                            beta,
-                            Strided::new(c.as_mut_ptr(), rsc as isize, csc as isize),
-                        );
-                    }
-                    for i in 0..m {
-                        for j in 0..n {
-                            let (mut dot, mut scale) = (0.0f64, 0.0f64);
-                            for l in 0..k {
-                                let p = f64::from(a[i * rsa + l * csa])
-                                    * f64::from(b[l * rsb + j * csb]);
-                                dot += p;
-                                scale += p.abs();
-                            }
-                            let at = i * rsc + j * csc;
-                            let want = f64::from(alpha) * dot + f64::from(beta) * f64::from(c0[at]);
-                            let got = f64::from(c[at]);
-                            assert!(
-                                (got - want).abs() <= 1e-5 * (scale + f64::from(c0[at]).abs()) + 1e-30,
-                                "{backend:?} {m}x{k}x{n} case {case} at ({i}, {j}): {got} vs {want}"
-                            );
-                        }
-                    }
+                    check_product(backend, dims, layout, 0, scalars, seed);
                 }
+            }
+        }
+    }
+
+    /// Random shapes, layouts, padded leading dimensions and α/β (seeded, so a failure reproduces).
+    #[test]
+    fn backends_match_f64_on_random_products() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |below: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % below as u64) as usize
+        };
+        for backend in backends() {
+            for case in 0..40 {
+                let dims = (1 + next(64), 1 + next(300), 1 + next(100));
+                let (layout, pad) = (next(8), next(3) * 5);
+                let scalars = [(1.0, 0.0), (0.5, 1.0), (-2.0, -0.25)][next(3)];
+                check_product(backend, dims, layout, pad, scalars, 1000 + case);
             }
         }
     }
