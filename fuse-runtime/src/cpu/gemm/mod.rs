@@ -1,33 +1,52 @@
-//! Matrix multiplication: fuse's own AVX-512 kernel ([`avx512`]) where the CPU has it, `matrixmultiply`
-//! elsewhere.
+//! Matrix multiplication: fuse's own driver ([`driver`]) with an AVX-512 or AVX2 register tile on x86-64,
+//! `matrixmultiply` elsewhere.
 //!
 //! `matrixmultiply` measured ≈ 190–200 GFLOP/s f32 on one core here, ahead of the `gemm` crate (≈ 120), and it
-//! picks its AVX2/SSE kernel at run time, so it suits binaries built for baseline x86-64 and other targets. The
-//! own kernel exists for the first call and for speed: its packing buffers live per thread and are reserved at
-//! load (see `super::scratch`), where `matrixmultiply` allocates them on every call, and it runs the workloads'
-//! task shapes 1.10–1.81× faster (BENCHMARKS.md, `gemm_bench`). Both take arbitrary row and column strides, so
-//! generated code folds transposes and sub-matrix views into the call instead of copying.
+//! picks its kernel at run time, so it suits binaries built for baseline x86-64 and other targets. fuse's driver
+//! exists for the first call and for speed: its packing buffers live per thread and are reserved at load (see
+//! `super::scratch`), where `matrixmultiply` allocates them on every call, and on the workloads' task shapes it
+//! runs 1.10–1.81× faster with AVX-512 and 1.07–1.31× faster than `matrixmultiply`'s own AVX2 kernel with AVX2
+//! (BENCHMARKS.md, `gemm_bench`). Both take arbitrary row and column strides, so generated code folds transposes
+//! and sub-matrix views into the call instead of copying.
 
 #[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod driver;
+
+use super::math::{dispatch_avx2, dispatch_avx512};
 
 /// Which implementation runs a GEMM.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
-    /// fuse's AVX-512 kernel with per-thread packing buffers.
-    Own,
-    /// `matrixmultiply`, for CPUs without AVX-512.
+    /// fuse's driver with the 12×32 AVX-512 tile.
+    Avx512,
+    /// fuse's driver with the 6×16 AVX2 tile.
+    Avx2,
+    /// `matrixmultiply`, for CPUs with neither.
     Portable,
 }
 
 impl Backend {
     /// The best backend this CPU runs.
     pub fn best() -> Backend {
-        if cfg!(target_arch = "x86_64") && super::math::dispatch_avx512() {
-            Backend::Own
+        if cfg!(target_arch = "x86_64") && dispatch_avx512() {
+            Backend::Avx512
+        } else if cfg!(target_arch = "x86_64") && dispatch_avx2() {
+            Backend::Avx2
         } else {
             Backend::Portable
         }
+    }
+
+    /// Every backend this CPU runs, best first.
+    pub fn available() -> Vec<Backend> {
+        [Backend::Avx512, Backend::Avx2, Backend::Portable]
+            .into_iter()
+            .skip_while(|&b| b != Backend::best())
+            .collect()
     }
 }
 
@@ -35,8 +54,8 @@ impl Backend {
 /// since it allocates its own.
 pub fn scratch_needs() -> Vec<(&'static super::scratch::Buffer, usize)> {
     #[cfg(target_arch = "x86_64")]
-    if Backend::best() == Backend::Own {
-        return avx512::scratch_needs();
+    if Backend::best() != Backend::Portable {
+        return driver::scratch_needs();
     }
     Vec::new()
 }
@@ -79,7 +98,7 @@ pub unsafe fn sgemm(
 /// [`sgemm`] on a chosen backend (tests and `gemm_bench` run both).
 ///
 /// # Safety
-/// [`sgemm`]'s contract; `Backend::Own` only where [`Backend::best`] returns it.
+/// [`sgemm`]'s contract; only a backend of [`Backend::available`].
 #[inline]
 pub unsafe fn sgemm_on(
     backend: Backend,
@@ -90,10 +109,17 @@ pub unsafe fn sgemm_on(
     beta: f32,
     c: Strided<*mut f32>,
 ) {
+    // SAFETY (both own backends): the CPU has the tile's instruction set (the caller's contract) and the
+    // operands satisfy `sgemm`'s.
     #[cfg(target_arch = "x86_64")]
-    if backend == Backend::Own {
-        // SAFETY: the CPU has AVX-512F (the caller's contract) and the operands satisfy `sgemm`'s.
-        return unsafe { avx512::sgemm((m, k, n), alpha, a, b, beta, c) };
+    match backend {
+        Backend::Avx512 => {
+            return unsafe { driver::sgemm::<avx512::Avx512>((m, k, n), alpha, a, b, beta, c) }
+        }
+        Backend::Avx2 => {
+            return unsafe { driver::sgemm::<avx2::Avx2>((m, k, n), alpha, a, b, beta, c) }
+        }
+        Backend::Portable => {}
     }
     let _ = backend;
     // SAFETY: the caller upholds matrixmultiply's contract, which is the one stated on `sgemm`.
@@ -228,14 +254,13 @@ mod tests {
         }
     }
 
-    /// The backends this CPU runs (the own one only with AVX-512).
+    /// The backends this CPU runs; the ones it cannot are skipped with a message.
     fn backends() -> Vec<Backend> {
-        if Backend::best() == Backend::Own {
-            vec![Backend::Portable, Backend::Own]
-        } else {
-            eprintln!("skipping the own GEMM kernel: this CPU has no AVX-512");
-            vec![Backend::Portable]
+        let available = Backend::available();
+        if available.len() < 3 {
+            eprintln!("GEMM backends this CPU cannot run are skipped; testing {available:?}");
         }
+        available
     }
 
     /// One product on `backend` against f64: `layout` bit 0 transposes A, bit 1 transposes B, bit 2 makes C
