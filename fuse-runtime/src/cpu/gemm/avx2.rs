@@ -1,9 +1,11 @@
-//! The AVX2 register tile, for x86-64 CPUs without AVX-512: 6×16 (12 accumulators of eight lanes, two vector
-//! loads and six broadcasts per step), and 8×8 register transposes for packing a column-contiguous B.
+//! The AVX2 register tile, for x86-64 CPUs without AVX-512: 6×16 over 8-lane vectors (12 accumulators, two vector
+//! loads and six broadcasts per step), and 8×8 register transposes for packing a column-contiguous B. The tile
+//! itself is `super::tile`; this file supplies its vector operations.
 
 use std::arch::x86_64::*;
 
 use super::driver::Tile;
+use super::tile::{tile_body, Lanes};
 use super::Strided;
 
 /// The AVX2 + FMA tile.
@@ -28,78 +30,8 @@ impl Tile for Avx2 {
         rows: usize,
         cols: usize,
     ) {
-        // Lane j of a mask is all ones when column `from + j` exists (AVX2 masks are vectors, not bits).
-        let lanes = |from: usize| -> __m256i {
-            let n = cols.saturating_sub(from).min(8) as i32;
-            _mm256_cmpgt_epi32(
-                _mm256_set1_epi32(n),
-                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-            )
-        };
-        let masks = [lanes(0), lanes(8)];
-        let full = cols == NR;
-        let mut acc = [[_mm256_setzero_ps(); 2]; MR];
-        for l in 0..kc {
-            // SAFETY: the A panel holds kc steps of MR floats (or MR rows of A); B's row l holds `cols` floats, and
-            // masked loads read no further.
-            unsafe {
-                let row = b.ptr.offset(l as isize * b.rs);
-                // Masked loads are slow on some AVX2 CPUs: only the last, partial panel uses them. With 8 columns or
-                // fewer the second pointer is past B (`wrapping_add`), and its empty mask reads nothing.
-                let (b0, b1) = if full {
-                    (_mm256_loadu_ps(row), _mm256_loadu_ps(row.add(8)))
-                } else {
-                    (
-                        _mm256_maskload_ps(row, masks[0]),
-                        _mm256_maskload_ps(row.wrapping_add(8), masks[1]),
-                    )
-                };
-                for (i, acc) in acc.iter_mut().enumerate() {
-                    let ai = _mm256_set1_ps(if PACKED_A {
-                        *a.ptr.add(l * MR + i)
-                    } else {
-                        *a.ptr.offset(i as isize * a.rs).add(l)
-                    });
-                    acc[0] = _mm256_fmadd_ps(ai, b0, acc[0]);
-                    acc[1] = _mm256_fmadd_ps(ai, b1, acc[1]);
-                }
-            }
-        }
-        let alpha_v = _mm256_set1_ps(alpha);
-        let beta_v = _mm256_set1_ps(beta);
-        if c.cs == 1 {
-            for (i, acc) in acc.iter().enumerate().take(rows) {
-                for (h, (&mask, &sum)) in masks.iter().zip(acc).enumerate() {
-                    // SAFETY: row i, columns 8h.. under `mask` lie inside C; masked lanes are not touched.
-                    unsafe {
-                        let p = c.ptr.offset(i as isize * c.rs).wrapping_add(8 * h);
-                        let mut v = _mm256_mul_ps(sum, alpha_v);
-                        // β = 0 must not read C: it may hold NaN.
-                        if beta != 0.0 {
-                            v = _mm256_fmadd_ps(_mm256_maskload_ps(p, mask), beta_v, v);
-                        }
-                        _mm256_maskstore_ps(p, mask, v);
-                    }
-                }
-            }
-        } else {
-            let mut tile = [0.0f32; MR * NR];
-            for (i, acc) in acc.iter().enumerate() {
-                // SAFETY: `tile` holds MR rows of NR floats.
-                unsafe {
-                    _mm256_storeu_ps(
-                        tile.as_mut_ptr().add(i * NR),
-                        _mm256_mul_ps(acc[0], alpha_v),
-                    );
-                    _mm256_storeu_ps(
-                        tile.as_mut_ptr().add(i * NR + 8),
-                        _mm256_mul_ps(acc[1], alpha_v),
-                    );
-                }
-            }
-            // SAFETY: the tile's rows × cols lie inside C.
-            unsafe { super::driver::store_strided(&tile, NR, beta, c, rows, cols) };
-        }
+        // SAFETY: forwarded contract, on this instruction set.
+        unsafe { tile_body::<Ymm, MR, PACKED_A>(kc, alpha, a, b, beta, c, rows, cols) }
     }
 
     /// [`Tile::pack_transposed`] by 8×8 blocks: 8 source columns are 8 contiguous loads, transposed in registers
@@ -161,4 +93,55 @@ fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
             _mm256_permute2f128_ps::<0x31>(u[q], u[4 + q])
         }
     })
+}
+
+/// AVX2 vectors of 8 lanes; a mask is a vector whose lanes are all ones where they count.
+struct Ymm;
+
+impl Lanes for Ymm {
+    type V = __m256;
+    type Mask = __m256i;
+    const LANES: usize = 8;
+
+    #[inline(always)]
+    unsafe fn zero() -> __m256 {
+        unsafe { _mm256_setzero_ps() }
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> __m256 {
+        unsafe { _mm256_set1_ps(x) }
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> __m256 {
+        unsafe { _mm256_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn load_masked(p: *const f32, mask: __m256i) -> __m256 {
+        unsafe { _mm256_maskload_ps(p, mask) }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: __m256) {
+        unsafe { _mm256_storeu_ps(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn store_masked(p: *mut f32, mask: __m256i, v: __m256) {
+        unsafe { _mm256_maskstore_ps(p, mask, v) }
+    }
+    #[inline(always)]
+    unsafe fn fmadd(a: __m256, b: __m256, c: __m256) -> __m256 {
+        unsafe { _mm256_fmadd_ps(a, b, c) }
+    }
+    #[inline(always)]
+    unsafe fn mul(a: __m256, b: __m256) -> __m256 {
+        unsafe { _mm256_mul_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn first(n: usize) -> __m256i {
+        unsafe {
+            _mm256_cmpgt_epi32(
+                _mm256_set1_epi32(n as i32),
+                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+            )
+        }
+    }
 }

@@ -1,9 +1,11 @@
-//! The AVX-512 register tile: 12×32 (24 accumulators, two vector loads and twelve broadcasts per step, fewer
-//! loads per FMA than a 16×16 tile), and 16×16 register transposes for packing a column-contiguous B.
+//! The AVX-512 register tile: 12×32 over 16-lane vectors (24 accumulators, two vector loads and twelve
+//! broadcasts per step, fewer loads per FMA than a 16×16 tile), and 16×16 register transposes for packing a
+//! column-contiguous B. The tile itself is `super::tile`; this file supplies its vector operations.
 
 use std::arch::x86_64::*;
 
 use super::driver::Tile;
+use super::tile::{tile_body, Lanes};
 use super::Strided;
 
 /// The AVX-512F tile.
@@ -25,74 +27,8 @@ impl Tile for Avx512 {
         rows: usize,
         cols: usize,
     ) {
-        let lanes = |from: usize| -> __mmask16 {
-            let n = cols.saturating_sub(from).min(16);
-            ((1u32 << n) - 1) as __mmask16
-        };
-        let masks = [lanes(0), lanes(16)];
-        let full = cols == NR;
-        let mut acc = [[_mm512_setzero_ps(); 2]; MR];
-        for l in 0..kc {
-            // SAFETY: the A panel holds kc steps of MR floats; B's row l holds `cols` floats (masked loads read no
-            // further).
-            unsafe {
-                let row = b.ptr.offset(l as isize * b.rs);
-                // Only the last, partial panel needs masked loads. With 16 columns or fewer the second pointer is
-                // past B (`wrapping_add`), and its empty mask reads nothing.
-                let (b0, b1) = if full {
-                    (_mm512_loadu_ps(row), _mm512_loadu_ps(row.add(16)))
-                } else {
-                    (
-                        _mm512_maskz_loadu_ps(masks[0], row),
-                        _mm512_maskz_loadu_ps(masks[1], row.wrapping_add(16)),
-                    )
-                };
-                for (i, acc) in acc.iter_mut().enumerate() {
-                    let ai = _mm512_set1_ps(if PACKED_A {
-                        *a.ptr.add(l * MR + i)
-                    } else {
-                        *a.ptr.offset(i as isize * a.rs).add(l)
-                    });
-                    acc[0] = _mm512_fmadd_ps(ai, b0, acc[0]);
-                    acc[1] = _mm512_fmadd_ps(ai, b1, acc[1]);
-                }
-            }
-        }
-        let alpha_v = _mm512_set1_ps(alpha);
-        let beta_v = _mm512_set1_ps(beta);
-        if c.cs == 1 {
-            for (i, acc) in acc.iter().enumerate().take(rows) {
-                for (h, (&mask, &sum)) in masks.iter().zip(acc).enumerate() {
-                    // SAFETY: row i, columns 16h.. under `mask` lie inside C; masked lanes are not touched.
-                    unsafe {
-                        let p = c.ptr.offset(i as isize * c.rs).wrapping_add(16 * h);
-                        let mut v = _mm512_mul_ps(sum, alpha_v);
-                        // β = 0 must not read C: it may hold NaN.
-                        if beta != 0.0 {
-                            v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, p), beta_v, v);
-                        }
-                        _mm512_mask_storeu_ps(p, mask, v);
-                    }
-                }
-            }
-        } else {
-            let mut tile = [0.0f32; MR * NR];
-            for (i, acc) in acc.iter().enumerate() {
-                // SAFETY: `tile` holds MR rows of NR floats.
-                unsafe {
-                    _mm512_storeu_ps(
-                        tile.as_mut_ptr().add(i * NR),
-                        _mm512_mul_ps(acc[0], alpha_v),
-                    );
-                    _mm512_storeu_ps(
-                        tile.as_mut_ptr().add(i * NR + 16),
-                        _mm512_mul_ps(acc[1], alpha_v),
-                    );
-                }
-            }
-            // SAFETY: the tile's rows × cols lie inside C.
-            unsafe { super::driver::store_strided(&tile, NR, beta, c, rows, cols) };
-        }
+        // SAFETY: forwarded contract, on this instruction set.
+        unsafe { tile_body::<Zmm, MR, PACKED_A>(kc, alpha, a, b, beta, c, rows, cols) }
     }
 
     /// [`Tile::pack_transposed`] by 16×16 blocks: 16 source columns are 16 contiguous loads, transposed in
@@ -168,4 +104,50 @@ fn transpose16(r: [__m512; 16]) -> [__m512; 16] {
         out[12 + q] = _mm512_shuffle_f32x4::<0xDD>(high, high2);
     }
     out
+}
+
+/// AVX-512F vectors of 16 lanes, with bit masks.
+struct Zmm;
+
+impl Lanes for Zmm {
+    type V = __m512;
+    type Mask = __mmask16;
+    const LANES: usize = 16;
+
+    #[inline(always)]
+    unsafe fn zero() -> __m512 {
+        unsafe { _mm512_setzero_ps() }
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> __m512 {
+        unsafe { _mm512_set1_ps(x) }
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> __m512 {
+        unsafe { _mm512_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn load_masked(p: *const f32, mask: __mmask16) -> __m512 {
+        unsafe { _mm512_maskz_loadu_ps(mask, p) }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: __m512) {
+        unsafe { _mm512_storeu_ps(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn store_masked(p: *mut f32, mask: __mmask16, v: __m512) {
+        unsafe { _mm512_mask_storeu_ps(p, mask, v) }
+    }
+    #[inline(always)]
+    unsafe fn fmadd(a: __m512, b: __m512, c: __m512) -> __m512 {
+        unsafe { _mm512_fmadd_ps(a, b, c) }
+    }
+    #[inline(always)]
+    unsafe fn mul(a: __m512, b: __m512) -> __m512 {
+        unsafe { _mm512_mul_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn first(n: usize) -> __mmask16 {
+        ((1u32 << n) - 1) as __mmask16
+    }
 }

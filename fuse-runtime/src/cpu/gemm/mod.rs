@@ -15,6 +15,8 @@ mod avx2;
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod driver;
+#[cfg(target_arch = "x86_64")]
+mod tile;
 
 use super::math::{dispatch_avx2, dispatch_avx512};
 
