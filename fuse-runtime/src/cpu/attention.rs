@@ -5,7 +5,7 @@
 use rayon::prelude::*;
 
 use super::gemm::{sgemm, Strided};
-use super::par::{simd_run, RowTask};
+use super::par::{batch_offsets, simd_run, RowTask};
 use super::scratch::{with_buffer, SCORES};
 
 /// Where a matrix operand's element `(row, col)` of one batch is: `offset + row·rs + col·cs` (plus the batch's
@@ -100,16 +100,16 @@ fn block_attention<const B_DIMS: usize, S: RowTask>(
 ) {
     let (n, d, dv) = (spec.n, spec.d, spec.dv);
     let rows = block.len() / dv;
-    let (mut qo, mut ko, mut vo) = (spec.q.offset, spec.k.offset, spec.v.offset);
-    let mut rem = b;
-    for i in (0..B_DIMS).rev() {
-        let idx = rem % spec.batch[i];
-        rem /= spec.batch[i];
-        qo += idx * spec.q_batch[i];
-        ko += idx * spec.k_batch[i];
-        vo += idx * spec.v_batch[i];
-    }
-    qo += row0 * spec.q.rs;
+    let [qb, kb, vb] = batch_offsets(
+        &spec.batch,
+        [&spec.q_batch, &spec.k_batch, &spec.v_batch],
+        b,
+    );
+    let (qo, ko, vo) = (
+        spec.q.offset + qb + row0 * spec.q.rs,
+        spec.k.offset + kb,
+        spec.v.offset + vb,
+    );
     let last = |o: usize, r: usize, rs: usize, c: usize, cs: usize| o + (r - 1) * rs + (c - 1) * cs;
     let in_bounds = n == 0
         || (last(vo, n, spec.v.rs, dv, spec.v.cs) < v.len()

@@ -139,13 +139,10 @@ pub fn gemm<const B_DIMS: usize, E: RowTask + Sync>(
         |group: usize, row0: usize, rows: usize, col0: usize, cols: usize, dst: *mut f32| {
             let (mut a_off, mut b_off) = (spec.a_offset, spec.b_offset);
             if groups > 1 {
-                let mut rem = group;
-                for i in (0..B_DIMS).rev() {
-                    let idx = rem % spec.batch[i];
-                    rem /= spec.batch[i];
-                    a_off += idx * spec.a_batch[i];
-                    b_off += idx * spec.b_batch[i];
-                }
+                let [a_batch, b_batch] =
+                    batch_offsets(&spec.batch, [&spec.a_batch, &spec.b_batch], group);
+                a_off += a_batch;
+                b_off += b_batch;
             }
             a_off += row0 * spec.a_rs;
             b_off += col0 * spec.b_cs;
@@ -224,6 +221,25 @@ pub fn gemm<const B_DIMS: usize, E: RowTask + Sync>(
             .enumerate()
             .for_each(|(t, block)| task(t, block));
     }
+}
+
+/// The offset of batch `index` (counted row-major over `batch`) in each of `N` operands, given each operand's
+/// stride per batch dim (0 where it broadcasts).
+pub(super) fn batch_offsets<const B_DIMS: usize, const N: usize>(
+    batch: &[usize; B_DIMS],
+    strides: [&[usize; B_DIMS]; N],
+    index: usize,
+) -> [usize; N] {
+    let mut offsets = [0; N];
+    let mut rem = index;
+    for i in (0..B_DIMS).rev() {
+        let idx = rem % batch[i];
+        rem /= batch[i];
+        for (offset, stride) in offsets.iter_mut().zip(strides) {
+            *offset += idx * stride[i];
+        }
+    }
+    offsets
 }
 
 /// Narrowest column block worth a GEMM task of its own.

@@ -78,6 +78,7 @@ pub unsafe fn tile_body<L: Lanes, const MR: usize, const PACKED_A: bool>(
                 }
             }
         } else {
+            const { assert!(MR * 2 * L::LANES <= MAX_TILE, "the tile outgrows MAX_TILE") };
             let mut tile = [0.0f32; MAX_TILE];
             let nr = 2 * w;
             for (i, acc) in acc.iter().enumerate() {
