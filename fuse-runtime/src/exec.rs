@@ -61,7 +61,17 @@ pub struct KernelInfo {
     pub bytes: &'static [Mono],
 }
 
-pub type KernelFn = fn(&Ctx<'_>);
+/// A generated kernel function: runs one kernel on the plan buffers its launch lists (output first, then one
+/// per read). Kernels that differ only in their buffers (every layer of a transformer) share one function.
+pub type KernelFn = fn(&Ctx<'_>, &[usize]);
+
+/// One kernel of a plan: the function to run and the buffers to run it on.
+#[derive(Clone, Copy, Debug)]
+pub struct KernelCall {
+    pub run: KernelFn,
+    /// Indices into `Program::buffers`.
+    pub buffers: &'static [usize],
+}
 
 /// One compiled plan (fused or eager) of a model, as emitted by the macro.
 #[derive(Debug)]
@@ -72,7 +82,8 @@ pub struct Program {
     pub buffers: &'static [BufferSpec],
     /// Arena slot sizes in bytes, in layout order.
     pub slots: &'static [Mono],
-    pub kernels: &'static [KernelFn],
+    /// One call per plan kernel, in order.
+    pub kernels: &'static [KernelCall],
     pub kernel_info: &'static [KernelInfo],
     pub outputs: &'static [OutputSpec],
     pub refusals: &'static [&'static str],
@@ -373,14 +384,14 @@ impl Executor {
             ptrs.push((ptr, bytes));
         }
         let ctx = Ctx { dims, ptrs: &ptrs };
-        for (i, kernel) in p.kernels.iter().enumerate() {
+        for (i, call) in p.kernels.iter().enumerate() {
             match times.as_deref_mut() {
                 Some(times) => {
                     let start = std::time::Instant::now();
-                    kernel(&ctx);
+                    (call.run)(&ctx, call.buffers);
                     times[i] += start.elapsed().as_secs_f64();
                 }
-                None => kernel(&ctx),
+                None => (call.run)(&ctx, call.buffers),
             }
         }
         self.give_back(arena);

@@ -37,7 +37,8 @@ pub mod __private {
         LaunchRole,
     };
     pub use crate::exec::{
-        BufferKind, BufferSpec, Ctx, DimSpec, InputSpec, KernelInfo, Mono, OutputSpec, Program,
+        BufferKind, BufferSpec, Ctx, DimSpec, InputSpec, KernelCall, KernelInfo, Mono, OutputSpec,
+        Program,
     };
     pub use crate::weights::{Init, ParamSpec};
 }

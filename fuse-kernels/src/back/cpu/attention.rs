@@ -27,8 +27,8 @@ pub fn attention(plan: &Plan, k: &Kernel, att: &Attention) -> TokenStream {
     let head = dim_expr(&g.ty(att.output).shape.0[rank - 1]);
     let chain = att.chain(k);
     let all: Vec<&Read> = k.reads.iter().collect();
-    let setup = setups(plan, &all);
-    let out = out_index(plan, k);
+    let setup = setups(plan, k, &all);
+    let out = out_index();
     let operand = |n: NodeId| (var("buf", n), var("off", n), var("st", n));
     let ((bq, oq, sq), (bk, ok, sk), (bv, ov, sv)) = (operand(*q), operand(*kt), operand(*v));
     let batch_dims = (0..batch).map(|i| quote!(shape[#i]));

@@ -32,8 +32,26 @@ pub fn sum_expr(terms: &[Dim]) -> TokenStream {
     quote!((0usize #(+ #terms)*))
 }
 
+/// The prefixes [`var`] names values with. The names carry node ids, which differ between otherwise identical
+/// kernels (the layers of a transformer); `super::dedup` renumbers exactly these before comparing kernels.
+pub const VAR_PREFIXES: [&str; 8] = ["buf", "off", "st", "base", "x", "v", "a", "side"];
+
+/// The local variable `prefix` of node `id`; `prefix` is one of [`VAR_PREFIXES`].
 pub fn var(prefix: &str, id: NodeId) -> Ident {
+    debug_assert!(
+        VAR_PREFIXES.contains(&prefix),
+        "unregistered prefix {prefix}"
+    );
     format_ident!("{}{}", prefix, id.0)
+}
+
+/// The index in a launch's buffer table (`bufs`) of the kernel's output: always first.
+pub const OUT_SLOT: usize = 0;
+
+/// The index in a launch's buffer table (`bufs`) of the buffer behind `read`: after the output, in read order.
+pub fn read_slot(kernel: &Kernel, read: &Read) -> usize {
+    let position = kernel.reads.iter().position(|r| r.node == read.node);
+    1 + position.unwrap_or(kernel.reads.len())
 }
 
 /// How a read is indexed along the innermost iterated dim.
@@ -61,12 +79,13 @@ pub fn inner_kind(read: &Read, rank: usize) -> Inner {
     }
 }
 
-/// Declarations before the row loop: the buffer slice, its offset and its strides.
-pub fn read_setup(plan: &Plan, read: &Read) -> TokenStream {
+/// Declarations before the row loop: the buffer slice, its offset and its strides. The buffer comes from the
+/// launch's table (`bufs`, see [`super::launch_buffers`]), so kernels that differ only in their buffers share code.
+pub fn read_setup(plan: &Plan, kernel: &Kernel, read: &Read) -> TokenStream {
     let buf = var("buf", read.node);
     let off = var("off", read.node);
     let st = var("st", read.node);
-    let index = plan.buffer_of(read.access.base).unwrap_or(usize::MAX);
+    let index = read_slot(kernel, read);
     let getter = match plan.graph.ty(read.access.base).dtype {
         DType::I64 => quote!(i64),
         DType::F32 | DType::Bool => quote!(f32),
@@ -74,7 +93,7 @@ pub fn read_setup(plan: &Plan, read: &Read) -> TokenStream {
     let offset = sum_expr(&read.access.offset);
     let strides = read.access.strides.iter().map(dim_expr);
     quote! {
-        let #buf = ctx.#getter(#index);
+        let #buf = ctx.#getter(bufs[#index]);
         let #off: usize = #offset;
         let #st = [#(#strides),*];
     }

@@ -1,6 +1,6 @@
-//! One Rust function per planned kernel. Every kernel iterates rows of its output: the outer indices are split
-//! from the row number, each read gets its base offset for the row, and the inner loop is straight-line f32 code
-//! that LLVM vectorises (the runtime runs it under AVX-512/AVX2 when the CPU has them).
+//! The body of each planned kernel's function. Every kernel iterates rows of its output: the outer indices are
+//! split from the row number, each read gets its base offset for the row, and the inner loop is straight-line f32
+//! code that LLVM vectorises (the runtime runs it under AVX-512/AVX2 when the CPU has them).
 
 use proc_macro2::{Ident, TokenStream};
 use quote::quote;
@@ -14,27 +14,23 @@ use crate::plan::{Kernel, KernelKind, Plan, Read};
 
 pub(super) const RT: fn() -> TokenStream = || quote!(::fuse_runtime::__private);
 
-pub fn write_kernel(plan: &Plan, k: &Kernel, fn_name: &syn::Ident) -> TokenStream {
-    let body = match &k.kind {
+/// The body of `k`'s function, which runs with `ctx`, the dims `d` and the launch's buffer table `bufs` in scope
+/// (see [`super::write_program`]).
+pub fn kernel_body(plan: &Plan, k: &Kernel) -> TokenStream {
+    match &k.kind {
         KernelKind::Elementwise => elementwise(plan, k),
         KernelKind::Row { anchor } => row(plan, k, *anchor),
         KernelKind::MatMul { anchor } => matmul(plan, k, *anchor),
         KernelKind::Gather { node } => gather(plan, k, *node),
         KernelKind::Concat { node } => concat(plan, k, *node),
         KernelKind::Attention(att) => super::attention::attention(plan, k, att),
-    };
-    let rt = RT();
-    quote! {
-        #[allow(unused_variables, unused_mut, clippy::all)]
-        fn #fn_name(ctx: &#rt::Ctx<'_>) {
-            let d = ctx.dims();
-            #body
-        }
     }
 }
 
-pub(super) fn out_index(plan: &Plan, k: &Kernel) -> usize {
-    plan.buffer_of(k.output).unwrap_or(usize::MAX)
+/// The output buffer, from the launch's table.
+pub(super) fn out_index() -> TokenStream {
+    let slot = super::expr::OUT_SLOT;
+    quote!(bufs[#slot])
 }
 
 /// Iteration shape as an array named `shape`; a scalar iterates as `[1]`.
@@ -108,8 +104,8 @@ pub(super) fn reads_of<'k>(plan: &Plan, k: &'k Kernel, nodes: &[NodeId]) -> Vec<
         .collect()
 }
 
-pub(super) fn setups(plan: &Plan, reads: &[&Read]) -> TokenStream {
-    let s = reads.iter().map(|r| read_setup(plan, r));
+pub(super) fn setups(plan: &Plan, k: &Kernel, reads: &[&Read]) -> TokenStream {
+    let s = reads.iter().map(|r| read_setup(plan, k, r));
     quote!(#(#s)*)
 }
 
@@ -118,10 +114,10 @@ fn elementwise(plan: &Plan, k: &Kernel) -> TokenStream {
     let g = &plan.graph;
     let (shape, rank) = shape_decl(&g.ty(k.output).shape.0);
     let reads: Vec<&Read> = k.reads.iter().collect();
-    let setup = setups(plan, &reads);
+    let setup = setups(plan, k, &reads);
     let binds = bind_reads(&reads, rank);
     let decompose = decompose_row(rank - 1);
-    let out = out_index(plan, k);
+    let out = out_index();
     // A copy kernel computes nothing: its value is its single read.
     let (body, result) = if k.nodes.is_empty() {
         let value = match k.reads.first() {
@@ -243,7 +239,7 @@ fn row(plan: &Plan, k: &Kernel, anchor: NodeId) -> TokenStream {
     let side_reads: Vec<&Read> = operands[1..].iter().filter_map(|&n| k.read(n)).collect();
     let out_reads = reads_of(plan, k, &epilogue);
     let all: Vec<&Read> = k.reads.iter().collect();
-    let setup = setups(plan, &all);
+    let setup = setups(plan, k, &all);
     let in_binds = bind_reads(&in_reads, rank);
     // Epilogue reads of a reduction without keepdim have one dim fewer: every dim is an outer dim.
     let out_binds = if is_reduce && out_rank + 1 == rank {
@@ -265,7 +261,7 @@ fn row(plan: &Plan, k: &Kernel, anchor: NodeId) -> TokenStream {
         quote!(let #x = &#buf[#off..#off + len];)
     });
     let decompose = decompose_row(rank - 1);
-    let out = out_index(plan, k);
+    let out = out_index();
     // The row input, gathered into `row_buf` (prologue evaluated per element).
     let fill = {
         let body = elementwise_body(plan, k, &prologue, rank, None);
@@ -395,8 +391,8 @@ fn matmul(plan: &Plan, k: &Kernel, anchor: NodeId) -> TokenStream {
     let (ba, bb) = (var("buf", a), var("buf", b));
     let epilogue: Vec<NodeId> = k.nodes.iter().copied().filter(|&n| n != anchor).collect();
     let all: Vec<&Read> = k.reads.iter().collect();
-    let setup = setups(plan, &all);
-    let out = out_index(plan, k);
+    let setup = setups(plan, k, &all);
+    let out = out_index();
     let batch_dims = (0..batch).map(|i| quote!(shape[#i]));
     let a_batch = (0..batch).map(|i| quote!(#sa[#i]));
     let b_batch = (0..batch).map(|i| quote!(#sb[#i]));
@@ -484,12 +480,12 @@ fn gather(plan: &Plan, k: &Kernel, node: NodeId) -> TokenStream {
         return quote!();
     };
     let (shape, rank) = shape_decl(&g.ty(ids).shape.0);
-    let setup = setups(plan, &[rt_read, ri]);
+    let setup = setups(plan, k, &[rt_read, ri]);
     let (bt, ot) = (var("buf", table), var("off", table));
     let (bi, oi, si) = (var("buf", ids), var("off", ids), var("st", ids));
     let vocab = dim_expr(&g.ty(table).shape.0[0]);
     let dim = dim_expr(&g.ty(table).shape.0[1]);
-    let out = out_index(plan, k);
+    let out = out_index();
     let idx = (0..rank).map(|i| {
         let ii = quote::format_ident!("i{}", i);
         quote!(+ #ii * #si[#i])
@@ -515,12 +511,12 @@ fn concat(plan: &Plan, k: &Kernel, node: NodeId) -> TokenStream {
     };
     let out_shape = &g.ty(node).shape.0;
     let out_strides = crate::plan::access::contiguous_strides(out_shape);
-    let out = out_index(plan, k);
+    let out = out_index();
     let mut start = 0usize;
     let mut copies = Vec::new();
     for &input in inputs {
         let Some(read) = k.read(input) else { continue };
-        let setup = read_setup(plan, read);
+        let setup = read_setup(plan, k, read);
         let (buf, off, st) = (var("buf", input), var("off", input), var("st", input));
         let shape = read.access.shape.iter().map(dim_expr);
         let dst_strides = out_strides.iter().map(dim_expr);

@@ -1,7 +1,13 @@
 //! The CPU writer: a validated [`Plan`] → Rust tokens for its kernels and the static `Program` table the runtime
 //! executes (buffers, arena slots, kernel list, report data).
+//!
+//! Each kernel function has the signature `fn(ctx: &Ctx, bufs: &[usize])`: `bufs` is the launch's table of plan
+//! buffers, the output first and then one per read ([`launch_buffers`]). Kernels that differ only in those
+//! buffers therefore have the same code, and one function serves them all (`dedup`); the `Program` lists one
+//! `KernelCall` (function + buffer table) per plan kernel.
 
 mod attention;
+mod dedup;
 mod expr;
 mod kernels;
 
@@ -9,7 +15,7 @@ use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
 use crate::ir::{DType, Dim};
-use crate::plan::{kernel_bytes, Mode, Plan, Storage};
+use crate::plan::{kernel_bytes, Kernel, Mode, Plan, Storage};
 
 fn mono(d: &Dim) -> TokenStream {
     let coeff = d.coeff;
@@ -33,13 +39,32 @@ pub fn write_program(plan: &Plan, model: &str) -> (TokenStream, TokenStream) {
         Mode::Fused => "fused",
         Mode::Eager => "eager",
     };
-    let mut items = Vec::new();
-    let mut fns = Vec::new();
+    let bodies = plan
+        .kernels
+        .iter()
+        .map(|k| dedup::canonical(kernels::kernel_body(plan, k)))
+        .collect();
+    let (function_of, functions) = dedup::distinct(bodies);
+    // A function is named after the first kernel that uses it.
+    let names: Vec<_> = functions
+        .iter()
+        .map(|(first, _)| format_ident!("{}_{}", prefix, plan.kernels[*first].name))
+        .collect();
+    let items = functions.iter().zip(&names).map(|((_, body), name)| {
+        quote! {
+            #[allow(unused_variables, unused_mut, clippy::all)]
+            fn #name(ctx: &#rt::Ctx<'_>, bufs: &[usize]) {
+                let d = ctx.dims();
+                #body
+            }
+        }
+    });
+    let mut calls = Vec::new();
     let mut infos = Vec::new();
-    for k in &plan.kernels {
-        let name = format_ident!("{}_{}", prefix, k.name);
-        items.push(kernels::write_kernel(plan, k, &name));
-        fns.push(quote!(#name));
+    for (k, &f) in plan.kernels.iter().zip(&function_of) {
+        let name = &names[f];
+        let buffers = launch_buffers(plan, k);
+        calls.push(quote!(#rt::KernelCall { run: #name, buffers: &[#(#buffers),*] }));
         let kname = &k.name;
         let kind = k.kind.name();
         // A kernel that computes nothing materialises a view: call it what it is.
@@ -101,7 +126,7 @@ pub fn write_program(plan: &Plan, model: &str) -> (TokenStream, TokenStream) {
             plan_hash: #hash,
             buffers: &[#(#buffers),*],
             slots: &[#(#slots),*],
-            kernels: &[#(#fns),*],
+            kernels: &[#(#calls),*],
             kernel_info: &[#(#infos),*],
             outputs: &[#(#outputs),*],
             refusals: &[#(#refusals),*],
@@ -110,4 +135,13 @@ pub fn write_program(plan: &Plan, model: &str) -> (TokenStream, TokenStream) {
         }
     };
     (quote!(#(#items)*), program)
+}
+
+/// The plan buffers a kernel's function reads through its `bufs` table: the output, then the base buffer of
+/// each read in [`Kernel::reads`] order.
+pub fn launch_buffers(plan: &Plan, k: &Kernel) -> Vec<usize> {
+    let buffer = |node| plan.buffer_of(node).unwrap_or(usize::MAX);
+    std::iter::once(buffer(k.output))
+        .chain(k.reads.iter().map(|r| buffer(r.access.base)))
+        .collect()
 }
