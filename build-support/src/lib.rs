@@ -43,9 +43,18 @@ use std::path::{Path, PathBuf};
 pub use error::BuildError;
 use fuse_kernels::front::Role;
 use fuse_kernels::plan::{self, Mode, Plan};
+use fuse_kernels::timing::{self, Timings};
 
 /// Environment variables that change what [`compile`] does; cargo reruns the build script when they change.
-pub const ENV_VARS: [&str; 4] = ["NVCC", "CUDA_HOME", "CUDA_PATH", "FUSE_CUDA_ARCHS"];
+/// `FUSE_BUILD_TIMINGS` prints where the time goes (see [`fuse_kernels::timing`]) and is listed so that setting
+/// it reruns the script.
+pub const ENV_VARS: [&str; 5] = [
+    "NVCC",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "FUSE_CUDA_ARCHS",
+    fuse_kernels::timing::ENV_VAR,
+];
 
 /// Where to read sources and write results, and which nvcc to use.
 #[derive(Clone, Debug)]
@@ -57,6 +66,8 @@ pub struct Config {
     /// `None`: no nvcc, sources only.
     pub nvcc: Option<PathBuf>,
     pub archs: Vec<u32>,
+    /// Print each model's phase times and generated sizes to stderr (`FUSE_BUILD_TIMINGS`).
+    pub timings: bool,
 }
 
 impl Config {
@@ -69,6 +80,7 @@ impl Config {
             out_dir: var("OUT_DIR")?.into(),
             nvcc: nvcc::find(&|k: &str| std::env::var_os(k)),
             archs: nvcc::parse_archs(archs.as_deref())?,
+            timings: timing::requested(std::env::var(timing::ENV_VAR).ok().as_deref()),
         })
     }
 }
@@ -118,6 +130,7 @@ struct Model {
     file: PathBuf,
     fused: Plan,
     eager: Plan,
+    timings: Timings,
 }
 
 /// [`compile`] with an explicit configuration; prints nothing.
@@ -151,14 +164,25 @@ pub fn compile_with(config: &Config) -> Result<Report, BuildError> {
 
     // Write every source first, then run nvcc on all of them in parallel (each run is seconds).
     let mut jobs = Vec::new();
-    for m in &models {
+    let mut models = models;
+    for (index, m) in models.iter_mut().enumerate() {
         for plan in [&m.fused, &m.eager] {
             let suffix = if plan.mode == Mode::Eager {
                 ".eager"
             } else {
                 ""
             };
-            let source = fuse_kernels::back::cuda::write_cuda(plan, &m.name);
+            let source = m.timings.time("write cuda", || {
+                fuse_kernels::back::cuda::write_cuda(plan, &m.name)
+            });
+            m.timings.size(
+                if plan.mode == Mode::Eager {
+                    "eager cuda bytes"
+                } else {
+                    "fused cuda bytes"
+                },
+                source.len(),
+            );
             let hashed = dir.join(format!("{}-{:016x}.cu", m.name, plan.hash));
             write_if_changed(&hashed, source.as_bytes())?;
             write_if_changed(
@@ -174,29 +198,45 @@ pub fn compile_with(config: &Config) -> Result<Report, BuildError> {
                 let text = format!("{source}\0{flags}\0{}", n.display());
                 dir.join(format!("{:016x}.fatbin", plan::fnv1a(text.as_bytes())))
             });
-            jobs.push((m.name.clone(), plan.mode, plan.hash, hashed, key, suffix));
+            jobs.push((
+                m.name.clone(),
+                plan.mode,
+                plan.hash,
+                hashed,
+                key,
+                suffix,
+                index,
+            ));
         }
     }
-    let results: Vec<Result<bool, BuildError>> = std::thread::scope(|s| {
+    let results: Vec<(Result<bool, BuildError>, std::time::Duration)> = std::thread::scope(|s| {
         let handles: Vec<_> = jobs
             .iter()
-            .map(|(name, _, _, source, key, _)| {
-                s.spawn(move || match (nvcc, key) {
-                    (Some(n), Some(cached)) if !cached.is_file() => {
-                        nvcc::compile(n, &config.archs, source, cached, name).map(|()| false)
-                    }
-                    _ => Ok(true),
+            .map(|(name, _, _, source, key, _, _)| {
+                s.spawn(move || {
+                    let start = std::time::Instant::now();
+                    let result = match (nvcc, key) {
+                        (Some(n), Some(cached)) if !cached.is_file() => {
+                            nvcc::compile(n, &config.archs, source, cached, name).map(|()| false)
+                        }
+                        _ => Ok(true),
+                    };
+                    (result, start.elapsed())
                 })
             })
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or(Ok(false)))
+            .map(|h| h.join().unwrap_or((Ok(false), std::time::Duration::ZERO)))
             .collect()
     });
 
     let mut plans = Vec::new();
-    for ((name, mode, hash, source, key, suffix), result) in jobs.into_iter().zip(results) {
+    for ((name, mode, hash, source, key, suffix, index), (result, took)) in
+        jobs.into_iter().zip(results)
+    {
+        // The jobs ran in parallel: each model's figure is the sum of its own runs.
+        models[index].timings.add("nvcc", took);
         let cached = result?;
         let fatbin = dir.join(format!("{name}{suffix}.fatbin"));
         let bytes = match &key {
@@ -223,6 +263,11 @@ pub fn compile_with(config: &Config) -> Result<Report, BuildError> {
     write_if_changed(&dir.join("manifest.rs"), manifest.as_bytes())?;
     if plans.iter().any(|p| p.fatbin.is_some()) {
         lines.push("cargo:rustc-cfg=fuse_cuda_aot".into());
+    }
+    if config.timings {
+        for m in &models {
+            eprintln!("fuse timings: fuse-build, model {}: {}", m.name, m.timings);
+        }
     }
     Ok(Report {
         nvcc: config.nvcc.clone(),
@@ -251,6 +296,7 @@ fn capture_all(files: &[PathBuf], warnings: &mut Vec<String>) -> Result<Vec<Mode
     }
     let mut by_name: BTreeMap<String, Model> = BTreeMap::new();
     for ((module, role), file) in modules.iter().zip(file_of) {
+        let mut timings = Timings::default();
         let Role::Model { uses } = role else {
             continue;
         };
@@ -265,10 +311,14 @@ fn capture_all(files: &[PathBuf], warnings: &mut Vec<String>) -> Result<Vec<Mode
                 continue;
             }
         };
-        let capture = fuse_kernels::front::capture_with(module, &used);
+        let capture = timings.time("capture", || {
+            fuse_kernels::front::capture_with(module, &used)
+        });
         for model in capture.models {
             let name = model.name.to_string();
-            let fused = plan::plan(&model.graph, Mode::Fused);
+            // Capture ran once for the module; each model's figures start from it.
+            let mut timings = timings.clone();
+            let fused = timings.time("plan", || plan::plan(&model.graph, Mode::Fused));
             if let Some(seen) = by_name.get(&name) {
                 if seen.fused.hash != fused.hash {
                     return Err(BuildError::DuplicateModel {
@@ -279,7 +329,9 @@ fn capture_all(files: &[PathBuf], warnings: &mut Vec<String>) -> Result<Vec<Mode
                 }
                 continue;
             }
-            let eager = plan::plan(&model.graph, Mode::Eager);
+            let eager = timings.time("plan", || plan::plan(&model.graph, Mode::Eager));
+            timings.size("fused kernels", fused.kernels.len());
+            timings.size("eager kernels", eager.kernels.len());
             by_name.insert(
                 name.clone(),
                 Model {
@@ -287,6 +339,7 @@ fn capture_all(files: &[PathBuf], warnings: &mut Vec<String>) -> Result<Vec<Mode
                     file: file.clone(),
                     fused,
                     eager,
+                    timings,
                 },
             );
         }

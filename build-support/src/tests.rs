@@ -24,6 +24,7 @@ fn scratch(name: &str) -> Config {
         out_dir: root.join("out"),
         nvcc: None,
         archs: vec![90],
+        timings: false,
     }
 }
 

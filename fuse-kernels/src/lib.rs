@@ -5,3 +5,4 @@ pub mod front;
 pub mod infer;
 pub mod ir;
 pub mod plan;
+pub mod timing;

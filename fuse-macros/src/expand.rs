@@ -7,17 +7,30 @@ use quote::{format_ident, quote};
 use fuse_kernels::front::{capture_with, model_source, CapturedModel};
 use fuse_kernels::ir::{DType, Graph, Op};
 use fuse_kernels::plan::{plan, Mode};
+use fuse_kernels::timing::{self, Timings};
 
 mod cuda;
 
 /// Expands a model module whose structs may use those of `libraries` (already collected, in `uses` order).
 pub fn expand(module: &syn::ItemMod, libraries: &[syn::ItemMod]) -> TokenStream {
-    let cap = capture_with(module, libraries);
+    let mut timings = Timings::default();
+    let cap = timings.time("capture", || capture_with(module, libraries));
     if let Some(errors) = cap.errors {
         return crate::fallback::stub(module, &cap.root_names, errors);
     }
     let source = model_source(module, libraries);
-    let models = cap.models.iter().map(|m| expand_model(module, m, &source));
+    let report = timing::requested(std::env::var(timing::ENV_VAR).ok().as_deref());
+    let models = cap.models.iter().map(|m| {
+        // Capture ran once for the module; each model's line repeats it.
+        let mut timings = timings.clone();
+        let tokens = expand_model(module, m, &source, &mut timings);
+        if report {
+            timings.size("tokens", count_tokens(&tokens));
+            timings.size("bytes", tokens.to_string().len());
+            eprintln!("fuse timings: macro, model {}: {timings}", m.name);
+        }
+        tokens
+    });
     let consts = kept_items(module);
     replace_module(module, quote!(#(#consts)* #(#models)*))
 }
@@ -114,15 +127,49 @@ fn dtype(d: DType) -> TokenStream {
     }
 }
 
-fn expand_model(module: &syn::ItemMod, m: &CapturedModel, source: &str) -> TokenStream {
+/// Token trees in `tokens`, groups counted with their contents: a measure of what rustc has to parse.
+fn count_tokens(tokens: &TokenStream) -> usize {
+    tokens
+        .clone()
+        .into_iter()
+        .map(|t| match t {
+            proc_macro2::TokenTree::Group(g) => 1 + count_tokens(&g.stream()),
+            _ => 1,
+        })
+        .sum()
+}
+
+/// Top-level functions among generated items (one per distinct kernel).
+fn count_functions(items: &TokenStream) -> usize {
+    items
+        .clone()
+        .into_iter()
+        .filter(|t| matches!(t, proc_macro2::TokenTree::Ident(i) if i == "fn"))
+        .count()
+}
+
+fn expand_model(
+    module: &syn::ItemMod,
+    m: &CapturedModel,
+    source: &str,
+    timings: &mut Timings,
+) -> TokenStream {
     let g = &m.graph;
     let name = &m.name;
     let name_str = name.to_string();
     let private = format_ident!("__fuse_{}", name_str.to_lowercase());
-    let fused = plan(g, Mode::Fused);
-    let eager = plan(g, Mode::Eager);
-    let (fused_items, fused_program) = fuse_kernels::back::cpu::write_program(&fused, &name_str);
-    let (eager_items, eager_program) = fuse_kernels::back::cpu::write_program(&eager, &name_str);
+    let (fused, eager) = timings.time("plan", || (plan(g, Mode::Fused), plan(g, Mode::Eager)));
+    let ((fused_items, fused_program), (eager_items, eager_program)) =
+        timings.time("write cpu", || {
+            (
+                fuse_kernels::back::cpu::write_program(&fused, &name_str),
+                fuse_kernels::back::cpu::write_program(&eager, &name_str),
+            )
+        });
+    timings.size("fused kernels", fused.kernels.len());
+    timings.size("fused functions", count_functions(&fused_items));
+    timings.size("eager kernels", eager.kernels.len());
+    timings.size("eager functions", count_functions(&eager_items));
     let rt = quote!(::fuse_runtime::__private);
     let params = g.params.iter().enumerate().map(|(i, p)| {
         let pname = &p.name;
@@ -184,7 +231,7 @@ fn expand_model(module: &syn::ItemMod, m: &CapturedModel, source: &str) -> Token
         })
         .unwrap_or_default();
     let plan_hash = fused.hash;
-    let cuda_spec = cuda::spec(&fused, &eager, &name_str);
+    let cuda_spec = timings.time("write cuda", || cuda::spec(&fused, &eager, &name_str));
     let vis = quote!(pub);
     quote! {
         #[doc = concat!("The compiled model `", #name_str, "`: weights plus its fused and eager plans.")]
