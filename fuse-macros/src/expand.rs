@@ -220,9 +220,15 @@ fn expand_model(module: &syn::ItemMod, m: &CapturedModel, source: &str) -> Token
                 ::fuse_runtime::CompiledModel::load(&#private::SPEC, path.as_ref()).map(|core| Self { core })
             }
 
-            /// Seeded random weights, for examples and tests.
+            /// Seeded random weights, for examples and tests. Panics with the error of [`Self::try_random`] when
+            /// the weights do not fit in memory.
             pub fn random(seed: u64) -> Self {
                 Self { core: ::fuse_runtime::CompiledModel::random(&#private::SPEC, seed) }
+            }
+
+            /// Seeded random weights, or `Error::OutOfMemory` when they do not fit in memory.
+            pub fn try_random(seed: u64) -> ::fuse_runtime::Result<Self> {
+                ::fuse_runtime::CompiledModel::try_random(&#private::SPEC, seed).map(|core| Self { core })
             }
 
             /// Weights in declaration order (see [`Self::spec`] for names and shapes).

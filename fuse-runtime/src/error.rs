@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 
+use crate::memory::Headroom;
 use crate::tensor::DType;
 
 /// Everything that can go wrong when running a compiled model.
@@ -57,13 +58,17 @@ pub enum Error {
     MissingDim { dim: String },
 
     #[error(
-        "cannot allocate {what} for these shapes ({}): not enough memory",
-        .bytes.map_or_else(|| "a size past the address space".to_string(), |b| format!("{b} bytes"))
+        "cannot allocate {what} ({}): not enough memory{}",
+        .bytes.map_or_else(|| "a size past the address space".to_string(), |b| format!("{b} bytes")),
+        .available.map_or_else(String::new, |a| format!("; the process may use {} more bytes ({})", a.bytes, a.limit))
     )]
     OutOfMemory {
         what: &'static str,
         /// `None` when the size itself overflows.
         bytes: Option<usize>,
+        /// What the process could still use, when a memory limit (cgroup or `MemAvailable`) refused the request
+        /// before anything was allocated; `None` when the allocator refused it or the size overflows.
+        available: Option<Headroom>,
     },
 
     #[error("input `{input}` holds id {id}, outside the vocabulary 0..{vocab}")]
@@ -104,6 +109,26 @@ pub enum Error {
 
     #[error("tensor data has {found} element(s) but its shape needs {expected}")]
     TensorData { expected: usize, found: usize },
+
+    #[error("a tensor of shape {shape:?} has more elements than a usize can count")]
+    ShapeOverflow { shape: Vec<usize> },
+
+    #[error("the tensor holds {found} values, not {expected}")]
+    TensorDType { expected: DType, found: DType },
+
+    #[error("axis {axis} is out of range for a tensor of shape {shape:?}")]
+    AxisOutOfRange { axis: usize, shape: Vec<usize> },
+
+    #[error("slice {start}..{end} of axis {axis} is out of range for a tensor of shape {shape:?}")]
+    SliceOutOfRange {
+        axis: usize,
+        start: usize,
+        end: usize,
+        shape: Vec<usize>,
+    },
+
+    #[error("random ids need a vocabulary of at least one id, got {vocab}")]
+    EmptyVocab { vocab: i64 },
 
     #[error("no CUDA device available: {reason}")]
     NoCudaDevice { reason: String },

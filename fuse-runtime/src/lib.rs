@@ -9,7 +9,9 @@ pub mod cuda;
 pub mod device;
 pub mod error;
 pub mod exec;
+pub mod memory;
 pub mod model;
+pub mod pool;
 pub mod report;
 pub mod tensor;
 pub mod weights;
@@ -20,8 +22,9 @@ pub use error::{Error, Result};
 pub use fuse_macros::__fused_model_with;
 pub use fuse_macros::fused_model;
 pub use model::{CompiledModel, ModelSpec, PlanMode};
+pub use pool::{PoolLimits, PoolStats};
 pub use report::PlanReport;
-pub use tensor::{DType, Tensor, TensorData};
+pub use tensor::{DType, Element, Tensor, TensorData};
 
 /// Items the generated code refers to. Not a stable API.
 #[doc(hidden)]

@@ -6,9 +6,10 @@ use std::path::Path;
 use crate::device::Placement;
 use crate::error::{Error, Result};
 use crate::exec::{bind_inputs, Executor, InputSpec, Program};
+use crate::pool::{PoolLimits, PoolStats};
 use crate::report::PlanReport;
-use crate::tensor::Tensor;
-use crate::weights::{load_safetensors, random_weights, ParamSpec};
+use crate::tensor::{try_normal_samples, Tensor};
+use crate::weights::{load_safetensors, ParamSpec};
 
 /// Which compiled plan to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -85,8 +86,23 @@ impl CompiledModel {
     }
 
     /// Seeded random weights (per-parameter scale chosen by the compiler), for examples and tests.
+    ///
+    /// # Panics
+    /// When the weights do not fit in memory, with [`CompiledModel::try_random`]'s error: a panic a test or an
+    /// example can show, never an abort. Use `try_random` where that is possible.
     pub fn random(spec: &'static ModelSpec, seed: u64) -> Self {
-        Self::assemble(spec, random_weights(spec.params, seed))
+        Self::try_random(spec, seed).unwrap_or_else(|e| {
+            panic!(
+                "{}::random: {e} (try_random returns this as an error)",
+                spec.name
+            )
+        })
+    }
+
+    /// [`CompiledModel::random`], or [`Error::OutOfMemory`] when the weights do not fit in what the process may
+    /// still use (checked for all of them before any is allocated) or the allocator refuses them.
+    pub fn try_random(spec: &'static ModelSpec, seed: u64) -> Result<Self> {
+        Ok(Self::assemble(spec, try_random_weights(spec.params, seed)?))
     }
 
     pub fn spec(&self) -> &'static ModelSpec {
@@ -122,6 +138,33 @@ impl CompiledModel {
             return Ok(());
         }
         self.fused.reserve(&dims)
+    }
+
+    /// Releases the arenas the CPU plans keep idle between calls (see [`PoolLimits`]); returns the bytes released.
+    /// Later calls allocate again.
+    pub fn trim(&self) -> usize {
+        self.fused.trim() + self.eager.trim()
+    }
+
+    /// Bounds what each CPU plan (fused and eager) keeps idle between calls; applies at once.
+    /// [`PoolLimits::default`] keeps at most 4 arenas and 1 GiB beyond the one that fits recent calls, and
+    /// releases arenas more than 4× larger than recent calls needed.
+    pub fn set_pool_limits(&self, limits: PoolLimits) {
+        self.fused.set_pool_limits(limits);
+        self.eager.set_pool_limits(limits);
+    }
+
+    pub fn pool_limits(&self) -> PoolLimits {
+        self.fused.pool_limits()
+    }
+
+    /// What the CPU plans keep idle now (fused and eager together).
+    pub fn pool_stats(&self) -> PoolStats {
+        let (f, e) = (self.fused.pool_stats(), self.eager.pool_stats());
+        PoolStats {
+            idle_arenas: f.idle_arenas + e.idle_arenas,
+            idle_bytes: f.idle_bytes + e.idle_bytes,
+        }
     }
 
     /// Validates `inputs` and runs the chosen plan.
@@ -201,5 +244,94 @@ impl CompiledModel {
                 PlanMode::Eager => self.spec.eager,
             },
         )
+    }
+}
+
+/// Random parameters as [`crate::weights::random_weights`] draws them (parameter `i` from ChaCha8 stream `i` of
+/// the seed), or [`Error::OutOfMemory`] before anything is allocated when all of them together do not fit.
+fn try_random_weights(specs: &[ParamSpec], seed: u64) -> Result<Vec<Tensor>> {
+    use rand::SeedableRng;
+
+    let numels: Vec<Option<usize>> = specs
+        .iter()
+        .map(|spec| spec.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)))
+        .collect();
+    let total = numels.iter().try_fold(0usize, |total, numel| {
+        total.checked_add(numel.and_then(|n| n.checked_mul(std::mem::size_of::<f32>()))?)
+    });
+    let total = total.ok_or(Error::OutOfMemory {
+        what: "the weights",
+        bytes: None,
+        available: None,
+    })?;
+    crate::memory::check_fits("the weights", total)?;
+    specs
+        .iter()
+        .zip(numels)
+        .enumerate()
+        .map(|(i, (spec, numel))| {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+            rng.set_stream(i as u64);
+            let mut values = try_normal_samples(&mut rng, numel.unwrap_or(usize::MAX), "a weight")?;
+            for v in &mut values {
+                *v = spec.init.mean + spec.init.std * *v;
+            }
+            Tensor::from_f32(spec.shape, values)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::try_random_weights;
+    use crate::weights::{random_weights, Init, ParamSpec};
+    use crate::Error;
+
+    const INIT: Init = Init {
+        mean: 0.5,
+        std: 0.1,
+    };
+
+    #[test]
+    fn fallible_random_weights_are_the_same_values() {
+        let specs = [
+            ParamSpec {
+                name: "a",
+                shape: &[3, 5],
+                init: INIT,
+            },
+            ParamSpec {
+                name: "b",
+                shape: &[7],
+                init: INIT,
+            },
+        ];
+        assert_eq!(
+            try_random_weights(&specs, 9).unwrap(),
+            random_weights(&specs, 9)
+        );
+    }
+
+    #[test]
+    fn weights_past_memory_or_usize_are_errors() {
+        // 4 TiB of f32.
+        let huge = [ParamSpec {
+            name: "w",
+            shape: &[1 << 20, 1 << 20],
+            init: INIT,
+        }];
+        match try_random_weights(&huge, 0) {
+            Err(Error::OutOfMemory { bytes, .. }) => assert_eq!(bytes, Some(1 << 42)),
+            other => panic!("expected OutOfMemory, got {other:?}"),
+        }
+        let overflowing = [ParamSpec {
+            name: "w",
+            shape: &[1 << 40, 1 << 40],
+            init: INIT,
+        }];
+        assert!(matches!(
+            try_random_weights(&overflowing, 0),
+            Err(Error::OutOfMemory { bytes: None, .. })
+        ));
     }
 }

@@ -121,7 +121,12 @@ fn without_a_gpu_the_probe_is_typed_and_the_chain_ends_on_the_cpu() {
             let placed = model.compiled().to_best_device().expect("falls back");
             assert!(matches!(placed, Device::Cpu));
             assert!(matches!(model.compiled().device(), Device::Cpu));
-            assert_eq!(model.compiled().device_report(), line);
+            let report = model.compiled().device_report();
+            assert_eq!(report.lines().next(), Some(line.as_str()), "{report}");
+            assert!(
+                report.contains("CPU: fused plan of 3 kernel(s)"),
+                "{report}"
+            );
             let y = model
                 .forward(&Tensor::randn(&[2, 1024], 3))
                 .expect("runs on the CPU");
@@ -139,7 +144,12 @@ fn without_a_gpu_the_probe_is_typed_and_the_chain_ends_on_the_cpu() {
         .compiled()
         .to_device(Device::Cpu)
         .expect("back to the CPU");
-    assert_eq!(model.compiled().device_report(), "CPU: requested");
+    let report = model.compiled().device_report();
+    assert_eq!(
+        report.lines().next(),
+        Some("CPU: requested (to_device(Device::Cpu))"),
+        "{report}"
+    );
 }
 
 fn specs() -> Vec<&'static ModelSpec> {
@@ -344,7 +354,7 @@ fn minilm_checkpoint_on_gpu() {
         eprintln!("skipped: no MiniLM checkpoint; run scripts/fetch-minilm.sh");
         return;
     }
-    let e = SentenceEmbedder::load().expect("checkpoint loads");
+    let e = SentenceEmbedder::load_default().expect("checkpoint loads");
     let sentences = [
         "The quick brown fox jumps over the lazy dog.",
         "Hello, world!",
