@@ -12,6 +12,7 @@ pub mod exec;
 pub mod model;
 pub mod report;
 pub mod tensor;
+pub mod tensor_file;
 pub mod weights;
 
 pub use device::{Device, Precision};
@@ -22,6 +23,7 @@ pub use fuse_macros::fused_model;
 pub use model::{CompiledModel, ModelSpec, PlanMode};
 pub use report::PlanReport;
 pub use tensor::{DType, Tensor, TensorData};
+pub use tensor_file::{read_tensors, save_tensors, TensorFile};
 
 /// Items the generated code refers to. Not a stable API.
 #[doc(hidden)]
@@ -37,7 +39,8 @@ pub mod __private {
         LaunchRole,
     };
     pub use crate::exec::{
-        BufferKind, BufferSpec, Ctx, DimSpec, InputSpec, KernelInfo, Mono, OutputSpec, Program,
+        BufferKind, BufferSpec, Ctx, DimSpec, IdBound, InputSpec, KernelInfo, Mono, OutputSpec,
+        Program,
     };
     pub use crate::weights::{Init, ParamSpec};
 }
