@@ -17,8 +17,13 @@ pub struct Mono {
 }
 
 impl Mono {
+    /// The size at `dims`, saturated at `usize::MAX`: sizes that matter for memory are checked first with
+    /// [`Mono::checked_eval`], so a saturated value only ever fails a comparison or an allocation, never wraps
+    /// into a small wrong size.
     pub fn eval(&self, dims: &[usize]) -> usize {
-        self.syms.iter().fold(self.coeff, |acc, &s| acc * dims[s])
+        self.syms
+            .iter()
+            .fold(self.coeff, |acc, &s| acc.saturating_mul(dims[s]))
     }
 
     /// [`Dim::eval`], or `None` when the product overflows (sizes a user asked for, not yet backed by memory).
@@ -194,8 +199,16 @@ pub struct InputSpec {
     pub dims: &'static [DimSpec],
     /// e.g. `[batch, seq, 384]`, for messages.
     pub shape_text: &'static str,
-    /// When the input holds ids for an embedding: the table's row count.
-    pub id_bound: Option<usize>,
+    /// When the input holds ids for embeddings: the smallest table they index.
+    pub id_bound: Option<IdBound>,
+}
+
+/// The rows an ids input may index: those of the smallest embedding table it feeds.
+#[derive(Clone, Copy, Debug)]
+pub struct IdBound {
+    pub rows: usize,
+    /// The table's checkpoint name, for the error.
+    pub table: &'static str,
 }
 
 /// Checks inputs against their declarations and binds the dynamic dims.
@@ -243,10 +256,11 @@ pub fn bind_inputs(
                         });
                     }
                     match dims[s] {
-                        Some((first, _)) if first != n => {
+                        Some((first, first_input)) if first != n => {
                             return Err(Error::InconsistentDim {
                                 dim: dyn_dims[s].into(),
                                 first,
+                                first_input: first_input.into(),
                                 found: n,
                                 input: spec.name.into(),
                             })
@@ -256,12 +270,16 @@ pub fn bind_inputs(
                 }
             }
         }
-        if let (Some(vocab), Some(ids)) = (spec.id_bound, t.as_i64()) {
-            if let Some(&bad) = ids.iter().find(|&&i| i < 0 || i as u64 >= vocab as u64) {
+        if let (Some(bound), Some(ids)) = (spec.id_bound, t.as_i64()) {
+            if let Some(&bad) = ids
+                .iter()
+                .find(|&&i| i < 0 || i as u64 >= bound.rows as u64)
+            {
                 return Err(Error::IdOutOfRange {
                     input: spec.name.into(),
                     id: bad,
-                    vocab,
+                    vocab: bound.rows,
+                    table: bound.table.into(),
                 });
             }
         }
@@ -364,7 +382,7 @@ impl Executor {
             .collect();
         let mut ptrs = Vec::with_capacity(p.buffers.len());
         for spec in p.buffers {
-            let bytes = spec.numel.eval(dims) * spec.dtype.size();
+            let bytes = spec.numel.eval(dims).saturating_mul(spec.dtype.size());
             let ptr = match spec.kind {
                 BufferKind::Input(i) => inputs[i].data_ptr() as *mut u8,
                 BufferKind::Param(i) => weights[i].data_ptr() as *mut u8,

@@ -14,6 +14,7 @@ pub mod model;
 pub mod pool;
 pub mod report;
 pub mod tensor;
+pub mod tensor_file;
 pub mod weights;
 
 pub use device::{Device, Precision};
@@ -25,6 +26,7 @@ pub use model::{CompiledModel, ModelSpec, PlanMode};
 pub use pool::{PoolLimits, PoolStats};
 pub use report::PlanReport;
 pub use tensor::{DType, Element, Tensor, TensorData};
+pub use tensor_file::{read_tensors, save_tensors, TensorFile};
 
 /// Items the generated code refers to. Not a stable API.
 #[doc(hidden)]
@@ -40,7 +42,8 @@ pub mod __private {
         LaunchRole,
     };
     pub use crate::exec::{
-        BufferKind, BufferSpec, Ctx, DimSpec, InputSpec, KernelInfo, Mono, OutputSpec, Program,
+        BufferKind, BufferSpec, Ctx, DimSpec, IdBound, InputSpec, KernelInfo, Mono, OutputSpec,
+        Program,
     };
     pub use crate::weights::{Init, ParamSpec};
 }

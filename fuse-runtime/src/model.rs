@@ -49,14 +49,21 @@ impl CompiledModel {
     /// Wraps weights in declaration order after checking each against its declared shape.
     pub fn from_weights(spec: &'static ModelSpec, weights: Vec<Tensor>) -> Result<Self> {
         if weights.len() != spec.params.len() {
-            return Err(Error::InputCount {
+            return Err(Error::WeightCount {
                 expected: spec.params.len(),
                 found: weights.len(),
             });
         }
         for (p, w) in spec.params.iter().zip(&weights) {
-            if w.shape() != p.shape || w.dtype() != crate::DType::F32 {
-                return Err(Error::WeightShape {
+            if w.dtype() != crate::DType::F32 {
+                return Err(Error::WeightTensorDType {
+                    name: p.name.into(),
+                    expected: crate::DType::F32,
+                    found: w.dtype(),
+                });
+            }
+            if w.shape() != p.shape {
+                return Err(Error::WeightTensorShape {
                     name: p.name.into(),
                     expected: p.shape.to_vec(),
                     found: w.shape().to_vec(),
