@@ -147,7 +147,7 @@ pub enum Error {
         "tensor `{name}` in `{}` is stored as {found}; fuse reads F32, F16 and BF16 (as f32) and I64, I32 (as i64)",
         path.display()
     )]
-    TensorDType {
+    UnsupportedStoredDType {
         name: String,
         path: PathBuf,
         found: String,

@@ -252,7 +252,7 @@ impl TensorFile {
             }
             dtype => match widen_to_f32(dtype, data) {
                 Some(values) => Tensor::from_f32(&info.shape, values),
-                None => Err(Error::TensorDType {
+                None => Err(Error::UnsupportedStoredDType {
                     name: info.name.clone(),
                     path: self.path.clone(),
                     found: dtype.to_string(),
@@ -538,12 +538,15 @@ mod tests {
             ("F64".to_string(), false)
         );
         match file.read("d") {
-            Err(Error::TensorDType { name, found, .. }) => {
+            Err(Error::UnsupportedStoredDType { name, found, .. }) => {
                 assert_eq!((name.as_str(), found.as_str()), ("d", "F64"))
             }
-            other => panic!("expected TensorDType, got {other:?}"),
+            other => panic!("expected UnsupportedStoredDType, got {other:?}"),
         }
-        assert!(matches!(file.read_all(), Err(Error::TensorDType { .. })));
+        assert!(matches!(
+            file.read_all(),
+            Err(Error::UnsupportedStoredDType { .. })
+        ));
         std::fs::remove_file(&path).expect("removed");
     }
 
