@@ -34,6 +34,8 @@ pub enum SimError {
     NoSuchKernel(String),
     #[error("out-of-bounds {access} of {bytes} byte(s) at 0x{address:x} ({site}): {detail}")]
     OutOfBounds { access: &'static str, bytes: u32, address: u64, site: Site, detail: String },
+    #[error("misaligned {access} of {bytes} byte(s) at 0x{address:x} ({site})")]
+    Misaligned { access: &'static str, bytes: u32, address: u64, site: Site },
     #[error("shared-memory race on bytes [{offset}, {end}) ({site}): {detail}", end = offset + u64::from(*bytes))]
     SharedRace { offset: u64, bytes: u32, site: Site, detail: String },
     #[error("read of never-written device memory at 0x{address:x} ({site})")]

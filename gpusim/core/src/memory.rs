@@ -53,28 +53,28 @@ impl DeviceMemory {
             .ok_or_else(|| SimError::Memory(format!("free of 0x{address:x}, which is not the start of an allocation")))
     }
 
-    /// The allocation holding `[address, address + len)`, with the offset of `address` in it.
+    /// The start and size of the allocation holding `[address, address + len)`, with the offset of `address`.
     fn find(&self, address: u64, len: usize) -> Result<(u64, usize), Fault> {
         let (&base, allocation) = self
             .allocations
             .range(..=address)
             .next_back()
-            .ok_or_else(|| Fault::OutOfBounds(format!("below every allocation")))?;
+            .ok_or_else(|| Fault::OutOfBounds("below every allocation".to_string()))?;
         let offset = address - base;
         let size = allocation.bytes.len() as u64;
         if offset.checked_add(len as u64).is_some_and(|end| end <= size) {
             Ok((base, offset as usize))
         } else {
-            Err(Fault::OutOfBounds(format!(
-                "the nearest allocation is 0x{base:x} of {size} bytes (offset {offset})"
-            )))
+            Err(Fault::OutOfBounds(format!("the nearest allocation is 0x{base:x} of {size} bytes (offset {offset})")))
         }
     }
 
     /// Reads device bytes; `check_written` makes a never-written byte a fault.
     pub fn read(&self, address: u64, out: &mut [u8], check_written: bool) -> Result<(), Fault> {
         let (base, offset) = self.find(address, out.len())?;
-        let allocation = &self.allocations[&base];
+        let Some(allocation) = self.allocations.get(&base) else {
+            return Err(Fault::OutOfBounds("freed meanwhile".to_string()));
+        };
         let range = offset..offset + out.len();
         if check_written && allocation.written[range.clone()].iter().any(|w| !w) {
             return Err(Fault::Uninitialized);
@@ -85,7 +85,9 @@ impl DeviceMemory {
 
     pub fn write(&mut self, address: u64, data: &[u8]) -> Result<(), Fault> {
         let (base, offset) = self.find(address, data.len())?;
-        let allocation = self.allocations.get_mut(&base).expect("found above");
+        let Some(allocation) = self.allocations.get_mut(&base) else {
+            return Err(Fault::OutOfBounds("freed meanwhile".to_string()));
+        };
         let range = offset..offset + data.len();
         allocation.bytes[range.clone()].copy_from_slice(data);
         allocation.written[range].fill(true);

@@ -1,0 +1,91 @@
+// Hand-written kernels run on the interpreter and checked against host references (tests/kernels.rs).
+
+extern "C" __global__ void vec_add4(const float4* a, const float4* b, float4* c, int n4) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n4) {
+        float4 x = a[i], y = b[i];
+        c[i] = make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w);
+    }
+}
+
+// One partial sum per block: grid-stride accumulation, then a tree in shared memory.
+extern "C" __global__ void block_sum(const float* x, float* out, int n) {
+    __shared__ float s[256];
+    int t = threadIdx.x;
+    float v = 0.0f;
+    for (int i = blockIdx.x * 256 + t; i < n; i += gridDim.x * 256) v += x[i];
+    s[t] = v;
+    __syncthreads();
+    for (int stride = 128; stride > 0; stride >>= 1) {
+        if (t < stride) s[t] += s[t + stride];
+        __syncthreads();
+    }
+    if (t == 0) out[blockIdx.x] = s[0];
+}
+
+// Dynamic shared memory after a static array: reverses each block's slice.
+extern "C" __global__ void reverse_dynamic(const float* x, float* y) {
+    __shared__ float marker[3];
+    extern __shared__ float buf[];
+    int t = threadIdx.x;
+    int i = blockIdx.x * blockDim.x + t;
+    if (t < 3) marker[t] = (float)t;
+    buf[t] = x[i];
+    __syncthreads();
+    y[i] = buf[blockDim.x - 1 - t] + marker[t % 3];
+}
+
+// Every shuffle mode, and widths below 32 (segment masks).
+extern "C" __global__ void shuffles(const float* x, float* out) {
+    int t = threadIdx.x;
+    int i = blockIdx.x * blockDim.x + t;
+    float v = x[i];
+    float* o = out + 6 * i;
+    o[0] = __shfl_xor_sync(0xffffffffu, v, 5);
+    o[1] = __shfl_down_sync(0xffffffffu, v, 3);
+    o[2] = __shfl_up_sync(0xffffffffu, v, 7);
+    o[3] = __shfl_sync(0xffffffffu, v, (t * 7) % 32);
+    o[4] = __shfl_sync(0xffffffffu, v, 3, 8);
+    o[5] = __shfl_down_sync(0xffffffffu, v, 2, 16);
+}
+
+// Half-precision conversions through the PTX instructions fuse's prelude uses.
+extern "C" __global__ void halves(const float* x, unsigned short* h, unsigned short* b, float* back, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    unsigned short hb, bb;
+    float hf, bf;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(hb) : "f"(x[i]));
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(bb) : "f"(x[i]));
+    asm("cvt.f32.f16 %0, %1;" : "=f"(hf) : "h"(hb));
+    bf = __uint_as_float(((unsigned)bb) << 16);
+    h[i] = hb;
+    b[i] = bb;
+    back[2 * i] = hf;
+    back[2 * i + 1] = bf;
+}
+
+extern "C" __global__ void math(const float* x, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float v = x[i];
+    float* o = out + 6 * i;
+    o[0] = expf(v);
+    o[1] = rsqrtf(fabsf(v) + 0.25f);
+    o[2] = erff(v);
+    o[3] = tanhf(v);
+    o[4] = logf(fabsf(v) + 0.001f);
+    o[5] = sqrtf(fabsf(v)) / (1.0f + fabsf(v));
+}
+
+// Integer division and remainder in 32 and 64 bits, signed and unsigned, indexed with 64-bit offsets.
+extern "C" __global__ void int_ops(const long long* a, const int* b, long long* q64, int* r32, unsigned* u32,
+                                   long long n, long long base) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    long long x = a[i];
+    int y = b[i];
+    q64[base + i - base] = x / (long long)y;
+    r32[i] = (int)x % y;
+    u32[i] = ((unsigned)x / (unsigned)(y | 1)) ^ ((unsigned)x % 7u) ^ ((unsigned)x >> (i & 31));
+}

@@ -1,0 +1,236 @@
+//! Hand-written CUDA kernels (tests/cuda/kernels.cu), compiled to PTX by nvcc at test time, run on the
+//! interpreter and compared with host references on random inputs.
+
+mod common;
+
+use common::{compile_module, download, rng, run, ulps, upload, Arg};
+use gpusim::{DeviceMemory, Module};
+use rand::Rng;
+
+const SOURCE: &str = include_str!("cuda/kernels.cu");
+
+fn module() -> Option<Module> {
+    compile_module(SOURCE)
+}
+
+fn random_f32(seed: u64, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+    let mut r = rng(seed);
+    (0..n).map(|_| r.gen_range(lo..hi)).collect()
+}
+
+#[test]
+fn vector_add_with_float4() {
+    let Some(module) = module() else { return };
+    let n = 4 * 300;
+    let (a, b) = (random_f32(1, n, -10.0, 10.0), random_f32(2, n, -10.0, 10.0));
+    let mut memory = DeviceMemory::new();
+    let (da, db) = (upload(&mut memory, &a), upload(&mut memory, &b));
+    let dc = memory.alloc(n * 4).unwrap();
+    let args = [Arg::U64(da), Arg::U64(db), Arg::U64(dc), Arg::I32((n / 4) as i32)];
+    run(&module, "vec_add4", &mut memory, 3, 128, 0, &args).unwrap();
+    let c: Vec<f32> = download(&memory, dc, n);
+    for i in 0..n {
+        assert_eq!(c[i], a[i] + b[i], "element {i}");
+    }
+}
+
+#[test]
+fn block_reduction_in_shared_memory() {
+    let Some(module) = module() else { return };
+    let n = 5000;
+    let x = random_f32(3, n, -1.0, 1.0);
+    let mut memory = DeviceMemory::new();
+    let dx = upload(&mut memory, &x);
+    let blocks = 4;
+    let dout = memory.alloc(blocks * 4).unwrap();
+    run(&module, "block_sum", &mut memory, blocks as u32, 256, 0, &[Arg::U64(dx), Arg::U64(dout), Arg::I32(n as i32)])
+        .unwrap();
+    let out: Vec<f32> = download(&memory, dout, blocks);
+    // The same order of additions as the kernel, in f32: the result must match exactly.
+    for (block, &got) in out.iter().enumerate() {
+        let mut s = [0f32; 256];
+        for (t, slot) in s.iter_mut().enumerate() {
+            let mut i = block * 256 + t;
+            while i < n {
+                *slot += x[i];
+                i += blocks * 256;
+            }
+        }
+        let mut stride = 128;
+        while stride > 0 {
+            for t in 0..stride {
+                s[t] += s[t + stride];
+            }
+            stride /= 2;
+        }
+        assert_eq!(got, s[0], "block {block}");
+    }
+}
+
+#[test]
+fn dynamic_shared_memory_follows_static() {
+    let Some(module) = module() else { return };
+    let (blocks, threads) = (3usize, 64usize);
+    let x = random_f32(4, blocks * threads, -5.0, 5.0);
+    let mut memory = DeviceMemory::new();
+    let dx = upload(&mut memory, &x);
+    let dy = memory.alloc(x.len() * 4).unwrap();
+    run(&module, "reverse_dynamic", &mut memory, blocks as u32, threads as u32, (threads * 4) as u32, &[
+        Arg::U64(dx),
+        Arg::U64(dy),
+    ])
+    .unwrap();
+    let y: Vec<f32> = download(&memory, dy, x.len());
+    for b in 0..blocks {
+        for t in 0..threads {
+            assert_eq!(y[b * threads + t], x[b * threads + threads - 1 - t] + (t % 3) as f32, "block {b} thread {t}");
+        }
+    }
+}
+
+#[test]
+fn warp_shuffles_in_every_mode() {
+    let Some(module) = module() else { return };
+    let (blocks, threads) = (2usize, 96usize);
+    let x = random_f32(5, blocks * threads, -100.0, 100.0);
+    let mut memory = DeviceMemory::new();
+    let dx = upload(&mut memory, &x);
+    let dout = memory.alloc(x.len() * 6 * 4).unwrap();
+    run(&module, "shuffles", &mut memory, blocks as u32, threads as u32, 0, &[Arg::U64(dx), Arg::U64(dout)]).unwrap();
+    let out: Vec<f32> = download(&memory, dout, x.len() * 6);
+    for i in 0..x.len() {
+        let t = i % threads;
+        let lane = t % 32;
+        let warp_base = i - lane;
+        let at = |l: usize| x[warp_base + l];
+        let expected = [
+            at(lane ^ 5),
+            if lane + 3 < 32 { at(lane + 3) } else { at(lane) },
+            if lane >= 7 { at(lane - 7) } else { at(lane) },
+            at((t * 7) % 32),
+            at((lane & !7) | 3),
+            if lane % 16 + 2 < 16 { at(lane + 2) } else { at(lane) },
+        ];
+        assert_eq!(out[6 * i..6 * i + 6], expected, "thread {t} of block {}", i / threads);
+    }
+}
+
+#[test]
+fn f16_and_bf16_conversions_round_like_the_half_crate() {
+    let Some(module) = module() else { return };
+    let n = 2000;
+    let mut r = rng(6);
+    // Wide magnitudes (subnormal halves, overflow to infinity) and exact ties.
+    let mut x: Vec<f32> = (0..n).map(|_| r.gen_range(-1.0f32..1.0) * 2f32.powi(r.gen_range(-26..18))).collect();
+    x.extend([0.0, -0.0, 65504.0, 65520.0, 1.0 + 2f32.powi(-11), 1.0 + 3.0 * 2f32.powi(-11), f32::INFINITY, f32::NAN]);
+    let n = x.len();
+    let mut memory = DeviceMemory::new();
+    let dx = upload(&mut memory, &x);
+    let (dh, db, dback) = (memory.alloc(n * 2).unwrap(), memory.alloc(n * 2).unwrap(), memory.alloc(n * 8).unwrap());
+    let args = [Arg::U64(dx), Arg::U64(dh), Arg::U64(db), Arg::U64(dback), Arg::I32(n as i32)];
+    run(&module, "halves", &mut memory, n.div_ceil(128) as u32, 128, 0, &args).unwrap();
+    let h: Vec<u16> = download(&memory, dh, n);
+    let b: Vec<u16> = download(&memory, db, n);
+    let back: Vec<f32> = download(&memory, dback, 2 * n);
+    for i in 0..n {
+        let eh = half::f16::from_f32(x[i]);
+        let eb = half::bf16::from_f32(x[i]);
+        if x[i].is_nan() {
+            assert!(eh.is_nan() && half::f16::from_bits(h[i]).is_nan() && half::bf16::from_bits(b[i]).is_nan());
+            continue;
+        }
+        assert_eq!(h[i], eh.to_bits(), "f16 of {:e}", x[i]);
+        assert_eq!(b[i], eb.to_bits(), "bf16 of {:e}", x[i]);
+        assert_eq!(back[2 * i], eh.to_f32(), "f16 back of {:e}", x[i]);
+        assert_eq!(back[2 * i + 1], eb.to_f32(), "bf16 back of {:e}", x[i]);
+    }
+}
+
+/// erf by its Taylor series in f64 (accurate to ~1e-12 on [-3, 3], far below f32's resolution).
+fn erf_reference(x: f64) -> f64 {
+    let mut term = x;
+    let mut sum = x;
+    let mut n = 0.0;
+    while term.abs() > 1e-18 * sum.abs().max(1e-300) {
+        n += 1.0;
+        term *= -x * x / n;
+        sum += term / (2.0 * n + 1.0);
+    }
+    sum * 2.0 / std::f64::consts::PI.sqrt()
+}
+
+#[test]
+fn expf_rsqrtf_erff_tanhf_match_within_a_few_ulp() {
+    let Some(module) = module() else { return };
+    let n = 3000;
+    let x = random_f32(7, n, -3.0, 3.0);
+    let mut memory = DeviceMemory::new();
+    let dx = upload(&mut memory, &x);
+    let dout = memory.alloc(n * 6 * 4).unwrap();
+    run(&module, "math", &mut memory, n.div_ceil(256) as u32, 256, 0, &[Arg::U64(dx), Arg::U64(dout), Arg::I32(n as i32)])
+        .unwrap();
+    let out: Vec<f32> = download(&memory, dout, n * 6);
+    // CUDA's documented maximum errors (Programming Guide, "Mathematical Functions"): expf 2 ulp, rsqrtf 2 ulp,
+    // erff 2 ulp, tanhf 2 ulp, logf 1 ulp, sqrtf and division correctly rounded. The simulator runs CUDA's own
+    // instruction sequences, so its results must stay within those bounds of the exact values (+1 for the
+    // reference's final rounding).
+    let mut worst = [0u64; 6];
+    for i in 0..n {
+        let v = f64::from(x[i]);
+        let exact = [
+            v.exp(),
+            1.0 / f64::from(x[i].abs() + 0.25).sqrt(),
+            erf_reference(v),
+            v.tanh(),
+            f64::from(x[i].abs() + 0.001).ln(),
+            f64::from((x[i].abs().sqrt()) / (1.0 + x[i].abs())),
+        ];
+        for k in 0..6 {
+            let got = out[6 * i + k];
+            let reference = exact[k] as f32;
+            let d = if got == 0.0 && reference.abs() < 1e-30 { 0 } else { ulps(got, reference) };
+            worst[k] = worst[k].max(d);
+        }
+    }
+    let bounds = [3, 3, 3, 3, 2, 0];
+    for k in 0..6 {
+        assert!(worst[k] <= bounds[k], "function {k}: {} ulp off (bound {}), worst over all inputs", worst[k], bounds[k]);
+    }
+}
+
+#[test]
+fn integer_division_remainder_and_64_bit_indexing() {
+    let Some(module) = module() else { return };
+    let n = 1500usize;
+    let mut r = rng(8);
+    let a: Vec<i64> = (0..n).map(|_| r.gen_range(-(1i64 << 40)..(1i64 << 40))).collect();
+    let b: Vec<i32> = (0..n).map(|_| loop {
+        let v = r.gen_range(-100_000..100_000);
+        if v != 0 {
+            break v;
+        }
+    })
+    .collect();
+    let mut memory = DeviceMemory::new();
+    let (da, db) = (upload(&mut memory, &a), upload(&mut memory, &b));
+    let (dq, dr, du) = (memory.alloc(n * 8).unwrap(), memory.alloc(n * 4).unwrap(), memory.alloc(n * 4).unwrap());
+    let args = [
+        Arg::U64(da),
+        Arg::U64(db),
+        Arg::U64(dq),
+        Arg::U64(dr),
+        Arg::U64(du),
+        Arg::I64(n as i64),
+        Arg::I64(1 << 33),
+    ];
+    run(&module, "int_ops", &mut memory, n.div_ceil(128) as u32, 128, 0, &args).unwrap();
+    let q: Vec<i64> = download(&memory, dq, n);
+    let rem: Vec<i32> = download(&memory, dr, n);
+    let u: Vec<u32> = download(&memory, du, n);
+    for i in 0..n {
+        assert_eq!(q[i], a[i] / i64::from(b[i]), "q {i}");
+        assert_eq!(rem[i], (a[i] as i32).wrapping_rem(b[i]), "r {i}");
+        let x = a[i] as u32;
+        assert_eq!(u[i], (x / (b[i] as u32 | 1)) ^ (x % 7) ^ (x >> (i & 31)), "u {i}");
+    }
+}
