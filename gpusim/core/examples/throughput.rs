@@ -14,7 +14,11 @@ fn main() -> Result<(), gpusim::SimError> {
     let out = memory.alloc(threads as usize * 4)?;
     let mut params = out.to_le_bytes().to_vec();
     params.extend_from_slice(&20_000u32.to_le_bytes());
-    let config = LaunchConfig { grid: [8, 1, 1], block: [threads, 1, 1], dynamic_shared_bytes: 0 };
+    let config = LaunchConfig {
+        grid: [8, 1, 1],
+        block: [threads, 1, 1],
+        dynamic_shared_bytes: 0,
+    };
     let start = Instant::now();
     let stats = launch_with_stats(&kernel, &mut memory, config, &params)?;
     let seconds = start.elapsed().as_secs_f64();

@@ -33,14 +33,32 @@ pub enum SimError {
     #[error("no kernel named `{0}` in the module")]
     NoSuchKernel(String),
     #[error("out-of-bounds {access} of {bytes} byte(s) at 0x{address:x} ({site}): {detail}")]
-    OutOfBounds { access: &'static str, bytes: u32, address: u64, site: Site, detail: String },
+    OutOfBounds {
+        access: &'static str,
+        bytes: u32,
+        address: u64,
+        site: Site,
+        detail: String,
+    },
     #[error("misaligned {access} of {bytes} byte(s) at 0x{address:x} ({site})")]
-    Misaligned { access: &'static str, bytes: u32, address: u64, site: Site },
+    Misaligned {
+        access: &'static str,
+        bytes: u32,
+        address: u64,
+        site: Site,
+    },
     #[error("shared-memory race on bytes [{offset}, {end}) ({site}): {detail}", end = offset + u64::from(*bytes))]
-    SharedRace { offset: u64, bytes: u32, site: Site, detail: String },
+    SharedRace {
+        offset: u64,
+        bytes: u32,
+        site: Site,
+        detail: String,
+    },
     #[error("read of never-written device memory at 0x{address:x} ({site})")]
     UninitializedRead { address: u64, site: Site },
-    #[error("barrier or shuffle not reached by every thread that must reach it ({site}): {detail}")]
+    #[error(
+        "barrier or shuffle not reached by every thread that must reach it ({site}): {detail}"
+    )]
     Divergence { site: Site, detail: String },
     #[error("invalid launch of `{kernel}`: {detail}")]
     InvalidLaunch { kernel: String, detail: String },

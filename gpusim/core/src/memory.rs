@@ -31,7 +31,10 @@ const ALIGN: u64 = 256;
 
 impl DeviceMemory {
     pub fn new() -> Self {
-        DeviceMemory { allocations: BTreeMap::new(), next: BASE }
+        DeviceMemory {
+            allocations: BTreeMap::new(),
+            next: BASE,
+        }
     }
 
     pub fn alloc(&mut self, len: usize) -> SimResult<u64> {
@@ -40,9 +43,19 @@ impl DeviceMemory {
         let end = address
             .checked_add(size)
             .and_then(|e| e.checked_add(ALIGN))
-            .ok_or_else(|| SimError::Memory(format!("allocation of {len} bytes exhausts the address space")))?;
+            .ok_or_else(|| {
+                SimError::Memory(format!(
+                    "allocation of {len} bytes exhausts the address space"
+                ))
+            })?;
         self.next = end.div_ceil(ALIGN) * ALIGN;
-        self.allocations.insert(address, Allocation { bytes: vec![0; len], written: vec![false; len] });
+        self.allocations.insert(
+            address,
+            Allocation {
+                bytes: vec![0; len],
+                written: vec![false; len],
+            },
+        );
         Ok(address)
     }
 
@@ -50,7 +63,11 @@ impl DeviceMemory {
         self.allocations
             .remove(&address)
             .map(|_| ())
-            .ok_or_else(|| SimError::Memory(format!("free of 0x{address:x}, which is not the start of an allocation")))
+            .ok_or_else(|| {
+                SimError::Memory(format!(
+                    "free of 0x{address:x}, which is not the start of an allocation"
+                ))
+            })
     }
 
     /// The start and size of the allocation holding `[address, address + len)`, with the offset of `address`.
@@ -62,10 +79,15 @@ impl DeviceMemory {
             .ok_or_else(|| Fault::OutOfBounds("below every allocation".to_string()))?;
         let offset = address - base;
         let size = allocation.bytes.len() as u64;
-        if offset.checked_add(len as u64).is_some_and(|end| end <= size) {
+        if offset
+            .checked_add(len as u64)
+            .is_some_and(|end| end <= size)
+        {
             Ok((base, offset as usize))
         } else {
-            Err(Fault::OutOfBounds(format!("the nearest allocation is 0x{base:x} of {size} bytes (offset {offset})")))
+            Err(Fault::OutOfBounds(format!(
+                "the nearest allocation is 0x{base:x} of {size} bytes (offset {offset})"
+            )))
         }
     }
 
@@ -96,6 +118,9 @@ impl DeviceMemory {
 
     /// Bytes currently allocated (for cuMemGetInfo).
     pub fn allocated_bytes(&self) -> u64 {
-        self.allocations.values().map(|a| a.bytes.len() as u64).sum()
+        self.allocations
+            .values()
+            .map(|a| a.bytes.len() as u64)
+            .sum()
     }
 }

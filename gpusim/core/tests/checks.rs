@@ -9,7 +9,8 @@ use gpusim::{DeviceMemory, Module, SimError};
 const SOURCE: &str = include_str!("cuda/checks.cu");
 
 fn module(defines: &[&str]) -> Option<Module> {
-    compile_ptx(SOURCE, "compute_90", defines).map(|ptx| Module::from_ptx(&ptx).expect("decode PTX"))
+    compile_ptx(SOURCE, "compute_90", defines)
+        .map(|ptx| Module::from_ptx(&ptx).expect("decode PTX"))
 }
 
 fn ones(n: usize) -> Vec<f32> {
@@ -22,10 +23,23 @@ fn an_out_of_bounds_write_is_caught() {
     let mut memory = DeviceMemory::new();
     let n = 100;
     let out = memory.alloc(n * 4).unwrap();
-    let err = run(&module, "out_of_bounds_write", &mut memory, 1, 128, 0, &[Arg::U64(out), Arg::I32(n as i32)])
-        .unwrap_err();
+    let err = run(
+        &module,
+        "out_of_bounds_write",
+        &mut memory,
+        1,
+        128,
+        0,
+        &[Arg::U64(out), Arg::I32(n as i32)],
+    )
+    .unwrap_err();
     match err {
-        SimError::OutOfBounds { access, address, site, .. } => {
+        SimError::OutOfBounds {
+            access,
+            address,
+            site,
+            ..
+        } => {
             assert_eq!(access, "global write");
             assert_eq!(address, out + 4 * n as u64);
             assert_eq!(site.kernel, "out_of_bounds_write");
@@ -42,7 +56,16 @@ fn a_missing_syncthreads_is_a_shared_memory_race() {
     let mut memory = DeviceMemory::new();
     let x = upload(&mut memory, &ones(64));
     let out = memory.alloc(64 * 4).unwrap();
-    let err = run(&module, "missing_syncthreads", &mut memory, 1, 64, 0, &[Arg::U64(x), Arg::U64(out)]).unwrap_err();
+    let err = run(
+        &module,
+        "missing_syncthreads",
+        &mut memory,
+        1,
+        64,
+        0,
+        &[Arg::U64(x), Arg::U64(out)],
+    )
+    .unwrap_err();
     match &err {
         SimError::SharedRace { site, detail, .. } => {
             assert_eq!(site.kernel, "missing_syncthreads");
@@ -54,12 +77,23 @@ fn a_missing_syncthreads_is_a_shared_memory_race() {
 
 #[test]
 fn the_same_kernel_with_its_barrier_passes() {
-    let Some(module) = module(&["WITH_BARRIER"]) else { return };
+    let Some(module) = module(&["WITH_BARRIER"]) else {
+        return;
+    };
     let mut memory = DeviceMemory::new();
     let input = ones(64);
     let x = upload(&mut memory, &input);
     let out = memory.alloc(64 * 4).unwrap();
-    run(&module, "missing_syncthreads", &mut memory, 1, 64, 0, &[Arg::U64(x), Arg::U64(out)]).unwrap();
+    run(
+        &module,
+        "missing_syncthreads",
+        &mut memory,
+        1,
+        64,
+        0,
+        &[Arg::U64(x), Arg::U64(out)],
+    )
+    .unwrap();
     let got: Vec<f32> = download(&memory, out, 64);
     let expected: Vec<f32> = (0..64).map(|t| input[63 - t]).collect();
     assert_eq!(got, expected);
@@ -71,7 +105,16 @@ fn a_divergent_barrier_is_reported_not_a_hang() {
     let mut memory = DeviceMemory::new();
     let x = upload(&mut memory, &ones(32));
     let out = memory.alloc(32 * 4).unwrap();
-    let err = run(&module, "divergent_barrier", &mut memory, 1, 32, 0, &[Arg::U64(x), Arg::U64(out)]).unwrap_err();
+    let err = run(
+        &module,
+        "divergent_barrier",
+        &mut memory,
+        1,
+        32,
+        0,
+        &[Arg::U64(x), Arg::U64(out)],
+    )
+    .unwrap_err();
     match &err {
         SimError::Divergence { site, detail } => {
             assert_eq!(site.kernel, "divergent_barrier");
@@ -88,8 +131,20 @@ fn a_shuffle_half_the_warp_skips_is_reported() {
     let mut memory = DeviceMemory::new();
     let x = upload(&mut memory, &ones(32));
     let out = memory.alloc(32 * 4).unwrap();
-    let err = run(&module, "divergent_shuffle", &mut memory, 1, 32, 0, &[Arg::U64(x), Arg::U64(out)]).unwrap_err();
-    assert!(matches!(&err, SimError::Divergence { site, .. } if site.kernel == "divergent_shuffle"), "{err}");
+    let err = run(
+        &module,
+        "divergent_shuffle",
+        &mut memory,
+        1,
+        32,
+        0,
+        &[Arg::U64(x), Arg::U64(out)],
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, SimError::Divergence { site, .. } if site.kernel == "divergent_shuffle"),
+        "{err}"
+    );
 }
 
 #[test]

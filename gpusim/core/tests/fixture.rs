@@ -9,7 +9,12 @@ use gpusim::{launch, DeviceMemory, LaunchConfig, Module, ParamInfo, SimError};
 const FIXTURE: &str = include_str!("fixtures/handwritten.ptx");
 
 fn param(name: &str, size: u32, align: u32, offset: u32) -> ParamInfo {
-    ParamInfo { name: name.into(), size, align, offset }
+    ParamInfo {
+        name: name.into(),
+        size,
+        align,
+        offset,
+    }
 }
 
 #[test]
@@ -17,16 +22,22 @@ fn parameters_are_laid_out_with_their_alignment() {
     let module = Module::from_ptx(FIXTURE).unwrap();
     assert_eq!(module.kernels.len(), 3);
     let saxpy = module.kernel("saxpy").unwrap();
-    assert_eq!(saxpy.params, vec![
-        param("saxpy_param_0", 8, 8, 0),
-        param("saxpy_param_1", 8, 8, 8),
-        param("saxpy_param_2", 4, 4, 16),
-        param("saxpy_param_3", 4, 4, 20),
-        param("saxpy_param_4", 16, 8, 24),
-    ]);
+    assert_eq!(
+        saxpy.params,
+        vec![
+            param("saxpy_param_0", 8, 8, 0),
+            param("saxpy_param_1", 8, 8, 8),
+            param("saxpy_param_2", 4, 4, 16),
+            param("saxpy_param_3", 4, 4, 20),
+            param("saxpy_param_4", 16, 8, 24),
+        ]
+    );
     assert_eq!(saxpy.params_bytes(), 40);
     assert_eq!(saxpy.static_shared_bytes, 0);
-    assert!(matches!(module.kernel("nope"), Err(SimError::NoSuchKernel(_))));
+    assert!(matches!(
+        module.kernel("nope"),
+        Err(SimError::NoSuchKernel(_))
+    ));
 }
 
 #[test]
@@ -46,7 +57,11 @@ fn saxpy_runs_with_a_guard_and_a_struct_parameter() {
     params[20..24].copy_from_slice(&(n as u32).to_le_bytes());
     params[32..36].copy_from_slice(&7u32.to_le_bytes());
     params[36..40].copy_from_slice(&5u32.to_le_bytes());
-    let config = LaunchConfig { grid: [3, 1, 1], block: [128, 1, 1], dynamic_shared_bytes: 0 };
+    let config = LaunchConfig {
+        grid: [3, 1, 1],
+        block: [128, 1, 1],
+        dynamic_shared_bytes: 0,
+    };
     launch(&kernel, &mut memory, config, &params).unwrap();
     let got: Vec<f32> = download(&memory, dy, n);
     for i in 0..n {
@@ -60,15 +75,26 @@ fn dynamic_shared_memory_and_a_barrier() {
     let kernel = module.kernel("rotate").unwrap();
     let mut memory = DeviceMemory::new();
     let out = memory.alloc(64 * 4).unwrap();
-    let config = LaunchConfig { grid: [1, 1, 1], block: [64, 1, 1], dynamic_shared_bytes: 256 };
+    let config = LaunchConfig {
+        grid: [1, 1, 1],
+        block: [64, 1, 1],
+        dynamic_shared_bytes: 256,
+    };
     launch(&kernel, &mut memory, config, &out.to_le_bytes()).unwrap();
     let got: Vec<u32> = download(&memory, out, 64);
     let expected: Vec<u32> = (0..64).map(|t| 2 * ((t + 1) % 64)).collect();
     assert_eq!(got, expected);
     // Without the dynamic shared memory the first store is out of bounds, and the error says where.
-    let config = LaunchConfig { dynamic_shared_bytes: 0, ..config };
+    let config = LaunchConfig {
+        dynamic_shared_bytes: 0,
+        ..config
+    };
     match launch(&kernel, &mut memory, config, &out.to_le_bytes()) {
-        Err(SimError::OutOfBounds { access: "shared write", site, .. }) => {
+        Err(SimError::OutOfBounds {
+            access: "shared write",
+            site,
+            ..
+        }) => {
             assert_eq!(site.kernel, "rotate");
             assert_eq!(site.ptx_line, 75);
         }
@@ -78,7 +104,10 @@ fn dynamic_shared_memory_and_a_barrier() {
 
 #[test]
 fn an_unknown_instruction_is_an_error_naming_it() {
-    let text = FIXTURE.replace("fma.rn.f32 \t%f4, %f1, %f2, %f3;", "frobnicate.f32 \t%f4, %f1, %f2, %f3;");
+    let text = FIXTURE.replace(
+        "fma.rn.f32 \t%f4, %f1, %f2, %f3;",
+        "frobnicate.f32 \t%f4, %f1, %f2, %f3;",
+    );
     assert_ne!(text, FIXTURE);
     match Module::from_ptx(&text) {
         Err(SimError::UnsupportedInstruction { line, instruction }) => {
@@ -93,7 +122,14 @@ fn an_unknown_instruction_is_an_error_naming_it() {
 fn a_syntax_error_names_its_line() {
     let text = FIXTURE.replace("add.s64 \t%rd6, %rd3, %rd5;", "add.s64 \t%rd6, %rd3 %rd5;");
     assert_ne!(text, FIXTURE);
-    assert!(matches!(Module::from_ptx(&text), Err(SimError::Parse { line: 44, .. })), "{:?}", Module::from_ptx(&text));
+    assert!(
+        matches!(
+            Module::from_ptx(&text),
+            Err(SimError::Parse { line: 44, .. })
+        ),
+        "{:?}",
+        Module::from_ptx(&text)
+    );
 }
 
 #[test]
@@ -105,7 +141,11 @@ fn a_loop_runs_its_trip_count() {
     let mut params = vec![0u8; 12];
     params[..8].copy_from_slice(&out.to_le_bytes());
     params[8..].copy_from_slice(&100u32.to_le_bytes());
-    let config = LaunchConfig { grid: [1, 1, 1], block: [128, 1, 1], dynamic_shared_bytes: 0 };
+    let config = LaunchConfig {
+        grid: [1, 1, 1],
+        block: [128, 1, 1],
+        dynamic_shared_bytes: 0,
+    };
     let stats = gpusim::launch_with_stats(&kernel, &mut memory, config, &params).unwrap();
     let got: Vec<f32> = download(&memory, out, 128);
     let expected: Vec<f32> = (0..128).map(|t| 50.0 * t as f32).collect();

@@ -15,7 +15,11 @@ fn every_golden_kernel_decodes() {
         .filter(|p| p.extension().is_some_and(|e| e == "cu"))
         .collect();
     files.sort();
-    assert!(!files.is_empty(), "no golden .cu files under {}", dir.display());
+    assert!(
+        !files.is_empty(),
+        "no golden .cu files under {}",
+        dir.display()
+    );
     for file in files {
         let source = std::fs::read_to_string(&file).expect("read golden .cu");
         for (arch, source) in [
@@ -24,8 +28,11 @@ fn every_golden_kernel_decodes() {
             ("compute_80", with_storage(&source, "f16")),
             ("compute_90", with_storage(&source, "bf16")),
         ] {
-            let Some(ptx) = compile_ptx(&source, arch, &[]) else { return };
-            let module = Module::from_ptx(&ptx).unwrap_or_else(|e| panic!("{} ({arch}): {e}", file.display()));
+            let Some(ptx) = compile_ptx(&source, arch, &[]) else {
+                return;
+            };
+            let module = Module::from_ptx(&ptx)
+                .unwrap_or_else(|e| panic!("{} ({arch}): {e}", file.display()));
             let entries = ptx.matches(".entry").count();
             assert_eq!(module.kernels.len(), entries, "{}", file.display());
             assert!(module.kernels.iter().all(|k| k.instruction_count() > 0));
@@ -37,9 +44,16 @@ fn every_golden_kernel_decodes() {
 /// storage typedef, its conversion and the prelude's define, which this reproduces.
 fn with_storage(source: &str, storage: &str) -> String {
     let typedef = "typedef float fuse_t;\nFUSE_DEVICE fuse_t fuse_from_f32(float v) { return v; }";
-    assert!(source.contains(typedef), "the golden file's storage typedef changed");
+    assert!(
+        source.contains(typedef),
+        "the golden file's storage typedef changed"
+    );
     let replaced = format!(
         "typedef fuse_{storage} fuse_t;\nFUSE_DEVICE fuse_t fuse_from_f32(float v) {{ return fuse_{storage}_from_f32(v); }}"
     );
-    format!("#define FUSE_STORAGE_{} 1\n{}", storage.to_uppercase(), source.replace(typedef, &replaced))
+    format!(
+        "#define FUSE_STORAGE_{} 1\n{}",
+        storage.to_uppercase(),
+        source.replace(typedef, &replaced)
+    )
 }

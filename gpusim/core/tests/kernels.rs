@@ -26,7 +26,12 @@ fn vector_add_with_float4() {
     let mut memory = DeviceMemory::new();
     let (da, db) = (upload(&mut memory, &a), upload(&mut memory, &b));
     let dc = memory.alloc(n * 4).unwrap();
-    let args = [Arg::U64(da), Arg::U64(db), Arg::U64(dc), Arg::I32((n / 4) as i32)];
+    let args = [
+        Arg::U64(da),
+        Arg::U64(db),
+        Arg::U64(dc),
+        Arg::I32((n / 4) as i32),
+    ];
     run(&module, "vec_add4", &mut memory, 3, 128, 0, &args).unwrap();
     let c: Vec<f32> = download(&memory, dc, n);
     for i in 0..n {
@@ -43,8 +48,16 @@ fn block_reduction_in_shared_memory() {
     let dx = upload(&mut memory, &x);
     let blocks = 4;
     let dout = memory.alloc(blocks * 4).unwrap();
-    run(&module, "block_sum", &mut memory, blocks as u32, 256, 0, &[Arg::U64(dx), Arg::U64(dout), Arg::I32(n as i32)])
-        .unwrap();
+    run(
+        &module,
+        "block_sum",
+        &mut memory,
+        blocks as u32,
+        256,
+        0,
+        &[Arg::U64(dx), Arg::U64(dout), Arg::I32(n as i32)],
+    )
+    .unwrap();
     let out: Vec<f32> = download(&memory, dout, blocks);
     // The same order of additions as the kernel, in f32: the result must match exactly.
     for (block, &got) in out.iter().enumerate() {
@@ -75,15 +88,24 @@ fn dynamic_shared_memory_follows_static() {
     let mut memory = DeviceMemory::new();
     let dx = upload(&mut memory, &x);
     let dy = memory.alloc(x.len() * 4).unwrap();
-    run(&module, "reverse_dynamic", &mut memory, blocks as u32, threads as u32, (threads * 4) as u32, &[
-        Arg::U64(dx),
-        Arg::U64(dy),
-    ])
+    run(
+        &module,
+        "reverse_dynamic",
+        &mut memory,
+        blocks as u32,
+        threads as u32,
+        (threads * 4) as u32,
+        &[Arg::U64(dx), Arg::U64(dy)],
+    )
     .unwrap();
     let y: Vec<f32> = download(&memory, dy, x.len());
     for b in 0..blocks {
         for t in 0..threads {
-            assert_eq!(y[b * threads + t], x[b * threads + threads - 1 - t] + (t % 3) as f32, "block {b} thread {t}");
+            assert_eq!(
+                y[b * threads + t],
+                x[b * threads + threads - 1 - t] + (t % 3) as f32,
+                "block {b} thread {t}"
+            );
         }
     }
 }
@@ -96,7 +118,16 @@ fn warp_shuffles_in_every_mode() {
     let mut memory = DeviceMemory::new();
     let dx = upload(&mut memory, &x);
     let dout = memory.alloc(x.len() * 6 * 4).unwrap();
-    run(&module, "shuffles", &mut memory, blocks as u32, threads as u32, 0, &[Arg::U64(dx), Arg::U64(dout)]).unwrap();
+    run(
+        &module,
+        "shuffles",
+        &mut memory,
+        blocks as u32,
+        threads as u32,
+        0,
+        &[Arg::U64(dx), Arg::U64(dout)],
+    )
+    .unwrap();
     let out: Vec<f32> = download(&memory, dout, x.len() * 6);
     for i in 0..x.len() {
         let t = i % threads;
@@ -105,13 +136,26 @@ fn warp_shuffles_in_every_mode() {
         let at = |l: usize| x[warp_base + l];
         let expected = [
             at(lane ^ 5),
-            if lane + 3 < 32 { at(lane + 3) } else { at(lane) },
+            if lane + 3 < 32 {
+                at(lane + 3)
+            } else {
+                at(lane)
+            },
             if lane >= 7 { at(lane - 7) } else { at(lane) },
             at((t * 7) % 32),
             at((lane & !7) | 3),
-            if lane % 16 + 2 < 16 { at(lane + 2) } else { at(lane) },
+            if lane % 16 + 2 < 16 {
+                at(lane + 2)
+            } else {
+                at(lane)
+            },
         ];
-        assert_eq!(out[6 * i..6 * i + 6], expected, "thread {t} of block {}", i / threads);
+        assert_eq!(
+            out[6 * i..6 * i + 6],
+            expected,
+            "thread {t} of block {}",
+            i / threads
+        );
     }
 }
 
@@ -121,14 +165,44 @@ fn f16_and_bf16_conversions_round_like_the_half_crate() {
     let n = 2000;
     let mut r = rng(6);
     // Wide magnitudes (subnormal halves, overflow to infinity) and exact ties.
-    let mut x: Vec<f32> = (0..n).map(|_| r.gen_range(-1.0f32..1.0) * 2f32.powi(r.gen_range(-26..18))).collect();
-    x.extend([0.0, -0.0, 65504.0, 65520.0, 1.0 + 2f32.powi(-11), 1.0 + 3.0 * 2f32.powi(-11), f32::INFINITY, f32::NAN]);
+    let mut x: Vec<f32> = (0..n)
+        .map(|_| r.gen_range(-1.0f32..1.0) * 2f32.powi(r.gen_range(-26..18)))
+        .collect();
+    x.extend([
+        0.0,
+        -0.0,
+        65504.0,
+        65520.0,
+        1.0 + 2f32.powi(-11),
+        1.0 + 3.0 * 2f32.powi(-11),
+        f32::INFINITY,
+        f32::NAN,
+    ]);
     let n = x.len();
     let mut memory = DeviceMemory::new();
     let dx = upload(&mut memory, &x);
-    let (dh, db, dback) = (memory.alloc(n * 2).unwrap(), memory.alloc(n * 2).unwrap(), memory.alloc(n * 8).unwrap());
-    let args = [Arg::U64(dx), Arg::U64(dh), Arg::U64(db), Arg::U64(dback), Arg::I32(n as i32)];
-    run(&module, "halves", &mut memory, n.div_ceil(128) as u32, 128, 0, &args).unwrap();
+    let (dh, db, dback) = (
+        memory.alloc(n * 2).unwrap(),
+        memory.alloc(n * 2).unwrap(),
+        memory.alloc(n * 8).unwrap(),
+    );
+    let args = [
+        Arg::U64(dx),
+        Arg::U64(dh),
+        Arg::U64(db),
+        Arg::U64(dback),
+        Arg::I32(n as i32),
+    ];
+    run(
+        &module,
+        "halves",
+        &mut memory,
+        n.div_ceil(128) as u32,
+        128,
+        0,
+        &args,
+    )
+    .unwrap();
     let h: Vec<u16> = download(&memory, dh, n);
     let b: Vec<u16> = download(&memory, db, n);
     let back: Vec<f32> = download(&memory, dback, 2 * n);
@@ -136,7 +210,11 @@ fn f16_and_bf16_conversions_round_like_the_half_crate() {
         let eh = half::f16::from_f32(x[i]);
         let eb = half::bf16::from_f32(x[i]);
         if x[i].is_nan() {
-            assert!(eh.is_nan() && half::f16::from_bits(h[i]).is_nan() && half::bf16::from_bits(b[i]).is_nan());
+            assert!(
+                eh.is_nan()
+                    && half::f16::from_bits(h[i]).is_nan()
+                    && half::bf16::from_bits(b[i]).is_nan()
+            );
             continue;
         }
         assert_eq!(h[i], eh.to_bits(), "f16 of {:e}", x[i]);
@@ -167,8 +245,16 @@ fn expf_rsqrtf_erff_tanhf_match_within_a_few_ulp() {
     let mut memory = DeviceMemory::new();
     let dx = upload(&mut memory, &x);
     let dout = memory.alloc(n * 6 * 4).unwrap();
-    run(&module, "math", &mut memory, n.div_ceil(256) as u32, 256, 0, &[Arg::U64(dx), Arg::U64(dout), Arg::I32(n as i32)])
-        .unwrap();
+    run(
+        &module,
+        "math",
+        &mut memory,
+        n.div_ceil(256) as u32,
+        256,
+        0,
+        &[Arg::U64(dx), Arg::U64(dout), Arg::I32(n as i32)],
+    )
+    .unwrap();
     let out: Vec<f32> = download(&memory, dout, n * 6);
     // CUDA's documented maximum errors (Programming Guide, "Mathematical Functions"): expf 2 ulp, rsqrtf 2 ulp,
     // erff 2 ulp, tanhf 2 ulp, logf 1 ulp, sqrtf and division correctly rounded. The simulator runs CUDA's own
@@ -188,13 +274,22 @@ fn expf_rsqrtf_erff_tanhf_match_within_a_few_ulp() {
         for k in 0..6 {
             let got = out[6 * i + k];
             let reference = exact[k] as f32;
-            let d = if got == 0.0 && reference.abs() < 1e-30 { 0 } else { ulps(got, reference) };
+            let d = if got == 0.0 && reference.abs() < 1e-30 {
+                0
+            } else {
+                ulps(got, reference)
+            };
             worst[k] = worst[k].max(d);
         }
     }
     let bounds = [3, 3, 3, 3, 2, 0];
     for k in 0..6 {
-        assert!(worst[k] <= bounds[k], "function {k}: {} ulp off (bound {}), worst over all inputs", worst[k], bounds[k]);
+        assert!(
+            worst[k] <= bounds[k],
+            "function {k}: {} ulp off (bound {}), worst over all inputs",
+            worst[k],
+            bounds[k]
+        );
     }
 }
 
@@ -203,17 +298,24 @@ fn integer_division_remainder_and_64_bit_indexing() {
     let Some(module) = module() else { return };
     let n = 1500usize;
     let mut r = rng(8);
-    let a: Vec<i64> = (0..n).map(|_| r.gen_range(-(1i64 << 40)..(1i64 << 40))).collect();
-    let b: Vec<i32> = (0..n).map(|_| loop {
-        let v = r.gen_range(-100_000..100_000);
-        if v != 0 {
-            break v;
-        }
-    })
-    .collect();
+    let a: Vec<i64> = (0..n)
+        .map(|_| r.gen_range(-(1i64 << 40)..(1i64 << 40)))
+        .collect();
+    let b: Vec<i32> = (0..n)
+        .map(|_| loop {
+            let v = r.gen_range(-100_000..100_000);
+            if v != 0 {
+                break v;
+            }
+        })
+        .collect();
     let mut memory = DeviceMemory::new();
     let (da, db) = (upload(&mut memory, &a), upload(&mut memory, &b));
-    let (dq, dr, du) = (memory.alloc(n * 8).unwrap(), memory.alloc(n * 4).unwrap(), memory.alloc(n * 4).unwrap());
+    let (dq, dr, du) = (
+        memory.alloc(n * 8).unwrap(),
+        memory.alloc(n * 4).unwrap(),
+        memory.alloc(n * 4).unwrap(),
+    );
     let args = [
         Arg::U64(da),
         Arg::U64(db),
@@ -223,7 +325,16 @@ fn integer_division_remainder_and_64_bit_indexing() {
         Arg::I64(n as i64),
         Arg::I64(1 << 33),
     ];
-    run(&module, "int_ops", &mut memory, n.div_ceil(128) as u32, 128, 0, &args).unwrap();
+    run(
+        &module,
+        "int_ops",
+        &mut memory,
+        n.div_ceil(128) as u32,
+        128,
+        0,
+        &args,
+    )
+    .unwrap();
     let q: Vec<i64> = download(&memory, dq, n);
     let rem: Vec<i32> = download(&memory, dr, n);
     let u: Vec<u32> = download(&memory, du, n);
@@ -231,6 +342,10 @@ fn integer_division_remainder_and_64_bit_indexing() {
         assert_eq!(q[i], a[i] / i64::from(b[i]), "q {i}");
         assert_eq!(rem[i], (a[i] as i32).wrapping_rem(b[i]), "r {i}");
         let x = a[i] as u32;
-        assert_eq!(u[i], (x / (b[i] as u32 | 1)) ^ (x % 7) ^ (x >> (i & 31)), "u {i}");
+        assert_eq!(
+            u[i],
+            (x / (b[i] as u32 | 1)) ^ (x % 7) ^ (x >> (i & 31)),
+            "u {i}"
+        );
     }
 }

@@ -66,7 +66,15 @@ fn space_name(space: Space, write: bool) -> &'static str {
 }
 
 impl Access<'_> {
-    fn out_of_bounds(&self, space: Space, write: bool, address: u64, bytes: usize, line: u32, detail: String) -> SimError {
+    fn out_of_bounds(
+        &self,
+        space: Space,
+        write: bool,
+        address: u64,
+        bytes: usize,
+        line: u32,
+        detail: String,
+    ) -> SimError {
         SimError::OutOfBounds {
             access: space_name(space, write),
             bytes: bytes as u32,
@@ -92,13 +100,24 @@ impl Access<'_> {
             detail: format!(
                 "this thread {} the byte that {other} {} since the last barrier",
                 if write { "writes" } else { "reads" },
-                if conflict.other_wrote { "wrote" } else { "read" }
+                if conflict.other_wrote {
+                    "wrote"
+                } else {
+                    "read"
+                }
             ),
         }
     }
 
-    fn check_alignment(&self, space: Space, write: bool, address: u64, bytes: usize, line: u32) -> SimResult<()> {
-        if address % bytes as u64 != 0 {
+    fn check_alignment(
+        &self,
+        space: Space,
+        write: bool,
+        address: u64,
+        bytes: usize,
+        line: u32,
+    ) -> SimResult<()> {
+        if !address.is_multiple_of(bytes as u64) {
             return Err(SimError::Misaligned {
                 access: space_name(space, write),
                 bytes: bytes as u32,
@@ -115,12 +134,19 @@ impl Access<'_> {
         let (space, address) = resolve(space, address);
         self.check_alignment(space, false, address, bytes, line)?;
         match space {
-            Space::Global | Space::Generic => self.memory.read(address, out, true).map_err(|fault| match fault {
-                Fault::OutOfBounds(detail) => self.out_of_bounds(space, false, address, bytes, line, detail),
-                Fault::Uninitialized => {
-                    SimError::UninitializedRead { address, site: self.at.site(self.thread, line) }
-                }
-            }),
+            Space::Global | Space::Generic => {
+                self.memory
+                    .read(address, out, true)
+                    .map_err(|fault| match fault {
+                        Fault::OutOfBounds(detail) => {
+                            self.out_of_bounds(space, false, address, bytes, line, detail)
+                        }
+                        Fault::Uninitialized => SimError::UninitializedRead {
+                            address,
+                            site: self.at.site(self.thread, line),
+                        },
+                    })
+            }
             Space::Shared => {
                 let offset = self.bounded(space, false, address, bytes, self.shared.len(), line)?;
                 self.races
@@ -147,10 +173,18 @@ impl Access<'_> {
         let (space, address) = resolve(space, address);
         self.check_alignment(space, true, address, bytes, line)?;
         match space {
-            Space::Global | Space::Generic => self.memory.write(address, data).map_err(|fault| match fault {
-                Fault::OutOfBounds(detail) => self.out_of_bounds(space, true, address, bytes, line, detail),
-                Fault::Uninitialized => self.out_of_bounds(space, true, address, bytes, line, String::new()),
-            }),
+            Space::Global | Space::Generic => {
+                self.memory
+                    .write(address, data)
+                    .map_err(|fault| match fault {
+                        Fault::OutOfBounds(detail) => {
+                            self.out_of_bounds(space, true, address, bytes, line, detail)
+                        }
+                        Fault::Uninitialized => {
+                            self.out_of_bounds(space, true, address, bytes, line, String::new())
+                        }
+                    })
+            }
             Space::Shared => {
                 let offset = self.bounded(space, true, address, bytes, self.shared.len(), line)?;
                 self.races
@@ -164,7 +198,14 @@ impl Access<'_> {
                 self.local[offset..offset + bytes].copy_from_slice(data);
                 Ok(())
             }
-            Space::Param => Err(self.out_of_bounds(space, true, address, bytes, line, "parameters are read-only".into())),
+            Space::Param => Err(self.out_of_bounds(
+                space,
+                true,
+                address,
+                bytes,
+                line,
+                "parameters are read-only".into(),
+            )),
         }
     }
 
@@ -196,18 +237,43 @@ impl Access<'_> {
                 self.store(Space::Global, address, &new[..bytes], line)?;
                 Ok(old)
             }
-            _ => Err(self.out_of_bounds(space, true, address, bytes, line, "atomics need global or shared memory".into())),
+            _ => Err(self.out_of_bounds(
+                space,
+                true,
+                address,
+                bytes,
+                line,
+                "atomics need global or shared memory".into(),
+            )),
         }
     }
 
-    fn bounded(&self, space: Space, write: bool, address: u64, bytes: usize, size: usize, line: u32) -> SimResult<usize> {
+    fn bounded(
+        &self,
+        space: Space,
+        write: bool,
+        address: u64,
+        bytes: usize,
+        size: usize,
+        line: u32,
+    ) -> SimResult<usize> {
         match address.checked_add(bytes as u64) {
             Some(end) if end <= size as u64 => Ok(address as usize),
-            _ => Err(self.out_of_bounds(space, write, address, bytes, line, format!("the {} is {size} bytes", match space {
-                Space::Shared => "block's shared memory",
-                Space::Local => "thread's local memory",
-                _ => "parameter buffer",
-            }))),
+            _ => Err(self.out_of_bounds(
+                space,
+                write,
+                address,
+                bytes,
+                line,
+                format!(
+                    "the {} is {size} bytes",
+                    match space {
+                        Space::Shared => "block's shared memory",
+                        Space::Local => "thread's local memory",
+                        _ => "parameter buffer",
+                    }
+                ),
+            )),
         }
     }
 }

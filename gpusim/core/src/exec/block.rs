@@ -36,7 +36,12 @@ pub(crate) struct Block<'k> {
 const WARP: usize = 32;
 
 impl<'k> Block<'k> {
-    pub fn new(kernel: &'k Kernel, grid: [u32; 3], block_dim: [u32; 3], shared_bytes: usize) -> Self {
+    pub fn new(
+        kernel: &'k Kernel,
+        grid: [u32; 3],
+        block_dim: [u32; 3],
+        shared_bytes: usize,
+    ) -> Self {
         let body = &kernel.body;
         let first_constant = SPECIAL_REGISTERS.len() + body.register_count as usize;
         let stride = first_constant + body.constants.len();
@@ -99,10 +104,19 @@ impl<'k> Block<'k> {
         self.races.barrier();
     }
 
-    pub fn run(&mut self, block: [u32; 3], memory: &mut DeviceMemory, params: &[u8]) -> SimResult<()> {
+    pub fn run(
+        &mut self,
+        block: [u32; 3],
+        memory: &mut DeviceMemory,
+        params: &[u8],
+    ) -> SimResult<()> {
         self.reset(block);
         let kernel: &'k Kernel = self.kernel;
-        let at = Where { kernel: &kernel.name, block, block_dim: self.block_dim };
+        let at = Where {
+            kernel: &kernel.name,
+            block,
+            block_dim: self.block_dim,
+        };
         let code = &kernel.body.code;
         loop {
             for t in 0..self.threads {
@@ -119,7 +133,13 @@ impl<'k> Block<'k> {
                     at,
                 };
                 let regs = &mut self.regs[t * self.stride..(t + 1) * self.stride];
-                self.status[t] = run(code, regs, &mut self.pcs[t], &mut access, &mut self.executed)?;
+                self.status[t] = run(
+                    code,
+                    regs,
+                    &mut self.pcs[t],
+                    &mut access,
+                    &mut self.executed,
+                )?;
             }
             if self.status.iter().all(|&s| s == Status::Exited) {
                 return Ok(());
@@ -136,7 +156,11 @@ impl<'k> Block<'k> {
     }
 
     fn line_at(&self, t: usize) -> u32 {
-        self.kernel.body.code.get(self.pcs[t] as usize).map_or(0, |i| i.line)
+        self.kernel
+            .body
+            .code
+            .get(self.pcs[t] as usize)
+            .map_or(0, |i| i.line)
     }
 
     fn reg(&self, t: usize, slot: u32) -> u64 {
@@ -162,7 +186,9 @@ impl<'k> Block<'k> {
                 if self.status[t] != Status::AtShuffle || done[t - warp_start] {
                     continue;
                 }
-                let Op::Shfl { mask, .. } = *self.op_at(t) else { continue };
+                let Op::Shfl { mask, .. } = *self.op_at(t) else {
+                    continue;
+                };
                 let member_mask = self.reg(t, mask) as u32;
                 let lane = t - warp_start;
                 if member_mask & (1 << lane) == 0 {
@@ -183,10 +209,8 @@ impl<'k> Block<'k> {
                     continue;
                 }
                 self.shuffle(at, warp_start, member_mask)?;
-                for l in 0..WARP {
-                    if member_mask & (1 << l) != 0 {
-                        done[l] = true;
-                    }
+                for (l, done) in done.iter_mut().enumerate() {
+                    *done |= member_mask & (1 << l) != 0;
                 }
                 progressed = true;
             }
@@ -196,7 +220,16 @@ impl<'k> Block<'k> {
 
     /// Executes the `shfl.sync` that the lanes of `member_mask` of the warp at `warp_start` all wait at.
     fn shuffle(&mut self, at: Where<'_>, warp_start: usize, member_mask: u32) -> SimResult<()> {
-        let Op::Shfl { mode, d, p, a, b, c, .. } = *self.op_at(warp_start + member_mask.trailing_zeros() as usize) else {
+        let Op::Shfl {
+            mode,
+            d,
+            p,
+            a,
+            b,
+            c,
+            ..
+        } = *self.op_at(warp_start + member_mask.trailing_zeros() as usize)
+        else {
             return Ok(());
         };
         let mut values = [0u64; WARP];
@@ -253,8 +286,12 @@ impl<'k> Block<'k> {
     }
 
     fn resolve_barrier(&mut self, at: Where<'_>) -> SimResult<()> {
-        let waiting: Vec<usize> = (0..self.threads).filter(|&t| self.status[t] == Status::AtBarrier).collect();
-        let others: Vec<usize> = (0..self.threads).filter(|&t| self.status[t] != Status::AtBarrier).collect();
+        let waiting: Vec<usize> = (0..self.threads)
+            .filter(|&t| self.status[t] == Status::AtBarrier)
+            .collect();
+        let others: Vec<usize> = (0..self.threads)
+            .filter(|&t| self.status[t] != Status::AtBarrier)
+            .collect();
         let Some(&first_other) = others.first() else {
             let expected = self.threads.div_ceil(WARP) * WARP;
             for &t in &waiting {
@@ -262,13 +299,19 @@ impl<'k> Block<'k> {
                     if self.reg(t, id) != 0 {
                         return Err(SimError::UnsupportedInstruction {
                             line: self.line_at(t),
-                            instruction: format!("bar.sync on barrier {} (only barrier 0 is simulated)", self.reg(t, id)),
+                            instruction: format!(
+                                "bar.sync on barrier {} (only barrier 0 is simulated)",
+                                self.reg(t, id)
+                            ),
                         });
                     }
                     if count != crate::ptx::ops::NONE && self.reg(t, count) as usize != expected {
                         return Err(SimError::UnsupportedInstruction {
                             line: self.line_at(t),
-                            instruction: format!("bar.sync with a thread count ({}) below the block's", self.reg(t, count)),
+                            instruction: format!(
+                                "bar.sync with a thread count ({}) below the block's",
+                                self.reg(t, count)
+                            ),
                         });
                     }
                 }
@@ -287,7 +330,11 @@ impl<'k> Block<'k> {
             .or_else(|| (0..self.threads).find(|&t| self.status[t] == Status::AtShuffle))
             .unwrap_or(first_other);
         let mut detail = format!("this thread {}", self.describe(stuck));
-        let blocker = if stuck == first_other { others.get(1).copied() } else { Some(first_other) };
+        let blocker = if stuck == first_other {
+            others.get(1).copied()
+        } else {
+            Some(first_other)
+        };
         if let Some(other) = blocker {
             let [x, y, z] = at.site(other, 0).thread;
             detail += &format!(", but thread ({x},{y},{z}) {}", self.describe(other));
@@ -300,6 +347,9 @@ impl<'k> Block<'k> {
             counts(Status::Exited),
             self.threads
         );
-        Err(SimError::Divergence { site: at.site(stuck, self.line_at(stuck)), detail })
+        Err(SimError::Divergence {
+            site: at.site(stuck, self.line_at(stuck)),
+            detail,
+        })
     }
 }

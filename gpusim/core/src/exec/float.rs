@@ -82,7 +82,15 @@ fn saturate64(x: f64) -> f64 {
 }
 
 /// PTX `min`/`max`: a NaN operand yields the other one; -0 is below +0.
-fn min_max<T: PartialOrd + Copy>(a: T, b: T, a_nan: bool, b_nan: bool, a_neg: bool, b_neg: bool, max: bool) -> T {
+fn min_max<T: PartialOrd + Copy>(
+    a: T,
+    b: T,
+    a_nan: bool,
+    b_nan: bool,
+    a_neg: bool,
+    b_neg: bool,
+    max: bool,
+) -> T {
     if a_nan {
         return b;
     }
@@ -100,14 +108,34 @@ fn min_max<T: PartialOrd + Copy>(a: T, b: T, a_nan: bool, b_nan: bool, a_neg: bo
 pub(crate) fn float_binary(op: FloatOp, ty: Ty, mods: FloatMods, a: u64, b: u64) -> u64 {
     if ty == Ty::F64 {
         let (a, b) = (f64::from_bits(a), f64::from_bits(b));
-        let (a, b) = if mods.ftz { (flush64(a), flush64(b)) } else { (a, b) };
+        let (a, b) = if mods.ftz {
+            (flush64(a), flush64(b))
+        } else {
+            (a, b)
+        };
         let mut r = match op {
             FloatOp::Add => a + b,
             FloatOp::Sub => a - b,
             FloatOp::Mul => a * b,
             FloatOp::Div => a / b,
-            FloatOp::Min => min_max(a, b, a.is_nan(), b.is_nan(), a.is_sign_negative(), b.is_sign_negative(), false),
-            FloatOp::Max => min_max(a, b, a.is_nan(), b.is_nan(), a.is_sign_negative(), b.is_sign_negative(), true),
+            FloatOp::Min => min_max(
+                a,
+                b,
+                a.is_nan(),
+                b.is_nan(),
+                a.is_sign_negative(),
+                b.is_sign_negative(),
+                false,
+            ),
+            FloatOp::Max => min_max(
+                a,
+                b,
+                a.is_nan(),
+                b.is_nan(),
+                a.is_sign_negative(),
+                b.is_sign_negative(),
+                true,
+            ),
             FloatOp::CopySign => b.copysign(a),
         };
         if mods.sat {
@@ -116,7 +144,11 @@ pub(crate) fn float_binary(op: FloatOp, ty: Ty, mods: FloatMods, a: u64, b: u64)
         return r.to_bits();
     }
     let (a, b) = (f32::from_bits(a as u32), f32::from_bits(b as u32));
-    let (a, b) = if mods.ftz { (flush32(a), flush32(b)) } else { (a, b) };
+    let (a, b) = if mods.ftz {
+        (flush32(a), flush32(b))
+    } else {
+        (a, b)
+    };
     let directed = matches!(mods.rnd, Rounding::Rz | Rounding::Rm | Rounding::Rp);
     let mut r = match op {
         FloatOp::Add if directed => {
@@ -136,11 +168,31 @@ pub(crate) fn float_binary(op: FloatOp, ty: Ty, mods: FloatMods, a: u64, b: u64)
             let q = a / b;
             // The sign of the exact remainder a - q·b tells which side of q the exact quotient lies.
             let residual = (-q).mul_add(b, a);
-            let err = if q.is_finite() && b != 0.0 { residual / b } else { 0.0 };
+            let err = if q.is_finite() && b != 0.0 {
+                residual / b
+            } else {
+                0.0
+            };
             round_f32(q, err, mods.rnd)
         }
-        FloatOp::Min => min_max(a, b, a.is_nan(), b.is_nan(), a.is_sign_negative(), b.is_sign_negative(), false),
-        FloatOp::Max => min_max(a, b, a.is_nan(), b.is_nan(), a.is_sign_negative(), b.is_sign_negative(), true),
+        FloatOp::Min => min_max(
+            a,
+            b,
+            a.is_nan(),
+            b.is_nan(),
+            a.is_sign_negative(),
+            b.is_sign_negative(),
+            false,
+        ),
+        FloatOp::Max => min_max(
+            a,
+            b,
+            a.is_nan(),
+            b.is_nan(),
+            a.is_sign_negative(),
+            b.is_sign_negative(),
+            true,
+        ),
         FloatOp::CopySign => b.copysign(a),
     };
     if mods.sat {
@@ -157,7 +209,11 @@ pub(crate) fn fma(ty: Ty, mods: FloatMods, a: u64, b: u64, c: u64) -> u64 {
         let r = f64::from_bits(a).mul_add(f64::from_bits(b), f64::from_bits(c));
         return if mods.sat { saturate64(r) } else { r }.to_bits();
     }
-    let (mut a, mut b, mut c) = (f32::from_bits(a as u32), f32::from_bits(b as u32), f32::from_bits(c as u32));
+    let (mut a, mut b, mut c) = (
+        f32::from_bits(a as u32),
+        f32::from_bits(b as u32),
+        f32::from_bits(c as u32),
+    );
     if mods.ftz {
         (a, b, c) = (flush32(a), flush32(b), flush32(c));
     }
@@ -322,7 +378,15 @@ fn store_float(x: f64, dst: Ty, rnd: Rounding, err: f64) -> u64 {
 
 /// `cvt` between any two types. Float → integer conversions saturate (NaN → 0), as PTX specifies; integer →
 /// integer conversions wrap unless `.sat`.
-pub(crate) fn cvt(dst: Ty, src: Ty, rnd: Rounding, int_rounding: bool, sat: bool, ftz: bool, a: u64) -> u64 {
+pub(crate) fn cvt(
+    dst: Ty,
+    src: Ty,
+    rnd: Rounding,
+    int_rounding: bool,
+    sat: bool,
+    ftz: bool,
+    a: u64,
+) -> u64 {
     match (src.is_float(), dst.is_float()) {
         (false, false) => {
             let v = int_value(a, src);

@@ -32,12 +32,19 @@ pub(crate) fn int_binary(op: IntOp, ty: Ty, a: u64, b: u64) -> u64 {
         IntOp::Sub => a.wrapping_sub(b) & mask,
         IntOp::MulLo => a.wrapping_mul(b) & mask,
         IntOp::MulHi => {
-            let product =
-                if signed { (i128::from(sa) * i128::from(sb)) as u128 } else { u128::from(ua) * u128::from(ub) };
+            let product = if signed {
+                (i128::from(sa) * i128::from(sb)) as u128
+            } else {
+                u128::from(ua) * u128::from(ub)
+            };
             (product >> bits) as u64 & mask
         }
         IntOp::MulWide => {
-            let wide_mask = if bits >= 32 { u64::MAX } else { (1u64 << (2 * bits)) - 1 };
+            let wide_mask = if bits >= 32 {
+                u64::MAX
+            } else {
+                (1u64 << (2 * bits)) - 1
+            };
             if signed {
                 sa.wrapping_mul(sb) as u64 & wide_mask
             } else {
@@ -139,7 +146,11 @@ pub(crate) fn bfe(ty: Ty, a: u64, b: u64, c: u64) -> u64 {
     };
     let mut d = 0u64;
     for i in 0..bits {
-        let bit = if i < len && pos + i <= msb { (a >> (pos + i)) & 1 != 0 } else { sign };
+        let bit = if i < len && pos + i <= msb {
+            (a >> (pos + i)) & 1 != 0
+        } else {
+            sign
+        };
         if bit {
             d |= 1 << i;
         }

@@ -32,7 +32,12 @@ pub const MAX_SHARED_BYTES_PER_BLOCK: u32 = 227 * 1024;
 /// Runs every block of `config.grid` of `kernel`. `params` is the packed parameter buffer laid out by
 /// [`Kernel::params`] (each value at its `offset`). Every check that fires is an error; memory written before the
 /// failure stays written, as on a GPU.
-pub fn launch(kernel: &Kernel, memory: &mut DeviceMemory, config: LaunchConfig, params: &[u8]) -> SimResult<()> {
+pub fn launch(
+    kernel: &Kernel,
+    memory: &mut DeviceMemory,
+    config: LaunchConfig,
+    params: &[u8],
+) -> SimResult<()> {
     launch_with_stats(kernel, memory, config, params).map(|_| ())
 }
 
@@ -43,16 +48,28 @@ pub fn launch_with_stats(
     config: LaunchConfig,
     params: &[u8],
 ) -> SimResult<LaunchStats> {
-    let invalid = |detail: String| SimError::InvalidLaunch { kernel: kernel.name.clone(), detail };
+    let invalid = |detail: String| SimError::InvalidLaunch {
+        kernel: kernel.name.clone(),
+        detail,
+    };
     let threads: u64 = config.block.iter().map(|&d| u64::from(d)).product();
     if config.grid.contains(&0) || config.block.contains(&0) {
-        return Err(invalid(format!("empty grid {:?} or block {:?}", config.grid, config.block)));
+        return Err(invalid(format!(
+            "empty grid {:?} or block {:?}",
+            config.grid, config.block
+        )));
     }
     if threads > u64::from(MAX_THREADS_PER_BLOCK) || config.block[2] > 64 {
-        return Err(invalid(format!("block {:?} exceeds the device's limits (1024 threads, z ≤ 64)", config.block)));
+        return Err(invalid(format!(
+            "block {:?} exceeds the device's limits (1024 threads, z ≤ 64)",
+            config.block
+        )));
     }
     if config.grid[1] > 65535 || config.grid[2] > 65535 {
-        return Err(invalid(format!("grid {:?} exceeds the device's limits (y, z ≤ 65535)", config.grid)));
+        return Err(invalid(format!(
+            "grid {:?} exceeds the device's limits (y, z ≤ 65535)",
+            config.grid
+        )));
     }
     if (params.len() as u64) < u64::from(kernel.params_bytes()) {
         return Err(invalid(format!(
@@ -68,7 +85,9 @@ pub fn launch_with_stats(
         u64::from(body.static_shared_bytes)
     };
     if shared_bytes > u64::from(MAX_SHARED_BYTES_PER_BLOCK) {
-        return Err(invalid(format!("{shared_bytes} bytes of shared memory per block exceed the device's 227 KiB")));
+        return Err(invalid(format!(
+            "{shared_bytes} bytes of shared memory per block exceed the device's 227 KiB"
+        )));
     }
     let mut block = block::Block::new(kernel, config.grid, config.block, shared_bytes as usize);
     for z in 0..config.grid[2] {
@@ -78,5 +97,7 @@ pub fn launch_with_stats(
             }
         }
     }
-    Ok(LaunchStats { instructions: block.executed })
+    Ok(LaunchStats {
+        instructions: block.executed,
+    })
 }

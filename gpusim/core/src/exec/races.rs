@@ -18,7 +18,13 @@ struct Cell {
     reader_line: u32,
 }
 
-const EMPTY: Cell = Cell { epoch: 0, writer: NOBODY, writer_line: 0, reader: NOBODY, reader_line: 0 };
+const EMPTY: Cell = Cell {
+    epoch: 0,
+    writer: NOBODY,
+    writer_line: 0,
+    reader: NOBODY,
+    reader_line: 0,
+};
 
 /// The other side of a race: the thread (linear id, or `None` for "several threads") and its PTX line.
 #[derive(Debug, Clone, Copy)]
@@ -36,7 +42,10 @@ pub(crate) struct RaceTracker {
 
 impl RaceTracker {
     pub fn new(bytes: usize) -> Self {
-        RaceTracker { epoch: 1, cells: vec![EMPTY; bytes] }
+        RaceTracker {
+            epoch: 1,
+            cells: vec![EMPTY; bytes],
+        }
     }
 
     /// A barrier (or a new block) orders everything before it.
@@ -57,7 +66,13 @@ impl RaceTracker {
         cell
     }
 
-    pub fn read(&mut self, offset: usize, len: usize, thread: u32, line: u32) -> Result<(), Conflict> {
+    pub fn read(
+        &mut self,
+        offset: usize,
+        len: usize,
+        thread: u32,
+        line: u32,
+    ) -> Result<(), Conflict> {
         for o in offset..offset + len {
             let cell = self.cell(o);
             if cell.writer != NOBODY && cell.writer != thread {
@@ -78,7 +93,13 @@ impl RaceTracker {
         Ok(())
     }
 
-    pub fn write(&mut self, offset: usize, len: usize, thread: u32, line: u32) -> Result<(), Conflict> {
+    pub fn write(
+        &mut self,
+        offset: usize,
+        len: usize,
+        thread: u32,
+        line: u32,
+    ) -> Result<(), Conflict> {
         for o in offset..offset + len {
             let cell = self.cell(o);
             if cell.writer != NOBODY && cell.writer != thread {
@@ -91,7 +112,12 @@ impl RaceTracker {
             }
             if cell.reader != NOBODY && cell.reader != thread {
                 let other_thread = (cell.reader != SEVERAL).then_some(cell.reader);
-                return Err(Conflict { offset: o as u64, other_thread, other_line: cell.reader_line, other_wrote: false });
+                return Err(Conflict {
+                    offset: o as u64,
+                    other_thread,
+                    other_line: cell.reader_line,
+                    other_wrote: false,
+                });
             }
             cell.writer = thread;
             cell.writer_line = line;

@@ -30,11 +30,19 @@ fn element(bytes: &[u8], i: usize, size: usize, ty: Ty) -> u64 {
 }
 
 /// Runs thread `regs`/`mem.thread` from `*pc`; returns why it stopped (pc left at the barrier or shuffle).
-pub(crate) fn run(code: &[Instr], regs: &mut [u64], pc: &mut u32, mem: &mut Access<'_>, executed: &mut u64) -> SimResult<Status> {
+pub(crate) fn run(
+    code: &[Instr],
+    regs: &mut [u64],
+    pc: &mut u32,
+    mem: &mut Access<'_>,
+    executed: &mut u64,
+) -> SimResult<Status> {
     let mut i = *pc as usize;
     let mut count = 0u64;
     let status = loop {
-        let Some(ins) = code.get(i) else { break Status::Exited };
+        let Some(ins) = code.get(i) else {
+            break Status::Exited;
+        };
         count += 1;
         if ins.guard != NONE && (regs[ins.guard as usize] != 0) == ins.guard_negated {
             i += 1;
@@ -47,13 +55,42 @@ pub(crate) fn run(code: &[Instr], regs: &mut [u64], pc: &mut u32, mem: &mut Acce
             Op::IntUnary { op, ty, d, a } => regs[d as usize] = int_unary(op, ty, r(a)),
             Op::Mad { op, ty, d, a, b, c } => {
                 let product = int_binary(op, ty, r(a), r(b));
-                let sum_ty = if op == IntOp::MulWide { crate::ptx::decode::wide(ty) } else { ty };
+                let sum_ty = if op == IntOp::MulWide {
+                    crate::ptx::decode::wide(ty)
+                } else {
+                    ty
+                };
                 regs[d as usize] = int_binary(IntOp::Add, sum_ty, product, r(c));
             }
-            Op::Float { op, ty, mods, d, a, b } => regs[d as usize] = float_binary(op, ty, mods, r(a), r(b)),
-            Op::FloatUnary { op, ty, mods, d, a } => regs[d as usize] = float_unary(op, ty, mods, r(a)),
-            Op::Fma { ty, mods, d, a, b, c } => regs[d as usize] = fma(ty, mods, r(a), r(b), r(c)),
-            Op::Setp { cmp, ty, ftz, d, d_not, a, b, combine } => {
+            Op::Float {
+                op,
+                ty,
+                mods,
+                d,
+                a,
+                b,
+            } => regs[d as usize] = float_binary(op, ty, mods, r(a), r(b)),
+            Op::FloatUnary { op, ty, mods, d, a } => {
+                regs[d as usize] = float_unary(op, ty, mods, r(a))
+            }
+            Op::Fma {
+                ty,
+                mods,
+                d,
+                a,
+                b,
+                c,
+            } => regs[d as usize] = fma(ty, mods, r(a), r(b), r(c)),
+            Op::Setp {
+                cmp,
+                ty,
+                ftz,
+                d,
+                d_not,
+                a,
+                b,
+                combine,
+            } => {
                 let t = compare(cmp, ty, ftz, r(a), r(b));
                 let (p, q) = match combine {
                     None => (t, !t),
@@ -72,11 +109,28 @@ pub(crate) fn run(code: &[Instr], regs: &mut [u64], pc: &mut u32, mem: &mut Acce
                     regs[d_not as usize] = u64::from(q);
                 }
             }
-            Op::Selp { d, a, b, p, mask } => regs[d as usize] = if r(p) != 0 { r(a) } else { r(b) } & mask,
-            Op::Cvt { dst, src, rnd, int_rounding, sat, ftz, d, a } => {
+            Op::Selp { d, a, b, p, mask } => {
+                regs[d as usize] = if r(p) != 0 { r(a) } else { r(b) } & mask
+            }
+            Op::Cvt {
+                dst,
+                src,
+                rnd,
+                int_rounding,
+                sat,
+                ftz,
+                d,
+                a,
+            } => {
                 regs[d as usize] = cvt(dst, src, rnd, int_rounding, sat, ftz, r(a));
             }
-            Op::Ld { space, ty, d, n, addr } => {
+            Op::Ld {
+                space,
+                ty,
+                d,
+                n,
+                addr,
+            } => {
                 let size = ty.bytes() as usize;
                 let n = usize::from(n);
                 let mut buf = [0u8; 32];
@@ -86,7 +140,13 @@ pub(crate) fn run(code: &[Instr], regs: &mut [u64], pc: &mut u32, mem: &mut Acce
                     regs[slot as usize] = element(&buf, k, size, ty);
                 }
             }
-            Op::St { space, ty, s, n, addr } => {
+            Op::St {
+                space,
+                ty,
+                s,
+                n,
+                addr,
+            } => {
                 let size = ty.bytes() as usize;
                 let n = usize::from(n);
                 let mut buf = [0u8; 32];
@@ -96,7 +156,13 @@ pub(crate) fn run(code: &[Instr], regs: &mut [u64], pc: &mut u32, mem: &mut Acce
                 let address = r(addr.base).wrapping_add(addr.offset as u64);
                 mem.store(space, address, &buf[..size * n], ins.line)?;
             }
-            Op::Cvta { space, to_generic, d, a, mask } => {
+            Op::Cvta {
+                space,
+                to_generic,
+                d,
+                a,
+                mask,
+            } => {
                 use crate::ptx::decode::{LOCAL_WINDOW, SHARED_WINDOW};
                 use crate::ptx::ops::Space;
                 let window = match space {
@@ -105,7 +171,11 @@ pub(crate) fn run(code: &[Instr], regs: &mut [u64], pc: &mut u32, mem: &mut Acce
                     _ => 0,
                 };
                 let v = r(a);
-                regs[d as usize] = if to_generic { v.wrapping_add(window) } else { v.wrapping_sub(window) } & mask;
+                regs[d as usize] = if to_generic {
+                    v.wrapping_add(window)
+                } else {
+                    v.wrapping_sub(window)
+                } & mask;
             }
             Op::Bra { target } => {
                 i = target as usize;
@@ -115,9 +185,18 @@ pub(crate) fn run(code: &[Instr], regs: &mut [u64], pc: &mut u32, mem: &mut Acce
             Op::Bar { .. } => break Status::AtBarrier,
             Op::Shfl { .. } => break Status::AtShuffle,
             Op::Nop => {}
-            Op::Pack { d, parts, n, part_bits } => {
+            Op::Pack {
+                d,
+                parts,
+                n,
+                part_bits,
+            } => {
                 let mut v = 0u64;
-                let part_mask = if part_bits >= 64 { u64::MAX } else { (1u64 << part_bits) - 1 };
+                let part_mask = if part_bits >= 64 {
+                    u64::MAX
+                } else {
+                    (1u64 << part_bits) - 1
+                };
                 for (k, &slot) in parts[..usize::from(n)].iter().enumerate() {
                     v |= (r(slot) & part_mask) << (k as u32 * u32::from(part_bits));
                 }
@@ -125,7 +204,11 @@ pub(crate) fn run(code: &[Instr], regs: &mut [u64], pc: &mut u32, mem: &mut Acce
             }
             Op::Unpack { d, n, part_bits, a } => {
                 let v = r(a);
-                let part_mask = if part_bits >= 64 { u64::MAX } else { (1u64 << part_bits) - 1 };
+                let part_mask = if part_bits >= 64 {
+                    u64::MAX
+                } else {
+                    (1u64 << part_bits) - 1
+                };
                 for (k, &slot) in d[..usize::from(n)].iter().enumerate() {
                     regs[slot as usize] = (v >> (k as u32 * u32::from(part_bits))) & part_mask;
                 }
@@ -134,10 +217,20 @@ pub(crate) fn run(code: &[Instr], regs: &mut [u64], pc: &mut u32, mem: &mut Acce
             Op::Lop3 { d, a, b, c, lut } => regs[d as usize] = lop3(r(a), r(b), r(c), lut),
             Op::Bfe { ty, d, a, b, c } => regs[d as usize] = bfe(ty, r(a), r(b), r(c)),
             Op::Testp { kind, ty, d, a } => regs[d as usize] = u64::from(testp(kind, ty, r(a))),
-            Op::Atom { space, op, ty, d, addr, b, c } => {
+            Op::Atom {
+                space,
+                op,
+                ty,
+                d,
+                addr,
+                b,
+                c,
+            } => {
                 let address = r(addr.base).wrapping_add(addr.offset as u64);
                 let (b, c) = (r(b), if c == NONE { 0 } else { r(c) });
-                let old = mem.atomic(space, address, ty.bytes() as usize, ins.line, |old| atomic_update(op, ty, old, b, c))?;
+                let old = mem.atomic(space, address, ty.bytes() as usize, ins.line, |old| {
+                    atomic_update(op, ty, old, b, c)
+                })?;
                 regs[d as usize] = old;
             }
         }
@@ -151,7 +244,9 @@ pub(crate) fn run(code: &[Instr], regs: &mut [u64], pc: &mut u32, mem: &mut Acce
 fn atomic_update(op: AtomOp, ty: Ty, old: u64, b: u64, c: u64) -> u64 {
     let mask = ty.mask();
     match op {
-        AtomOp::Add if ty == Ty::F32 => u64::from((f32::from_bits(old as u32) + f32::from_bits(b as u32)).to_bits()),
+        AtomOp::Add if ty == Ty::F32 => {
+            u64::from((f32::from_bits(old as u32) + f32::from_bits(b as u32)).to_bits())
+        }
         AtomOp::Add if ty == Ty::F64 => (f64::from_bits(old) + f64::from_bits(b)).to_bits(),
         AtomOp::Add => int_binary(IntOp::Add, ty, old, b),
         AtomOp::Min if ty.is_float() => {
@@ -163,15 +258,37 @@ fn atomic_update(op: AtomOp, ty: Ty, old: u64, b: u64, c: u64) -> u64 {
         AtomOp::Min => int_binary(IntOp::Min, ty, old, b),
         AtomOp::Max => int_binary(IntOp::Max, ty, old, b),
         AtomOp::Exch => b & mask,
-        AtomOp::Cas => if old & mask == b & mask { c & mask } else { old },
+        AtomOp::Cas => {
+            if old & mask == b & mask {
+                c & mask
+            } else {
+                old
+            }
+        }
         AtomOp::And => old & b & mask,
         AtomOp::Or => (old | b) & mask,
         AtomOp::Xor => (old ^ b) & mask,
-        AtomOp::Inc => if old & mask >= b & mask { 0 } else { (old + 1) & mask },
-        AtomOp::Dec => if old & mask == 0 || old & mask > b & mask { b & mask } else { (old - 1) & mask },
+        AtomOp::Inc => {
+            if old & mask >= b & mask {
+                0
+            } else {
+                (old + 1) & mask
+            }
+        }
+        AtomOp::Dec => {
+            if old & mask == 0 || old & mask > b & mask {
+                b & mask
+            } else {
+                (old - 1) & mask
+            }
+        }
     }
 }
 
 fn no_mods() -> crate::ptx::ops::FloatMods {
-    crate::ptx::ops::FloatMods { rnd: crate::ptx::ops::Rounding::Default, ftz: false, sat: false }
+    crate::ptx::ops::FloatMods {
+        rnd: crate::ptx::ops::Rounding::Default,
+        ftz: false,
+        sat: false,
+    }
 }

@@ -54,7 +54,11 @@ fn align_up(value: u32, align: u32) -> u32 {
 }
 
 /// Lays out the shared and local variables of `entry` (module-scope `.shared` first) and decodes its body.
-pub(crate) fn decode_entry(module: &RawModule, entry: &RawEntry, param_offsets: &[(String, u32)]) -> SimResult<DecodedBody> {
+pub(crate) fn decode_entry(
+    module: &RawModule,
+    entry: &RawEntry,
+    param_offsets: &[(String, u32)],
+) -> SimResult<DecodedBody> {
     let mut symbols = HashMap::new();
     for (i, name) in SPECIAL_REGISTERS.iter().enumerate() {
         symbols.insert(name.to_string(), Symbol::Register(i as Slot));
@@ -136,7 +140,10 @@ pub(crate) fn decode_entry(module: &RawModule, entry: &RawEntry, param_offsets: 
         match stmt {
             Stmt::Reg { ty, names, line } => {
                 if Ty::parse(ty.trim_start_matches('.')).is_none() {
-                    return Err(SimError::Parse { line: *line, message: format!("unknown register type `{ty}`") });
+                    return Err(SimError::Parse {
+                        line: *line,
+                        message: format!("unknown register type `{ty}`"),
+                    });
                 }
                 for (name, count) in names {
                     match count {
@@ -164,11 +171,17 @@ pub(crate) fn decode_entry(module: &RawModule, entry: &RawEntry, param_offsets: 
 }
 
 fn unsupported(raw: &RawInstr) -> SimError {
-    SimError::UnsupportedInstruction { line: raw.line, instruction: raw.opcode.clone() }
+    SimError::UnsupportedInstruction {
+        line: raw.line,
+        instruction: raw.opcode.clone(),
+    }
 }
 
 fn parse_err(raw: &RawInstr, message: impl Into<String>) -> SimError {
-    SimError::Parse { line: raw.line, message: format!("`{}`: {}", raw.opcode, message.into()) }
+    SimError::Parse {
+        line: raw.line,
+        message: format!("`{}`: {}", raw.opcode, message.into()),
+    }
 }
 
 fn rounding(mods: &[&str]) -> Rounding {
@@ -189,7 +202,11 @@ fn directed(rnd: Rounding) -> bool {
 }
 
 fn float_mods(mods: &[&str]) -> FloatMods {
-    FloatMods { rnd: rounding(mods), ftz: mods.contains(&"ftz"), sat: mods.contains(&"sat") }
+    FloatMods {
+        rnd: rounding(mods),
+        ftz: mods.contains(&"ftz"),
+        sat: mods.contains(&"sat"),
+    }
 }
 
 fn literal_bits(literal: &Literal, ty: Ty) -> u64 {
@@ -208,7 +225,8 @@ fn literal_bits(literal: &Literal, ty: Ty) -> u64 {
 
 impl Decoder<'_> {
     fn declare(&mut self, name: String) {
-        self.symbols.insert(name, Symbol::Register(self.next_register));
+        self.symbols
+            .insert(name, Symbol::Register(self.next_register));
         self.next_register += 1;
     }
 
@@ -229,13 +247,19 @@ impl Decoder<'_> {
         if self.unsupported_symbols.iter().any(|s| s == name) {
             return Err(SimError::UnsupportedInstruction {
                 line: raw.line,
-                instruction: format!("{} (module-scope .global/.const variable `{name}`)", raw.opcode),
+                instruction: format!(
+                    "{} (module-scope .global/.const variable `{name}`)",
+                    raw.opcode
+                ),
             });
         }
         if name.starts_with('%') {
             return Err(SimError::UnsupportedInstruction {
                 line: raw.line,
-                instruction: format!("{} (register `{name}` undeclared or an unsupported special register)", raw.opcode),
+                instruction: format!(
+                    "{} (register `{name}` undeclared or an unsupported special register)",
+                    raw.opcode
+                ),
             });
         }
         Err(parse_err(raw, format!("unknown name `{name}`")))
@@ -250,7 +274,10 @@ impl Decoder<'_> {
                 Symbol::Address(value) => Ok(self.constant(value)),
             },
             Operand::Imm(literal) => Ok(self.constant(literal_bits(literal, ty))),
-            other => Err(parse_err(raw, format!("expected a register or an immediate, found {other:?}"))),
+            other => Err(parse_err(
+                raw,
+                format!("expected a register or an immediate, found {other:?}"),
+            )),
         }
     }
 
@@ -262,13 +289,19 @@ impl Decoder<'_> {
                 Symbol::Register(slot) if slot >= SPECIAL_REGISTERS.len() as Slot => Ok(slot),
                 _ => Err(parse_err(raw, format!("`{name}` cannot be written"))),
             },
-            other => Err(parse_err(raw, format!("expected a destination register, found {other:?}"))),
+            other => Err(parse_err(
+                raw,
+                format!("expected a destination register, found {other:?}"),
+            )),
         }
     }
 
     fn addr(&mut self, raw: &RawInstr, operand: &Operand) -> SimResult<Addr> {
         let Operand::Address { base, offset } = operand else {
-            return Err(parse_err(raw, format!("expected an address, found {operand:?}")));
+            return Err(parse_err(
+                raw,
+                format!("expected an address, found {operand:?}"),
+            ));
         };
         let base = match base {
             None => self.constant(0),
@@ -277,14 +310,20 @@ impl Decoder<'_> {
                 Symbol::Address(value) => self.constant(value),
             },
         };
-        Ok(Addr { base, offset: *offset })
+        Ok(Addr {
+            base,
+            offset: *offset,
+        })
     }
 
     fn operands<'r>(&self, raw: &'r RawInstr, n: usize) -> SimResult<&'r [Operand]> {
         if raw.operands.len() == n {
             Ok(&raw.operands)
         } else {
-            Err(parse_err(raw, format!("expected {n} operands, found {}", raw.operands.len())))
+            Err(parse_err(
+                raw,
+                format!("expected {n} operands, found {}", raw.operands.len()),
+            ))
         }
     }
 
@@ -293,11 +332,18 @@ impl Decoder<'_> {
             None => (NONE, false),
             Some((name, negated)) => match self.symbol(raw, name)? {
                 Symbol::Register(slot) => (slot, *negated),
-                Symbol::Address(..) => return Err(parse_err(raw, format!("guard `{name}` is not a predicate"))),
+                Symbol::Address(..) => {
+                    return Err(parse_err(raw, format!("guard `{name}` is not a predicate")))
+                }
             },
         };
         let op = self.op(raw)?;
-        Ok(Instr { op, guard, guard_negated, line: raw.line })
+        Ok(Instr {
+            op,
+            guard,
+            guard_negated,
+            line: raw.line,
+        })
     }
 
     fn op(&mut self, raw: &RawInstr) -> SimResult<Op> {
@@ -309,24 +355,43 @@ impl Decoder<'_> {
         Ok(match base {
             "mov" => {
                 let ty = need_ty()?;
-                let [d, a] = self.operands(raw, 2)? else { unreachable!() };
+                let [d, a] = self.operands(raw, 2)? else {
+                    unreachable!()
+                };
                 match (d, a) {
                     (Operand::Vector(ds), _) => {
                         let a = self.src(raw, a, ty)?;
                         let (d, n) = self.slots4(raw, ds, true, ty)?;
-                        Op::Unpack { d, n, part_bits: (ty.bits() / u32::from(n)) as u8, a }
+                        Op::Unpack {
+                            d,
+                            n,
+                            part_bits: (ty.bits() / u32::from(n)) as u8,
+                            a,
+                        }
                     }
                     (_, Operand::Vector(parts)) => {
                         let d = self.dst(raw, d)?;
                         let (parts, n) = self.slots4(raw, parts, false, ty)?;
-                        Op::Pack { d, parts, n, part_bits: (ty.bits() / u32::from(n)) as u8 }
+                        Op::Pack {
+                            d,
+                            parts,
+                            n,
+                            part_bits: (ty.bits() / u32::from(n)) as u8,
+                        }
                     }
-                    _ => Op::Mov { d: self.dst(raw, d)?, a: self.src(raw, a, ty)?, mask: ty.mask() },
+                    _ => Op::Mov {
+                        d: self.dst(raw, d)?,
+                        a: self.src(raw, a, ty)?,
+                        mask: ty.mask(),
+                    },
                 }
             }
-            "add" | "sub" | "mul" | "div" | "rem" | "min" | "max" | "and" | "or" | "xor" | "shl" | "shr" | "copysign" => {
+            "add" | "sub" | "mul" | "div" | "rem" | "min" | "max" | "and" | "or" | "xor"
+            | "shl" | "shr" | "copysign" => {
                 let ty = need_ty()?;
-                let [d, a, b] = self.operands(raw, 3)? else { unreachable!() };
+                let [d, a, b] = self.operands(raw, 3)? else {
+                    unreachable!()
+                };
                 if ty.is_float() {
                     if !matches!(ty, Ty::F32 | Ty::F64) || mods.contains(&"f16x2") {
                         return Err(unsupported(raw));
@@ -348,8 +413,19 @@ impl Decoder<'_> {
                     if ty == Ty::F64 && directed(mods.rnd) {
                         return Err(unsupported(raw));
                     }
-                    let (d, a, b) = (self.dst(raw, d)?, self.src(raw, a, ty)?, self.src(raw, b, ty)?);
-                    Op::Float { op, ty, mods, d, a, b }
+                    let (d, a, b) = (
+                        self.dst(raw, d)?,
+                        self.src(raw, a, ty)?,
+                        self.src(raw, b, ty)?,
+                    );
+                    Op::Float {
+                        op,
+                        ty,
+                        mods,
+                        d,
+                        a,
+                        b,
+                    }
                 } else {
                     if mods.contains(&"sat") || mods.contains(&"cc") {
                         return Err(unsupported(raw));
@@ -371,14 +447,24 @@ impl Decoder<'_> {
                         "shr" => IntOp::Shr,
                         _ => return Err(unsupported(raw)),
                     };
-                    let b_ty = if matches!(op, IntOp::Shl | IntOp::Shr) { Ty::U32 } else { ty };
-                    let (d, a, b) = (self.dst(raw, d)?, self.src(raw, a, ty)?, self.src(raw, b, b_ty)?);
+                    let b_ty = if matches!(op, IntOp::Shl | IntOp::Shr) {
+                        Ty::U32
+                    } else {
+                        ty
+                    };
+                    let (d, a, b) = (
+                        self.dst(raw, d)?,
+                        self.src(raw, a, ty)?,
+                        self.src(raw, b, b_ty)?,
+                    );
                     Op::Int { op, ty, d, a, b }
                 }
             }
             "mad" | "fma" => {
                 let ty = need_ty()?;
-                let [d, a, b, c] = self.operands(raw, 4)? else { unreachable!() };
+                let [d, a, b, c] = self.operands(raw, 4)? else {
+                    unreachable!()
+                };
                 if ty.is_float() {
                     if !matches!(ty, Ty::F32 | Ty::F64) {
                         return Err(unsupported(raw));
@@ -387,9 +473,20 @@ impl Decoder<'_> {
                     if ty == Ty::F64 && directed(mods.rnd) {
                         return Err(unsupported(raw));
                     }
-                    let (d, a, b, c) =
-                        (self.dst(raw, d)?, self.src(raw, a, ty)?, self.src(raw, b, ty)?, self.src(raw, c, ty)?);
-                    Op::Fma { ty, mods, d, a, b, c }
+                    let (d, a, b, c) = (
+                        self.dst(raw, d)?,
+                        self.src(raw, a, ty)?,
+                        self.src(raw, b, ty)?,
+                        self.src(raw, c, ty)?,
+                    );
+                    Op::Fma {
+                        ty,
+                        mods,
+                        d,
+                        a,
+                        b,
+                        c,
+                    }
                 } else {
                     if base == "fma" || mods.contains(&"sat") || mods.contains(&"cc") {
                         return Err(unsupported(raw));
@@ -402,14 +499,20 @@ impl Decoder<'_> {
                         IntOp::MulLo
                     };
                     let c_ty = if op == IntOp::MulWide { wide(ty) } else { ty };
-                    let (d, a, b, c) =
-                        (self.dst(raw, d)?, self.src(raw, a, ty)?, self.src(raw, b, ty)?, self.src(raw, c, c_ty)?);
+                    let (d, a, b, c) = (
+                        self.dst(raw, d)?,
+                        self.src(raw, a, ty)?,
+                        self.src(raw, b, ty)?,
+                        self.src(raw, c, c_ty)?,
+                    );
                     Op::Mad { op, ty, d, a, b, c }
                 }
             }
             "neg" | "abs" | "not" | "popc" | "clz" | "brev" | "cnot" => {
                 let ty = need_ty()?;
-                let [d, a] = self.operands(raw, 2)? else { unreachable!() };
+                let [d, a] = self.operands(raw, 2)? else {
+                    unreachable!()
+                };
                 let (d, a) = (self.dst(raw, d)?, self.src(raw, a, ty)?);
                 if ty.is_float() {
                     let op = match base {
@@ -420,7 +523,13 @@ impl Decoder<'_> {
                     if !matches!(ty, Ty::F32 | Ty::F64) {
                         return Err(unsupported(raw));
                     }
-                    Op::FloatUnary { op, ty, mods: float_mods(mods), d, a }
+                    Op::FloatUnary {
+                        op,
+                        ty,
+                        mods: float_mods(mods),
+                        d,
+                        a,
+                    }
                 } else {
                     let op = match base {
                         "neg" => IntUnOp::Neg,
@@ -453,31 +562,57 @@ impl Decoder<'_> {
                 if directed(mods.rnd) {
                     return Err(unsupported(raw));
                 }
-                let [d, a] = self.operands(raw, 2)? else { unreachable!() };
+                let [d, a] = self.operands(raw, 2)? else {
+                    unreachable!()
+                };
                 let (d, a) = (self.dst(raw, d)?, self.src(raw, a, ty)?);
                 Op::FloatUnary { op, ty, mods, d, a }
             }
             "setp" => self.setp(raw, mods, need_ty()?)?,
             "selp" => {
                 let ty = need_ty()?;
-                let [d, a, b, p] = self.operands(raw, 4)? else { unreachable!() };
-                let (d, a, b, p) =
-                    (self.dst(raw, d)?, self.src(raw, a, ty)?, self.src(raw, b, ty)?, self.src(raw, p, Ty::Pred)?);
-                Op::Selp { d, a, b, p, mask: ty.mask() }
+                let [d, a, b, p] = self.operands(raw, 4)? else {
+                    unreachable!()
+                };
+                let (d, a, b, p) = (
+                    self.dst(raw, d)?,
+                    self.src(raw, a, ty)?,
+                    self.src(raw, b, ty)?,
+                    self.src(raw, p, Ty::Pred)?,
+                );
+                Op::Selp {
+                    d,
+                    a,
+                    b,
+                    p,
+                    mask: ty.mask(),
+                }
             }
             "cvt" => {
                 let types: Vec<Ty> = mods.iter().filter_map(|m| Ty::parse(m)).collect();
-                let [dst_ty, src_ty] = types[..] else { return Err(unsupported(raw)) };
-                if mods.iter().any(|m| m.ends_with("x2") || *m == "relu" || *m == "satfinite") {
+                let [dst_ty, src_ty] = types[..] else {
+                    return Err(unsupported(raw));
+                };
+                if mods
+                    .iter()
+                    .any(|m| m.ends_with("x2") || *m == "relu" || *m == "satfinite")
+                {
                     return Err(unsupported(raw));
                 }
-                let [d, a] = self.operands(raw, 2)? else { unreachable!() };
+                let [d, a] = self.operands(raw, 2)? else {
+                    unreachable!()
+                };
                 let (d, a) = (self.dst(raw, d)?, self.src(raw, a, src_ty)?);
-                let int_rounding = mods.iter().any(|m| matches!(*m, "rni" | "rzi" | "rmi" | "rpi"));
+                let int_rounding = mods
+                    .iter()
+                    .any(|m| matches!(*m, "rni" | "rzi" | "rmi" | "rpi"));
                 // Directed rounding into a half type or from a 64-bit integer is not simulated exactly.
                 let rnd = rounding(mods);
                 let wide_int = matches!(src_ty, Ty::U64 | Ty::S64) && dst_ty.is_float();
-                if !int_rounding && directed(rnd) && (matches!(dst_ty, Ty::F16 | Ty::Bf16) || wide_int && dst_ty == Ty::F64) {
+                if !int_rounding
+                    && directed(rnd)
+                    && (matches!(dst_ty, Ty::F16 | Ty::Bf16) || wide_int && dst_ty == Ty::F64)
+                {
                     return Err(unsupported(raw));
                 }
                 Op::Cvt {
@@ -498,20 +633,35 @@ impl Decoder<'_> {
                     Some(s @ (Space::Global | Space::Shared | Space::Local | Space::Param)) => s,
                     _ => return Err(unsupported(raw)),
                 };
-                let [d, a] = self.operands(raw, 2)? else { unreachable!() };
+                let [d, a] = self.operands(raw, 2)? else {
+                    unreachable!()
+                };
                 let (d, a) = (self.dst(raw, d)?, self.src(raw, a, ty)?);
-                Op::Cvta { space, to_generic: !mods.contains(&"to"), d, a, mask: ty.mask() }
+                Op::Cvta {
+                    space,
+                    to_generic: !mods.contains(&"to"),
+                    d,
+                    a,
+                    mask: ty.mask(),
+                }
             }
             "bra" => {
                 let [Operand::Name(label)] = self.operands(raw, 1)? else {
                     return Err(parse_err(raw, "expected a label"));
                 };
-                let target = *self.labels.get(label).ok_or_else(|| parse_err(raw, format!("unknown label `{label}`")))?;
+                let target = *self
+                    .labels
+                    .get(label)
+                    .ok_or_else(|| parse_err(raw, format!("unknown label `{label}`")))?;
                 Op::Bra { target }
             }
             "ret" | "exit" => Op::Exit,
             "bar" | "barrier" if mods.contains(&"warp") => Op::Nop,
-            "bar" | "barrier" if mods.first().is_none_or(|m| *m == "sync" || *m == "cta" || *m == "aligned") => {
+            "bar" | "barrier"
+                if mods
+                    .first()
+                    .is_none_or(|m| *m == "sync" || *m == "cta" || *m == "aligned") =>
+            {
                 if mods.iter().any(|m| matches!(*m, "arrive" | "red")) {
                     return Err(unsupported(raw));
                 }
@@ -534,7 +684,9 @@ impl Decoder<'_> {
                     ["sync", "idx", "b32"] => ShuffleMode::Idx,
                     _ => return Err(unsupported(raw)),
                 };
-                let [d, a, b, c, mask] = self.operands(raw, 5)? else { unreachable!() };
+                let [d, a, b, c, mask] = self.operands(raw, 5)? else {
+                    unreachable!()
+                };
                 let (d, p) = match d {
                     Operand::Pair(d, p) => (
                         self.dst(raw, &Operand::Name(d.clone()))?,
@@ -548,15 +700,29 @@ impl Decoder<'_> {
                     self.src(raw, c, Ty::B32)?,
                     self.src(raw, mask, Ty::B32)?,
                 );
-                Op::Shfl { mode, d, p, a, b, c, mask }
+                Op::Shfl {
+                    mode,
+                    d,
+                    p,
+                    a,
+                    b,
+                    c,
+                    mask,
+                }
             }
             "prmt" => {
                 if mods != ["b32"] {
                     return Err(unsupported(raw));
                 }
-                let [d, a, b, c] = self.operands(raw, 4)? else { unreachable!() };
-                let (d, a, b, c) =
-                    (self.dst(raw, d)?, self.src(raw, a, Ty::B32)?, self.src(raw, b, Ty::B32)?, self.src(raw, c, Ty::B32)?);
+                let [d, a, b, c] = self.operands(raw, 4)? else {
+                    unreachable!()
+                };
+                let (d, a, b, c) = (
+                    self.dst(raw, d)?,
+                    self.src(raw, a, Ty::B32)?,
+                    self.src(raw, b, Ty::B32)?,
+                    self.src(raw, c, Ty::B32)?,
+                );
                 Op::Prmt { d, a, b, c }
             }
             "lop3" => {
@@ -564,15 +730,25 @@ impl Decoder<'_> {
                     return Err(parse_err(raw, "expected `d, a, b, c, lut`"));
                 };
                 let lut = *lut as u8;
-                let (d, a, b, c) =
-                    (self.dst(raw, d)?, self.src(raw, a, Ty::B32)?, self.src(raw, b, Ty::B32)?, self.src(raw, c, Ty::B32)?);
+                let (d, a, b, c) = (
+                    self.dst(raw, d)?,
+                    self.src(raw, a, Ty::B32)?,
+                    self.src(raw, b, Ty::B32)?,
+                    self.src(raw, c, Ty::B32)?,
+                );
                 Op::Lop3 { d, a, b, c, lut }
             }
             "bfe" => {
                 let ty = need_ty()?;
-                let [d, a, b, c] = self.operands(raw, 4)? else { unreachable!() };
-                let (d, a, b, c) =
-                    (self.dst(raw, d)?, self.src(raw, a, ty)?, self.src(raw, b, Ty::U32)?, self.src(raw, c, Ty::U32)?);
+                let [d, a, b, c] = self.operands(raw, 4)? else {
+                    unreachable!()
+                };
+                let (d, a, b, c) = (
+                    self.dst(raw, d)?,
+                    self.src(raw, a, ty)?,
+                    self.src(raw, b, Ty::U32)?,
+                    self.src(raw, c, Ty::U32)?,
+                );
                 Op::Bfe { ty, d, a, b, c }
             }
             "atom" | "red" => self.atom(raw, base == "red", mods, need_ty()?)?,
@@ -587,7 +763,9 @@ impl Decoder<'_> {
                     Some("subnormal") => TestKind::Subnormal,
                     _ => return Err(unsupported(raw)),
                 };
-                let [d, a] = self.operands(raw, 2)? else { unreachable!() };
+                let [d, a] = self.operands(raw, 2)? else {
+                    unreachable!()
+                };
                 let (d, a) = (self.dst(raw, d)?, self.src(raw, a, ty)?);
                 Op::Testp { kind, ty, d, a }
             }
@@ -596,13 +774,23 @@ impl Decoder<'_> {
     }
 
     /// Up to four register slots of a vector operand (`{%f1, %f2}`); `_` elements write to the sink.
-    fn slots4(&mut self, raw: &RawInstr, items: &[Operand], dst: bool, ty: Ty) -> SimResult<([Slot; 4], u8)> {
+    fn slots4(
+        &mut self,
+        raw: &RawInstr,
+        items: &[Operand],
+        dst: bool,
+        ty: Ty,
+    ) -> SimResult<([Slot; 4], u8)> {
         if items.is_empty() || items.len() > 4 {
             return Err(parse_err(raw, "a vector operand has 1 to 4 elements"));
         }
         let mut slots = [NONE; 4];
         for (slot, item) in slots.iter_mut().zip(items) {
-            *slot = if dst { self.dst(raw, item)? } else { self.src(raw, item, ty)? };
+            *slot = if dst {
+                self.dst(raw, item)?
+            } else {
+                self.src(raw, item, ty)?
+            };
         }
         Ok((slots, items.len() as u8))
     }
@@ -637,28 +825,63 @@ impl Decoder<'_> {
         let n = if bool_op.is_some() { 4 } else { 3 };
         let operands = self.operands(raw, n)?;
         let (d, d_not) = match &operands[0] {
-            Operand::Pair(d, q) => {
-                (self.dst(raw, &Operand::Name(d.clone()))?, self.dst(raw, &Operand::Name(q.clone()))?)
-            }
+            Operand::Pair(d, q) => (
+                self.dst(raw, &Operand::Name(d.clone()))?,
+                self.dst(raw, &Operand::Name(q.clone()))?,
+            ),
             d => (self.dst(raw, d)?, NONE),
         };
-        let (a, b) = (self.src(raw, &operands[1], ty)?, self.src(raw, &operands[2], ty)?);
+        let (a, b) = (
+            self.src(raw, &operands[1], ty)?,
+            self.src(raw, &operands[2], ty)?,
+        );
         let combine = match bool_op {
             None => None,
             Some(op) => Some(match &operands[3] {
-                Operand::Not(name) => (op, self.src(raw, &Operand::Name(name.clone()), Ty::Pred)?, true),
+                Operand::Not(name) => (
+                    op,
+                    self.src(raw, &Operand::Name(name.clone()), Ty::Pred)?,
+                    true,
+                ),
                 c => (op, self.src(raw, c, Ty::Pred)?, false),
             }),
         };
-        Ok(Op::Setp { cmp, ty, ftz: mods.contains(&"ftz"), d, d_not, a, b, combine })
+        Ok(Op::Setp {
+            cmp,
+            ty,
+            ftz: mods.contains(&"ftz"),
+            d,
+            d_not,
+            a,
+            b,
+            combine,
+        })
     }
 
     fn load_store(&mut self, raw: &RawInstr, store: bool, mods: &[&str], ty: Ty) -> SimResult<Op> {
         for m in mods {
             let known = matches!(
                 *m,
-                "global" | "shared" | "local" | "param" | "nc" | "ca" | "cg" | "cs" | "lu" | "cv" | "wb" | "wt"
-                    | "v2" | "v4" | "volatile" | "relaxed" | "weak" | "cta" | "gpu" | "sys"
+                "global"
+                    | "shared"
+                    | "local"
+                    | "param"
+                    | "nc"
+                    | "ca"
+                    | "cg"
+                    | "cs"
+                    | "lu"
+                    | "cv"
+                    | "wb"
+                    | "wt"
+                    | "v2"
+                    | "v4"
+                    | "volatile"
+                    | "relaxed"
+                    | "weak"
+                    | "cta"
+                    | "gpu"
+                    | "sys"
             ) || m.starts_with("L1::")
                 || m.starts_with("L2::")
                 || Ty::parse(m).is_some();
@@ -677,19 +900,47 @@ impl Decoder<'_> {
         } else {
             1
         };
-        let [first, second] = self.operands(raw, 2)? else { unreachable!() };
-        let (value, address) = if store { (second, first) } else { (first, second) };
+        let [first, second] = self.operands(raw, 2)? else {
+            unreachable!()
+        };
+        let (value, address) = if store {
+            (second, first)
+        } else {
+            (first, second)
+        };
         let addr = self.addr(raw, address)?;
         let slots = match value {
-            Operand::Vector(items) if items.len() == usize::from(n) => self.slots4(raw, items, !store, ty)?.0,
+            Operand::Vector(items) if items.len() == usize::from(n) => {
+                self.slots4(raw, items, !store, ty)?.0
+            }
             Operand::Vector(_) => return Err(parse_err(raw, "vector operand of the wrong length")),
             v if n == 1 => {
-                let slot = if store { self.src(raw, v, ty)? } else { self.dst(raw, v)? };
+                let slot = if store {
+                    self.src(raw, v, ty)?
+                } else {
+                    self.dst(raw, v)?
+                };
                 [slot, NONE, NONE, NONE]
             }
             _ => return Err(parse_err(raw, "a vector access needs a vector operand")),
         };
-        Ok(if store { Op::St { space, ty, s: slots, n, addr } } else { Op::Ld { space, ty, d: slots, n, addr } })
+        Ok(if store {
+            Op::St {
+                space,
+                ty,
+                s: slots,
+                n,
+                addr,
+            }
+        } else {
+            Op::Ld {
+                space,
+                ty,
+                d: slots,
+                n,
+                addr,
+            }
+        })
     }
 
     fn atom(&mut self, raw: &RawInstr, reduction: bool, mods: &[&str], ty: Ty) -> SimResult<Op> {
@@ -712,24 +963,43 @@ impl Decoder<'_> {
                 })
             })
             .ok_or_else(|| unsupported(raw))?;
-        if matches!(ty, Ty::F16 | Ty::Bf16) || mods.iter().any(|m| m.starts_with('v') && m.len() == 2) {
+        if matches!(ty, Ty::F16 | Ty::Bf16)
+            || mods.iter().any(|m| m.starts_with('v') && m.len() == 2)
+        {
             return Err(unsupported(raw));
         }
         let o = &raw.operands;
         let (d, rest) = if reduction {
             (self.sink, &o[..])
         } else {
-            let Some(d) = o.first() else { return Err(parse_err(raw, "missing operands")) };
+            let Some(d) = o.first() else {
+                return Err(parse_err(raw, "missing operands"));
+            };
             (self.dst(raw, d)?, &o[1..])
         };
         let expected = if op == AtomOp::Cas { 3 } else { 2 };
         if rest.len() != expected {
-            return Err(parse_err(raw, format!("expected {} operands", expected + usize::from(!reduction))));
+            return Err(parse_err(
+                raw,
+                format!("expected {} operands", expected + usize::from(!reduction)),
+            ));
         }
         let addr = self.addr(raw, &rest[0])?;
         let b = self.src(raw, &rest[1], ty)?;
-        let c = if op == AtomOp::Cas { self.src(raw, &rest[2], ty)? } else { NONE };
-        Ok(Op::Atom { space, op, ty, d, addr, b, c })
+        let c = if op == AtomOp::Cas {
+            self.src(raw, &rest[2], ty)?
+        } else {
+            NONE
+        };
+        Ok(Op::Atom {
+            space,
+            op,
+            ty,
+            d,
+            addr,
+            b,
+            c,
+        })
     }
 }
 

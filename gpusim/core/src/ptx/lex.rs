@@ -49,7 +49,10 @@ pub(crate) fn tokenize(text: &str) -> SimResult<Vec<Token>> {
             i += 2;
             loop {
                 if i + 1 >= bytes.len() {
-                    return Err(SimError::Parse { line: start_line, message: "unterminated comment".into() });
+                    return Err(SimError::Parse {
+                        line: start_line,
+                        message: "unterminated comment".into(),
+                    });
                 }
                 if bytes[i] == b'*' && bytes[i + 1] == b'/' {
                     i += 2;
@@ -67,9 +70,15 @@ pub(crate) fn tokenize(text: &str) -> SimResult<Vec<Token>> {
                 i += 1;
             }
             if i >= bytes.len() || bytes[i] != b'"' {
-                return Err(SimError::Parse { line, message: "unterminated string".into() });
+                return Err(SimError::Parse {
+                    line,
+                    message: "unterminated string".into(),
+                });
             }
-            tokens.push(Token { tok: Tok::Str(text[start..i].to_string()), line });
+            tokens.push(Token {
+                tok: Tok::Str(text[start..i].to_string()),
+                line,
+            });
             i += 1;
         } else if is_word_start(c) {
             let start = i;
@@ -77,19 +86,33 @@ pub(crate) fn tokenize(text: &str) -> SimResult<Vec<Token>> {
             while i < bytes.len() && is_word_char(bytes[i]) {
                 i += 1;
             }
-            tokens.push(Token { tok: Tok::Word(text[start..i].to_string()), line });
+            tokens.push(Token {
+                tok: Tok::Word(text[start..i].to_string()),
+                line,
+            });
         } else if c.is_ascii_digit() {
             let start = i;
             i += 1;
-            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'.' || bytes[i] == b'_') {
+            while i < bytes.len()
+                && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'.' || bytes[i] == b'_')
+            {
                 i += 1;
             }
-            tokens.push(Token { tok: Tok::Number(text[start..i].to_string()), line });
+            tokens.push(Token {
+                tok: Tok::Number(text[start..i].to_string()),
+                line,
+            });
         } else if b",;{}[]()+-<>@!|:=".contains(&c) {
-            tokens.push(Token { tok: Tok::Punct(c as char), line });
+            tokens.push(Token {
+                tok: Tok::Punct(c as char),
+                line,
+            });
             i += 1;
         } else {
-            return Err(SimError::Parse { line, message: format!("unexpected character `{}`", c as char) });
+            return Err(SimError::Parse {
+                line,
+                message: format!("unexpected character `{}`", c as char),
+            });
         }
     }
     Ok(tokens)

@@ -64,10 +64,16 @@ impl Module {
             for p in &entry.params {
                 let offset = end.div_ceil(p.align.max(1)) * p.align.max(1);
                 let size = p.element_bytes * p.count.unwrap_or(1);
-                params.push(ParamInfo { name: p.name.clone(), size, align: p.align, offset });
+                params.push(ParamInfo {
+                    name: p.name.clone(),
+                    size,
+                    align: p.align,
+                    offset,
+                });
                 end = offset + size;
             }
-            let offsets: Vec<(String, u32)> = params.iter().map(|p| (p.name.clone(), p.offset)).collect();
+            let offsets: Vec<(String, u32)> =
+                params.iter().map(|p| (p.name.clone(), p.offset)).collect();
             let body = decode::decode_entry(&raw, entry, &offsets)?;
             kernels.push(Arc::new(Kernel {
                 name: entry.name.clone(),

@@ -57,7 +57,10 @@ pub(crate) enum Operand {
     /// `{%f1, %f2}`.
     Vector(Vec<Operand>),
     /// `[base+offset]`; a base is a register or a symbol.
-    Address { base: Option<String>, offset: i64 },
+    Address {
+        base: Option<String>,
+        offset: i64,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -72,7 +75,11 @@ pub(crate) struct RawInstr {
 #[derive(Debug, Clone)]
 pub(crate) enum Stmt {
     /// `.reg .f32 %f<12>;` → (".f32", [("%f", Some(12))]); `.reg .b64 %SP;` → [("%SP", None)].
-    Reg { ty: String, names: Vec<(String, Option<u32>)>, line: u32 },
+    Reg {
+        ty: String,
+        names: Vec<(String, Option<u32>)>,
+        line: u32,
+    },
     Var(VarDecl),
     Label(String),
     Instr(RawInstr),
@@ -134,11 +141,17 @@ impl Parser<'_> {
     }
 
     fn line(&self) -> u32 {
-        self.tokens.get(self.pos).or(self.tokens.last()).map_or(0, |t| t.line)
+        self.tokens
+            .get(self.pos)
+            .or(self.tokens.last())
+            .map_or(0, |t| t.line)
     }
 
     fn err<T>(&self, message: impl Into<String>) -> SimResult<T> {
-        Err(SimError::Parse { line: self.line(), message: message.into() })
+        Err(SimError::Parse {
+            line: self.line(),
+            message: message.into(),
+        })
     }
 
     fn peek(&self) -> Option<&Tok> {
@@ -188,7 +201,9 @@ impl Parser<'_> {
 
     fn number(&mut self) -> SimResult<u64> {
         match self.next()? {
-            Tok::Number(n) => parse_int(&n).ok_or(()).or_else(|_| self.err(format!("bad number `{n}`"))),
+            Tok::Number(n) => parse_int(&n)
+                .ok_or(())
+                .or_else(|_| self.err(format!("bad number `{n}`"))),
             other => self.err(format!("expected a number, found {other:?}")),
         }
     }
@@ -231,7 +246,8 @@ impl Parser<'_> {
                 self.word()?;
                 self.skip_braces()?;
             }
-            ".visible" | ".weak" | ".extern" | ".common" if matches!(self.peek(), Some(Tok::Word(w)) if w == ".entry" || w == ".func") => {}
+            ".visible" | ".weak" | ".extern" | ".common" if matches!(self.peek(), Some(Tok::Word(w)) if w == ".entry" || w == ".func") =>
+                {}
             ".entry" => {
                 let entry = self.entry()?;
                 module.entries.push(entry);
@@ -247,7 +263,8 @@ impl Parser<'_> {
                     self.pos += 1;
                 }
             }
-            ".visible" | ".weak" | ".extern" | ".common" | ".shared" | ".global" | ".const" | ".local" => {
+            ".visible" | ".weak" | ".extern" | ".common" | ".shared" | ".global" | ".const"
+            | ".local" => {
                 self.pos -= 1;
                 let decl = self.var_decl()?;
                 match decl.space {
@@ -255,7 +272,12 @@ impl Parser<'_> {
                     _ => module.unsupported_symbols.push(decl.name),
                 }
             }
-            _ => return Err(SimError::Parse { line, message: format!("unexpected `{word}` at module scope") }),
+            _ => {
+                return Err(SimError::Parse {
+                    line,
+                    message: format!("unexpected `{word}` at module scope"),
+                })
+            }
         }
         Ok(())
     }
@@ -293,13 +315,24 @@ impl Parser<'_> {
                 ".align" => align = Some(self.number()? as u32),
                 ".ptr" | ".global" | ".shared" | ".const" | ".local" => {}
                 _ if w.starts_with('.') => {
-                    element_bytes = Some(type_bytes(&w).ok_or(()).or_else(|_| self.err(format!("unknown type `{w}`")))?)
+                    element_bytes = Some(
+                        type_bytes(&w)
+                            .ok_or(())
+                            .or_else(|_| self.err(format!("unknown type `{w}`")))?,
+                    )
                 }
                 _ => {
-                    let element_bytes = element_bytes.ok_or(()).or_else(|_| self.err("a .param without a type"))?;
+                    let element_bytes = element_bytes
+                        .ok_or(())
+                        .or_else(|_| self.err("a .param without a type"))?;
                     let count = self.array_suffix()?;
                     let align = align.unwrap_or(element_bytes);
-                    return Ok(RawParam { name: w, element_bytes, align, count: count.flatten() });
+                    return Ok(RawParam {
+                        name: w,
+                        element_bytes,
+                        align,
+                        count: count.flatten(),
+                    });
                 }
             }
         }
@@ -335,11 +368,17 @@ impl Parser<'_> {
                 ".align" => align = Some(self.number()? as u32),
                 ".v2" | ".v4" => return self.err("vector variables are not supported"),
                 _ if w.starts_with('.') => {
-                    element_bytes = Some(type_bytes(&w).ok_or(()).or_else(|_| self.err(format!("unknown type `{w}`")))?)
+                    element_bytes = Some(
+                        type_bytes(&w)
+                            .ok_or(())
+                            .or_else(|_| self.err(format!("unknown type `{w}`")))?,
+                    )
                 }
                 _ => {
                     let (Some(space), Some(element_bytes)) = (space, element_bytes) else {
-                        return self.err(format!("declaration of `{w}` without a state space or type"));
+                        return self.err(format!(
+                            "declaration of `{w}` without a state space or type"
+                        ));
                     };
                     let count = match self.array_suffix()? {
                         None => Some(1),
@@ -348,7 +387,14 @@ impl Parser<'_> {
                     // Initializers (`= {...}`) only occur on module-scope .global/.const, which are not simulated.
                     self.skip_past(';')?;
                     let align = align.unwrap_or(element_bytes);
-                    return Ok(VarDecl { space, name: w, align, element_bytes, count, line });
+                    return Ok(VarDecl {
+                        space,
+                        name: w,
+                        align,
+                        element_bytes,
+                        count,
+                        line,
+                    });
                 }
             }
         }
@@ -447,7 +493,12 @@ impl Parser<'_> {
                 self.expect_punct(',')?;
             }
         }
-        Ok(RawInstr { guard: None, opcode, operands, line })
+        Ok(RawInstr {
+            guard: None,
+            opcode,
+            operands,
+            line,
+        })
     }
 
     fn operand(&mut self) -> SimResult<Operand> {
@@ -500,11 +551,15 @@ impl Parser<'_> {
     }
 
     fn int(&self, n: &str) -> SimResult<u64> {
-        parse_int(n).ok_or(()).or_else(|_| self.err(format!("bad integer `{n}`")))
+        parse_int(n)
+            .ok_or(())
+            .or_else(|_| self.err(format!("bad integer `{n}`")))
     }
 
     fn literal(&self, n: &str) -> SimResult<Literal> {
-        parse_literal(n).ok_or(()).or_else(|_| self.err(format!("bad number `{n}`")))
+        parse_literal(n)
+            .ok_or(())
+            .or_else(|_| self.err(format!("bad number `{n}`")))
     }
 }
 
@@ -533,10 +588,16 @@ pub(crate) fn parse_int(n: &str) -> Option<u64> {
 
 fn parse_literal(n: &str) -> Option<Literal> {
     if let Some(hex) = n.strip_prefix("0f").or_else(|| n.strip_prefix("0F")) {
-        return (hex.len() == 8).then(|| u32::from_str_radix(hex, 16).ok()).flatten().map(Literal::F32);
+        return (hex.len() == 8)
+            .then(|| u32::from_str_radix(hex, 16).ok())
+            .flatten()
+            .map(Literal::F32);
     }
     if let Some(hex) = n.strip_prefix("0d").or_else(|| n.strip_prefix("0D")) {
-        return (hex.len() == 16).then(|| u64::from_str_radix(hex, 16).ok()).flatten().map(Literal::F64);
+        return (hex.len() == 16)
+            .then(|| u64::from_str_radix(hex, 16).ok())
+            .flatten()
+            .map(Literal::F64);
     }
     if n.contains('.') || n.contains('e') && !n.starts_with("0x") {
         return n.parse().ok().map(Literal::Float);

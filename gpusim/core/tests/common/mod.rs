@@ -40,12 +40,21 @@ pub fn compile_ptx(source: &str, arch: &str, defines: &[&str]) -> Option<String>
     let ptx = dir.join("kernel.ptx");
     std::fs::write(&cu, source).expect("write .cu");
     let mut command = Command::new(&nvcc);
-    command.arg("-ptx").arg(format!("-arch={arch}")).arg("-o").arg(&ptx).arg(&cu);
+    command
+        .arg("-ptx")
+        .arg(format!("-arch={arch}"))
+        .arg("-o")
+        .arg(&ptx)
+        .arg(&cu);
     for define in defines {
         command.arg(format!("-D{define}"));
     }
     let output = command.output().expect("run nvcc");
-    assert!(output.status.success(), "nvcc failed:\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "nvcc failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let text = std::fs::read_to_string(&ptx).expect("read .ptx");
     let _ = std::fs::remove_dir_all(&dir);
     Some(text)
@@ -65,7 +74,12 @@ pub enum Arg {
 }
 
 pub fn pack(kernel: &Kernel, args: &[Arg]) -> Vec<u8> {
-    assert_eq!(kernel.params.len(), args.len(), "argument count of `{}`", kernel.name);
+    assert_eq!(
+        kernel.params.len(),
+        args.len(),
+        "argument count of `{}`",
+        kernel.name
+    );
     let mut buf = vec![0u8; kernel.params_bytes() as usize];
     for (p, a) in kernel.params.iter().zip(args) {
         let bytes: Vec<u8> = match a {
@@ -75,7 +89,12 @@ pub fn pack(kernel: &Kernel, args: &[Arg]) -> Vec<u8> {
             Arg::U32(v) => v.to_le_bytes().to_vec(),
             Arg::F32(v) => v.to_le_bytes().to_vec(),
         };
-        assert_eq!(bytes.len(), p.size as usize, "size of parameter `{}`", p.name);
+        assert_eq!(
+            bytes.len(),
+            p.size as usize,
+            "size of parameter `{}`",
+            p.name
+        );
         buf[p.offset as usize..p.offset as usize + bytes.len()].copy_from_slice(&bytes);
     }
     buf
@@ -99,7 +118,9 @@ pub fn download<T: Copy + Default>(memory: &DeviceMemory, address: u64, len: usi
 
 pub fn as_bytes<T: Copy>(values: &[T]) -> &[u8] {
     // SAFETY: plain numeric types only; reading their bytes is always valid.
-    unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values)) }
+    unsafe {
+        std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values))
+    }
 }
 
 pub fn run(
@@ -113,7 +134,11 @@ pub fn run(
 ) -> SimResult<()> {
     let kernel = module.kernel(name).expect("kernel");
     let params = pack(&kernel, args);
-    let config = LaunchConfig { grid: [grid, 1, 1], block: [block, 1, 1], dynamic_shared_bytes };
+    let config = LaunchConfig {
+        grid: [grid, 1, 1],
+        block: [block, 1, 1],
+        dynamic_shared_bytes,
+    };
     launch(&kernel, memory, config, &params)
 }
 
