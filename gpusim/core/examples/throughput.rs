@@ -1,12 +1,17 @@
-//! Interpreter throughput: runs the `spin` kernel of the test fixture (an f32 loop) and prints simulated
-//! instructions per second. `cargo run --release -p gpusim --example throughput`.
+//! Interpreter throughput: simulated instructions per second on the `spin` kernel of the test fixture (an f32
+//! loop) and, given the PTX of tests/golden/chain.fused.cu, on fuse's layer-norm row kernel:
+//! `cargo run --release -p gpusim --example throughput [chain.ptx]`.
 
-use gpusim::{launch_with_stats, DeviceMemory, LaunchConfig, Module};
+use gpusim::{launch_with_stats, DeviceMemory, LaunchConfig, Module, SimError};
 use std::time::Instant;
 
 const FIXTURE: &str = include_str!("../tests/fixtures/handwritten.ptx");
 
-fn main() -> Result<(), gpusim::SimError> {
+fn report(name: &str, instructions: u64, seconds: f64) {
+    println!("{name}: {instructions} instructions in {seconds:.3} s: {:.1} M instructions/s", instructions as f64 / seconds / 1e6);
+}
+
+fn spin() -> Result<(), SimError> {
     let module = Module::from_ptx(FIXTURE)?;
     let kernel = module.kernel("spin")?;
     let mut memory = DeviceMemory::new();
@@ -14,18 +19,45 @@ fn main() -> Result<(), gpusim::SimError> {
     let out = memory.alloc(threads as usize * 4)?;
     let mut params = out.to_le_bytes().to_vec();
     params.extend_from_slice(&20_000u32.to_le_bytes());
-    let config = LaunchConfig {
-        grid: [8, 1, 1],
-        block: [threads, 1, 1],
-        dynamic_shared_bytes: 0,
-    };
+    let config = LaunchConfig { grid: [8, 1, 1], block: [threads, 1, 1], dynamic_shared_bytes: 0 };
     let start = Instant::now();
     let stats = launch_with_stats(&kernel, &mut memory, config, &params)?;
-    let seconds = start.elapsed().as_secs_f64();
-    println!(
-        "{} instructions in {seconds:.3} s: {:.1} M instructions/s",
-        stats.instructions,
-        stats.instructions as f64 / seconds / 1e6
-    );
+    report("spin loop", stats.instructions, start.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// A fuse row kernel `(long long rows, out, in0..in4)` over rows of 4096 (tests/golden/chain.fused.cu's k0_row).
+fn row_kernel(path: &str) -> Result<(), SimError> {
+    let text = std::fs::read_to_string(path).map_err(|e| SimError::Other(format!("{path}: {e}")))?;
+    let module = Module::from_ptx(&text)?;
+    let kernel = module
+        .kernels
+        .iter()
+        .find(|k| k.name.ends_with("_row"))
+        .cloned()
+        .ok_or_else(|| SimError::NoSuchKernel("*_row".into()))?;
+    let (rows, len) = (64usize, 4096usize);
+    let mut memory = DeviceMemory::new();
+    let out = memory.alloc(rows * len * 4)?;
+    let mut params = (rows as i64).to_le_bytes().to_vec();
+    params.extend_from_slice(&out.to_le_bytes());
+    for n in [rows * len, len, len, len, len] {
+        let data: Vec<u8> = (0..n).flat_map(|i| ((i % 97) as f32 * 0.01).to_le_bytes()).collect();
+        let buffer = memory.alloc(data.len())?;
+        memory.write(buffer, &data).map_err(|f| SimError::Memory(format!("{f:?}")))?;
+        params.extend_from_slice(&buffer.to_le_bytes());
+    }
+    let config = LaunchConfig { grid: [rows as u32, 1, 1], block: [256, 1, 1], dynamic_shared_bytes: 0 };
+    let start = Instant::now();
+    let stats = launch_with_stats(&kernel, &mut memory, config, &params)?;
+    report(&format!("{} ({rows} rows of {len})", kernel.name), stats.instructions, start.elapsed().as_secs_f64());
+    Ok(())
+}
+
+fn main() -> Result<(), SimError> {
+    spin()?;
+    if let Some(path) = std::env::args().nth(1) {
+        row_kernel(&path)?;
+    }
     Ok(())
 }

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{compile_module, download, rng, run, ulps, upload, Arg};
+use common::{compile_module, download, erf_reference, rng, run, ulps, upload, Arg};
 use gpusim::{DeviceMemory, Module};
 use rand::Rng;
 
@@ -222,19 +222,6 @@ fn f16_and_bf16_conversions_round_like_the_half_crate() {
         assert_eq!(back[2 * i], eh.to_f32(), "f16 back of {:e}", x[i]);
         assert_eq!(back[2 * i + 1], eb.to_f32(), "bf16 back of {:e}", x[i]);
     }
-}
-
-/// erf by its Taylor series in f64 (accurate to ~1e-12 on [-3, 3], far below f32's resolution).
-fn erf_reference(x: f64) -> f64 {
-    let mut term = x;
-    let mut sum = x;
-    let mut n = 0.0;
-    while term.abs() > 1e-18 * sum.abs().max(1e-300) {
-        n += 1.0;
-        term *= -x * x / n;
-        sum += term / (2.0 * n + 1.0);
-    }
-    sum * 2.0 / std::f64::consts::PI.sqrt()
 }
 
 #[test]
