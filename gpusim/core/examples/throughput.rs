@@ -1,5 +1,5 @@
 //! Interpreter throughput: simulated instructions per second on the `spin` kernel of the test fixture (an f32
-//! loop) and, given the PTX of tests/golden/chain.fused.cu, on fuse's layer-norm row kernel:
+//! loop), or, given the PTX of tests/golden/chain.fused.cu, on fuse's layer-norm row kernel:
 //! `cargo run --release -p gpusim --example throughput [chain.ptx]`.
 
 use gpusim::{launch_with_stats, DeviceMemory, LaunchConfig, Module, SimError};
@@ -8,7 +8,10 @@ use std::time::Instant;
 const FIXTURE: &str = include_str!("../tests/fixtures/handwritten.ptx");
 
 fn report(name: &str, instructions: u64, seconds: f64) {
-    println!("{name}: {instructions} instructions in {seconds:.3} s: {:.1} M instructions/s", instructions as f64 / seconds / 1e6);
+    println!(
+        "{name}: {instructions} instructions in {seconds:.3} s: {:.1} M instructions/s",
+        instructions as f64 / seconds / 1e6
+    );
 }
 
 fn spin() -> Result<(), SimError> {
@@ -19,16 +22,25 @@ fn spin() -> Result<(), SimError> {
     let out = memory.alloc(threads as usize * 4)?;
     let mut params = out.to_le_bytes().to_vec();
     params.extend_from_slice(&20_000u32.to_le_bytes());
-    let config = LaunchConfig { grid: [8, 1, 1], block: [threads, 1, 1], dynamic_shared_bytes: 0 };
+    let config = LaunchConfig {
+        grid: [8, 1, 1],
+        block: [threads, 1, 1],
+        dynamic_shared_bytes: 0,
+    };
     let start = Instant::now();
     let stats = launch_with_stats(&kernel, &mut memory, config, &params)?;
-    report("spin loop", stats.instructions, start.elapsed().as_secs_f64());
+    report(
+        "spin loop",
+        stats.instructions,
+        start.elapsed().as_secs_f64(),
+    );
     Ok(())
 }
 
 /// A fuse row kernel `(long long rows, out, in0..in4)` over rows of 4096 (tests/golden/chain.fused.cu's k0_row).
 fn row_kernel(path: &str) -> Result<(), SimError> {
-    let text = std::fs::read_to_string(path).map_err(|e| SimError::Other(format!("{path}: {e}")))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| SimError::Other(format!("{path}: {e}")))?;
     let module = Module::from_ptx(&text)?;
     let kernel = module
         .kernels
@@ -42,22 +54,33 @@ fn row_kernel(path: &str) -> Result<(), SimError> {
     let mut params = (rows as i64).to_le_bytes().to_vec();
     params.extend_from_slice(&out.to_le_bytes());
     for n in [rows * len, len, len, len, len] {
-        let data: Vec<u8> = (0..n).flat_map(|i| ((i % 97) as f32 * 0.01).to_le_bytes()).collect();
+        let data: Vec<u8> = (0..n)
+            .flat_map(|i| ((i % 97) as f32 * 0.01).to_le_bytes())
+            .collect();
         let buffer = memory.alloc(data.len())?;
-        memory.write(buffer, &data).map_err(|f| SimError::Memory(format!("{f:?}")))?;
+        memory
+            .write(buffer, &data)
+            .map_err(|f| SimError::Memory(format!("{f:?}")))?;
         params.extend_from_slice(&buffer.to_le_bytes());
     }
-    let config = LaunchConfig { grid: [rows as u32, 1, 1], block: [256, 1, 1], dynamic_shared_bytes: 0 };
+    let config = LaunchConfig {
+        grid: [rows as u32, 1, 1],
+        block: [256, 1, 1],
+        dynamic_shared_bytes: 0,
+    };
     let start = Instant::now();
     let stats = launch_with_stats(&kernel, &mut memory, config, &params)?;
-    report(&format!("{} ({rows} rows of {len})", kernel.name), stats.instructions, start.elapsed().as_secs_f64());
+    report(
+        &format!("{} ({rows} rows of {len})", kernel.name),
+        stats.instructions,
+        start.elapsed().as_secs_f64(),
+    );
     Ok(())
 }
 
 fn main() -> Result<(), SimError> {
-    spin()?;
-    if let Some(path) = std::env::args().nth(1) {
-        row_kernel(&path)?;
+    match std::env::args().nth(1) {
+        Some(path) => row_kernel(&path),
+        None => spin(),
     }
-    Ok(())
 }

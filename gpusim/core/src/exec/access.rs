@@ -4,7 +4,7 @@
 
 use super::races::{Conflict, RaceTracker};
 use crate::error::{SimError, SimResult, Site};
-use crate::memory::{DeviceMemory, Fault};
+use crate::memory::{copy_small, DeviceMemory, Fault};
 use crate::ptx::decode::{LOCAL_WINDOW, SHARED_WINDOW, WINDOW_BYTES};
 use crate::ptx::ops::Space;
 
@@ -152,7 +152,7 @@ impl Access<'_> {
                 self.races
                     .read(offset, bytes, self.thread as u32, line)
                     .map_err(|c| self.race(c, false, bytes, line))?;
-                out.copy_from_slice(&self.shared[offset..offset + bytes]);
+                copy_small(out, &self.shared[offset..offset + bytes]);
                 Ok(())
             }
             Space::Local => {
@@ -162,7 +162,7 @@ impl Access<'_> {
             }
             Space::Param => {
                 let offset = self.bounded(space, false, address, bytes, self.params.len(), line)?;
-                out.copy_from_slice(&self.params[offset..offset + bytes]);
+                copy_small(out, &self.params[offset..offset + bytes]);
                 Ok(())
             }
         }
@@ -190,7 +190,7 @@ impl Access<'_> {
                 self.races
                     .write(offset, bytes, self.thread as u32, line)
                     .map_err(|c| self.race(c, true, bytes, line))?;
-                self.shared[offset..offset + bytes].copy_from_slice(data);
+                copy_small(&mut self.shared[offset..offset + bytes], data);
                 Ok(())
             }
             Space::Local => {

@@ -34,6 +34,8 @@ pub(crate) struct Block<'k> {
 }
 
 const WARP: usize = 32;
+/// Slot of `%ctaid.x` (see `SPECIAL_REGISTERS`).
+const CTAID_SLOT: usize = 6;
 
 impl<'k> Block<'k> {
     pub fn new(
@@ -49,7 +51,7 @@ impl<'k> Block<'k> {
         let mut template = vec![0u64; stride];
         template[first_constant..].copy_from_slice(&body.constants);
         let local_bytes = body.local_bytes as usize;
-        Block {
+        let mut block = Block {
             kernel,
             grid,
             block_dim,
@@ -64,12 +66,15 @@ impl<'k> Block<'k> {
             local_bytes,
             races: RaceTracker::new(shared_bytes),
             executed: 0,
-        }
+        };
+        block.load_template();
+        block
     }
 
-    fn reset(&mut self, block: [u32; 3]) {
+    /// Per-launch register contents: the constants, and the special registers that do not depend on the block.
+    fn load_template(&mut self) {
         let [bx, by, bz] = self.block_dim;
-        let warps = self.threads.div_ceil(WARP) as u64;
+        let warps = self.threads.div_ceil(WARP) as u32;
         for t in 0..self.threads {
             let regs = &mut self.regs[t * self.stride..(t + 1) * self.stride];
             regs.copy_from_slice(&self.template);
@@ -81,19 +86,30 @@ impl<'k> Block<'k> {
                 bx,
                 by,
                 bz,
-                block[0],
-                block[1],
-                block[2],
+                0,
+                0,
+                0,
                 self.grid[0],
                 self.grid[1],
                 self.grid[2],
                 t32 % WARP as u32,
                 t32 / WARP as u32,
-                warps as u32,
+                warps,
                 WARP as u32,
             ];
             for (slot, value) in regs.iter_mut().zip(specials) {
                 *slot = u64::from(value);
+            }
+        }
+    }
+
+    /// A new block: `%ctaid`, pcs, shared and local memory, and a fresh race epoch. Registers keep the previous
+    /// block's values (PTX registers start undefined; no instruction may rely on them).
+    fn reset(&mut self, block: [u32; 3]) {
+        for t in 0..self.threads {
+            let ctaid = t * self.stride + CTAID_SLOT;
+            for (k, &value) in block.iter().enumerate() {
+                self.regs[ctaid + k] = u64::from(value);
             }
         }
         self.pcs.fill(0);

@@ -17,10 +17,28 @@ pub(crate) enum Status {
     Exited,
 }
 
-fn element(bytes: &[u8], i: usize, size: usize, ty: Ty) -> u64 {
-    let mut buf = [0u8; 8];
-    buf[..size].copy_from_slice(&bytes[i * size..(i + 1) * size]);
-    let raw = u64::from_le_bytes(buf);
+fn element(bytes: &[u8; 32], i: usize, size: usize, ty: Ty) -> u64 {
+    let at = i * size;
+    let raw = match size {
+        4 => u64::from(u32::from_le_bytes([
+            bytes[at],
+            bytes[at + 1],
+            bytes[at + 2],
+            bytes[at + 3],
+        ])),
+        8 => u64::from_le_bytes([
+            bytes[at],
+            bytes[at + 1],
+            bytes[at + 2],
+            bytes[at + 3],
+            bytes[at + 4],
+            bytes[at + 5],
+            bytes[at + 6],
+            bytes[at + 7],
+        ]),
+        2 => u64::from(u16::from_le_bytes([bytes[at], bytes[at + 1]])),
+        _ => u64::from(bytes[at]),
+    };
     // Signed loads sign-extend into the register.
     if ty.is_signed() {
         super::int::sext(raw, ty.bits()) as u64
@@ -151,7 +169,10 @@ pub(crate) fn run(
                 let n = usize::from(n);
                 let mut buf = [0u8; 32];
                 for (k, &slot) in s[..n].iter().enumerate() {
-                    buf[k * size..(k + 1) * size].copy_from_slice(&r(slot).to_le_bytes()[..size]);
+                    let value = r(slot).to_le_bytes();
+                    for b in 0..size {
+                        buf[k * size + b] = value[b];
+                    }
                 }
                 let address = r(addr.base).wrapping_add(addr.offset as u64);
                 mem.store(space, address, &buf[..size * n], ins.line)?;
