@@ -117,7 +117,7 @@ fn warp_shuffles_in_every_mode() {
     let x = random_f32(5, blocks * threads, -100.0, 100.0);
     let mut memory = DeviceMemory::new();
     let dx = upload(&mut memory, &x);
-    let dout = memory.alloc(x.len() * 6 * 4).unwrap();
+    let dout = memory.alloc(x.len() * 7 * 4).unwrap();
     run(
         &module,
         "shuffles",
@@ -128,7 +128,7 @@ fn warp_shuffles_in_every_mode() {
         &[Arg::U64(dx), Arg::U64(dout)],
     )
     .unwrap();
-    let out: Vec<f32> = download(&memory, dout, x.len() * 6);
+    let out: Vec<f32> = download(&memory, dout, x.len() * 7);
     for i in 0..x.len() {
         let t = i % threads;
         let lane = t % 32;
@@ -149,9 +149,14 @@ fn warp_shuffles_in_every_mode() {
             } else {
                 at(lane)
             },
+            if lane % 8 >= 2 {
+                at(lane - 2)
+            } else {
+                at(lane)
+            },
         ];
         assert_eq!(
-            out[6 * i..6 * i + 6],
+            out[7 * i..7 * i + 7],
             expected,
             "thread {t} of block {}",
             i / threads
@@ -335,4 +340,105 @@ fn integer_division_remainder_and_64_bit_indexing() {
             "u {i}"
         );
     }
+}
+
+/// `x` (exact in f64) rounded to f32 toward -inf, +inf or zero: the neighbouring f32 on the right side of the
+/// nearest one.
+fn directed(x: f64, mode: char) -> f32 {
+    let r = x as f32;
+    let below = f64::from(r) > x;
+    let above = f64::from(r) < x;
+    match mode {
+        'm' if below => r.next_down(),
+        'p' if above => r.next_up(),
+        'z' if r > 0.0 && below => r.next_down(),
+        'z' if r < 0.0 && above => r.next_up(),
+        _ => r,
+    }
+}
+
+#[test]
+fn rounding_modes_of_fma_add_mul_and_cvt() {
+    let Some(module) = module() else { return };
+    let n = 2000;
+    let mut r = rng(9);
+    // 24-bit significands in [1, 2) and [-2, -1): a·b + c and a + c are exact in f64, so the reference rounds once.
+    let mut sig = || {
+        let v = 1.0 + f64::from(r.gen_range(0u32..1 << 23)) / f64::from(1u32 << 23);
+        (if r.gen_bool(0.5) { -v } else { v }) as f32
+    };
+    let (a, b, c): (Vec<f32>, Vec<f32>, Vec<f32>) = (0..n).map(|_| (sig(), sig(), sig())).fold(
+        (Vec::new(), Vec::new(), Vec::new()),
+        |(mut a, mut b, mut c), (x, y, z)| {
+            a.push(x);
+            b.push(y);
+            c.push(z);
+            (a, b, c)
+        },
+    );
+    let mut memory = DeviceMemory::new();
+    let (da, db, dc) = (
+        upload(&mut memory, &a),
+        upload(&mut memory, &b),
+        upload(&mut memory, &c),
+    );
+    let (dout, dints) = (
+        memory.alloc(n * 12 * 4).unwrap(),
+        memory.alloc(n * 4 * 4).unwrap(),
+    );
+    let args = [
+        Arg::U64(da),
+        Arg::U64(db),
+        Arg::U64(dc),
+        Arg::U64(dout),
+        Arg::U64(dints),
+        Arg::I32(n as i32),
+    ];
+    run(
+        &module,
+        "rounding",
+        &mut memory,
+        n.div_ceil(128) as u32,
+        128,
+        0,
+        &args,
+    )
+    .unwrap();
+    let out: Vec<f32> = download(&memory, dout, n * 12);
+    let ints: Vec<i32> = download(&memory, dints, n * 4);
+    let mut inexact = 0;
+    for i in 0..n {
+        let (x, y, z) = (f64::from(a[i]), f64::from(b[i]), f64::from(c[i]));
+        let (fma, add, mul) = (x * y + z, x + z, x * y);
+        inexact += usize::from(f64::from(fma as f32) != fma);
+        let s = a[i] * 100.0;
+        let expected = [
+            fma as f32,
+            directed(fma, 'z'),
+            directed(fma, 'm'),
+            directed(fma, 'p'),
+            directed(add, 'z'),
+            directed(add, 'm'),
+            directed(add, 'p'),
+            directed(mul, 'z'),
+            directed(mul, 'm'),
+            directed(mul, 'p'),
+            s.round_ties_even(),
+            s.trunc(),
+        ];
+        assert_eq!(
+            out[12 * i..12 * i + 12],
+            expected,
+            "inputs {x:e} {y:e} {z:e}"
+        );
+        let expected_ints = [
+            s.round_ties_even() as i32,
+            s.trunc() as i32,
+            s.floor() as i32,
+            s.ceil() as i32,
+        ];
+        assert_eq!(ints[4 * i..4 * i + 4], expected_ints, "cvt of {s:e}");
+    }
+    // The inputs exercise rounding: almost every fma result is inexact in f32.
+    assert!(inexact > n * 9 / 10, "{inexact} of {n} inexact");
 }

@@ -40,13 +40,14 @@ extern "C" __global__ void shuffles(const float* x, float* out) {
     int t = threadIdx.x;
     int i = blockIdx.x * blockDim.x + t;
     float v = x[i];
-    float* o = out + 6 * i;
+    float* o = out + 7 * i;
     o[0] = __shfl_xor_sync(0xffffffffu, v, 5);
     o[1] = __shfl_down_sync(0xffffffffu, v, 3);
     o[2] = __shfl_up_sync(0xffffffffu, v, 7);
     o[3] = __shfl_sync(0xffffffffu, v, (t * 7) % 32);
     o[4] = __shfl_sync(0xffffffffu, v, 3, 8);
     o[5] = __shfl_down_sync(0xffffffffu, v, 2, 16);
+    o[6] = __shfl_up_sync(0xffffffffu, v, 2, 8);
 }
 
 // Half-precision conversions through the PTX instructions fuse's prelude uses.
@@ -88,4 +89,30 @@ extern "C" __global__ void int_ops(const long long* a, const int* b, long long* 
     q64[base + i - base] = x / (long long)y;
     r32[i] = (int)x % y;
     u32[i] = ((unsigned)x / (unsigned)(y | 1)) ^ ((unsigned)x % 7u) ^ ((unsigned)x >> (i & 31));
+}
+
+// The rounding modes of fma/add/mul and of float-to-integer conversions, through the PTX instructions directly.
+extern "C" __global__ void rounding(const float* a, const float* b, const float* c, float* out, int* ints, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = a[i], y = b[i], z = c[i];
+    float* o = out + 12 * i;
+    asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(o[0]) : "f"(x), "f"(y), "f"(z));
+    asm("fma.rz.f32 %0, %1, %2, %3;" : "=f"(o[1]) : "f"(x), "f"(y), "f"(z));
+    asm("fma.rm.f32 %0, %1, %2, %3;" : "=f"(o[2]) : "f"(x), "f"(y), "f"(z));
+    asm("fma.rp.f32 %0, %1, %2, %3;" : "=f"(o[3]) : "f"(x), "f"(y), "f"(z));
+    asm("add.rz.f32 %0, %1, %2;" : "=f"(o[4]) : "f"(x), "f"(z));
+    asm("add.rm.f32 %0, %1, %2;" : "=f"(o[5]) : "f"(x), "f"(z));
+    asm("add.rp.f32 %0, %1, %2;" : "=f"(o[6]) : "f"(x), "f"(z));
+    asm("mul.rz.f32 %0, %1, %2;" : "=f"(o[7]) : "f"(x), "f"(y));
+    asm("mul.rm.f32 %0, %1, %2;" : "=f"(o[8]) : "f"(x), "f"(y));
+    asm("mul.rp.f32 %0, %1, %2;" : "=f"(o[9]) : "f"(x), "f"(y));
+    asm("cvt.rni.f32.f32 %0, %1;" : "=f"(o[10]) : "f"(x * 100.0f));
+    asm("cvt.rzi.f32.f32 %0, %1;" : "=f"(o[11]) : "f"(x * 100.0f));
+    int* k = ints + 4 * i;
+    float s = x * 100.0f;
+    asm("cvt.rni.s32.f32 %0, %1;" : "=r"(k[0]) : "f"(s));
+    asm("cvt.rzi.s32.f32 %0, %1;" : "=r"(k[1]) : "f"(s));
+    asm("cvt.rmi.s32.f32 %0, %1;" : "=r"(k[2]) : "f"(s));
+    asm("cvt.rpi.s32.f32 %0, %1;" : "=r"(k[3]) : "f"(s));
 }
