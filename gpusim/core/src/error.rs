@@ -60,6 +60,8 @@ pub enum SimError {
         "barrier or shuffle not reached by every thread that must reach it ({site}): {detail}"
     )]
     Divergence { site: Site, detail: String },
+    #[error("a thread ran {executed} instructions without reaching a barrier or exiting ({site}): an endless loop?")]
+    Runaway { executed: u64, site: Site },
     #[error("invalid launch of `{kernel}`: {detail}")]
     InvalidLaunch { kernel: String, detail: String },
     #[error("device memory: {0}")]

@@ -31,9 +31,14 @@ pub(crate) struct Block<'k> {
     local_bytes: usize,
     races: RaceTracker,
     pub executed: u64,
+    /// Instructions a thread may run between two barriers or shuffles before it is reported as runaway.
+    pub runaway_limit: u64,
 }
 
 const WARP: usize = 32;
+/// A thread that runs this many instructions without exiting or meeting a barrier or shuffle is reported rather
+/// than left to hang the test (minutes of simulation; fuse's kernels at test sizes run thousands).
+pub(crate) const RUNAWAY_LIMIT: u64 = 1 << 32;
 /// Slot of `%ctaid.x` (see `SPECIAL_REGISTERS`).
 const CTAID_SLOT: usize = 6;
 
@@ -66,6 +71,7 @@ impl<'k> Block<'k> {
             local_bytes,
             races: RaceTracker::new(shared_bytes),
             executed: 0,
+            runaway_limit: RUNAWAY_LIMIT,
         };
         block.load_template();
         block
@@ -155,6 +161,7 @@ impl<'k> Block<'k> {
                     &mut self.pcs[t],
                     &mut access,
                     &mut self.executed,
+                    self.runaway_limit,
                 )?;
             }
             if self.status.iter().all(|&s| s == Status::Exited) {

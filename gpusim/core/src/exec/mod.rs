@@ -48,6 +48,16 @@ pub fn launch_with_stats(
     config: LaunchConfig,
     params: &[u8],
 ) -> SimResult<LaunchStats> {
+    launch_limited(kernel, memory, config, params, block::RUNAWAY_LIMIT)
+}
+
+fn launch_limited(
+    kernel: &Kernel,
+    memory: &mut DeviceMemory,
+    config: LaunchConfig,
+    params: &[u8],
+    runaway_limit: u64,
+) -> SimResult<LaunchStats> {
     let invalid = |detail: String| SimError::InvalidLaunch {
         kernel: kernel.name.clone(),
         detail,
@@ -90,6 +100,7 @@ pub fn launch_with_stats(
         )));
     }
     let mut block = block::Block::new(kernel, config.grid, config.block, shared_bytes as usize);
+    block.runaway_limit = runaway_limit;
     for z in 0..config.grid[2] {
         for y in 0..config.grid[1] {
             for x in 0..config.grid[0] {
@@ -100,4 +111,33 @@ pub fn launch_with_stats(
     Ok(LaunchStats {
         instructions: block.executed,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ptx::Module;
+
+    #[test]
+    fn an_endless_loop_is_reported_not_a_hang() {
+        let module =
+            Module::from_ptx(include_str!("../../tests/fixtures/handwritten.ptx")).unwrap();
+        let kernel = module.kernel("spin").unwrap();
+        let mut memory = DeviceMemory::new();
+        let out = memory.alloc(32 * 4).unwrap();
+        let mut params = out.to_le_bytes().to_vec();
+        params.extend_from_slice(&u32::MAX.to_le_bytes());
+        let config = LaunchConfig {
+            grid: [1, 1, 1],
+            block: [32, 1, 1],
+            dynamic_shared_bytes: 0,
+        };
+        match launch_limited(&kernel, &mut memory, config, &params, 100_000) {
+            Err(SimError::Runaway { executed, site }) => {
+                assert!(executed > 100_000);
+                assert_eq!((site.kernel.as_str(), site.thread), ("spin", [0, 0, 0]));
+            }
+            other => panic!("expected Runaway, got {other:?}"),
+        }
+    }
 }

@@ -4,7 +4,7 @@
 use super::access::Access;
 use super::float::{compare, cvt, float_binary, float_unary, fma, testp};
 use super::int::{bfe, int_binary, int_unary, lop3, prmt};
-use crate::error::SimResult;
+use crate::error::{SimError, SimResult};
 use crate::ptx::ops::{AtomOp, BoolOp, Instr, IntOp, Op, Ty, NONE};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +54,7 @@ pub(crate) fn run(
     pc: &mut u32,
     mem: &mut Access<'_>,
     executed: &mut u64,
+    limit: u64,
 ) -> SimResult<Status> {
     let mut i = *pc as usize;
     let mut count = 0u64;
@@ -199,6 +200,12 @@ pub(crate) fn run(
                 } & mask;
             }
             Op::Bra { target } => {
+                if count > limit {
+                    return Err(SimError::Runaway {
+                        executed: count,
+                        site: mem.at.site(mem.thread, ins.line),
+                    });
+                }
                 i = target as usize;
                 continue;
             }
