@@ -64,12 +64,29 @@ fn run(
     rows: usize,
     blocks: u32,
 ) -> (Result<gpusim::LaunchStats, SimError>, Vec<f32>, Inputs) {
-    let kernel = module.kernel(KERNEL).expect("row kernel");
     let inp = inputs(rows);
     let mut memory = DeviceMemory::new();
     let out = memory.alloc(rows * LEN * 4).unwrap();
     let ptrs =
         [&inp.x, &inp.scale, &inp.shift, &inp.gamma, &inp.beta].map(|v| upload(&mut memory, v));
+    let result = launch_row(module, &mut memory, rows, blocks, out, ptrs);
+    let got = if result.is_ok() {
+        download(&memory, out, rows * LEN)
+    } else {
+        Vec::new()
+    };
+    (result, got, inp)
+}
+
+fn launch_row(
+    module: &Module,
+    memory: &mut DeviceMemory,
+    rows: usize,
+    blocks: u32,
+    out: u64,
+    ptrs: [u64; 5],
+) -> Result<gpusim::LaunchStats, SimError> {
+    let kernel = module.kernel(KERNEL).expect("row kernel");
     let mut args = vec![Arg::I64(rows as i64), Arg::U64(out)];
     args.extend(ptrs.iter().map(|&p| Arg::U64(p)));
     let params = common::pack(&kernel, &args);
@@ -78,13 +95,62 @@ fn run(
         block: [256, 1, 1],
         dynamic_shared_bytes: 0,
     };
-    let result = launch_with_stats(&kernel, &mut memory, config, &params);
-    let got = if result.is_ok() {
-        download(&memory, out, rows * LEN)
-    } else {
-        Vec::new()
+    launch_with_stats(&kernel, memory, config, &params)
+}
+
+/// The same kernel with bf16 storage (the writer's `FUSE_STORAGE_BF16` variant): loads widen bf16 to f32, the
+/// store rounds to nearest even in integer arithmetic.
+#[test]
+fn the_row_kernel_with_bf16_storage_matches_the_host() {
+    let source = golden_source();
+    let typedef = "typedef float fuse_t;\nFUSE_DEVICE fuse_t fuse_from_f32(float v) { return v; }";
+    assert!(
+        source.contains(typedef),
+        "the golden file's storage typedef changed"
+    );
+    let bf16 = "typedef fuse_bf16 fuse_t;\nFUSE_DEVICE fuse_t fuse_from_f32(float v) { return fuse_bf16_from_f32(v); }";
+    let source = format!(
+        "#define FUSE_STORAGE_BF16 1\n{}",
+        source.replace(typedef, bf16)
+    );
+    let Some(ptx) = compile_ptx(&source, "compute_80", &[]) else {
+        return;
     };
-    (result, got, inp)
+    let module = Module::from_ptx(&ptx).unwrap();
+    let rows = 2;
+    let mut inp = inputs(rows);
+    let to_bf16 = |v: &[f32]| -> Vec<u16> {
+        v.iter()
+            .map(|&x| half::bf16::from_f32(x).to_bits())
+            .collect()
+    };
+    let mut memory = DeviceMemory::new();
+    let out = memory.alloc(rows * LEN * 2).unwrap();
+    let ptrs = [&inp.x, &inp.scale, &inp.shift, &inp.gamma, &inp.beta]
+        .map(|v| upload(&mut memory, &to_bf16(v)));
+    launch_row(&module, &mut memory, rows, rows as u32, out, ptrs).unwrap();
+    let got: Vec<u16> = download(&memory, out, rows * LEN);
+    // The reference sees the inputs as stored (rounded to bf16).
+    for v in [
+        &mut inp.x,
+        &mut inp.scale,
+        &mut inp.shift,
+        &mut inp.gamma,
+        &mut inp.beta,
+    ] {
+        for x in v.iter_mut() {
+            *x = half::bf16::from_f32(*x).to_f32();
+        }
+    }
+    let expected = reference(&inp, rows);
+    for (i, (&g, &e)) in got.iter().zip(&expected).enumerate() {
+        let g = f64::from(half::bf16::from_bits(g).to_f32());
+        // One bf16 rounding of the output (half an ulp: 2^-8 relative), plus f32 compute error.
+        assert!(
+            (g - e).abs() <= e.abs() * 2f64.powi(-8) + 1e-4,
+            "element {i}: {g} against {e}"
+        );
+    }
 }
 
 #[test]
