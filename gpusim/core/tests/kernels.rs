@@ -442,3 +442,42 @@ fn rounding_modes_of_fma_add_mul_and_cvt() {
     // The inputs exercise rounding: almost every fma result is inexact in f32.
     assert!(inexact > n * 9 / 10, "{inexact} of {n} inexact");
 }
+
+#[test]
+fn atomics_on_shared_and_global_memory() {
+    let Some(module) = module() else { return };
+    let n = 3000usize;
+    let mut r = rng(10);
+    let x: Vec<i32> = (0..n).map(|_| r.gen_range(0..1_000_000)).collect();
+    let mut memory = DeviceMemory::new();
+    let dx = upload(&mut memory, &x);
+    let dcounts = upload(&mut memory, &[0i32; 17]);
+    let dsum = upload(&mut memory, &[0f32]);
+    let dfirst = upload(&mut memory, &[-1i32; 16]);
+    let args = [
+        Arg::U64(dx),
+        Arg::U64(dcounts),
+        Arg::U64(dsum),
+        Arg::U64(dfirst),
+        Arg::I32(n as i32),
+    ];
+    run(&module, "histogram", &mut memory, 3, 128, 0, &args).unwrap();
+    let counts: Vec<i32> = download(&memory, dcounts, 17);
+    let sum: Vec<f32> = download(&memory, dsum, 1);
+    let first: Vec<i32> = download(&memory, dfirst, 16);
+    let mut expected = [0i32; 16];
+    for &v in &x {
+        expected[(v & 15) as usize] += 1;
+    }
+    assert_eq!(counts[..16], expected);
+    assert_eq!(counts[16], *x.iter().max().unwrap());
+    // Small integers: the f32 sum is exact in any order.
+    assert_eq!(sum[0], x.iter().map(|&v| (v & 15) as f32).sum::<f32>());
+    // Each bin's claim holds an index of an element of that bin (which one depends on the order of threads).
+    for (bin, &i) in first.iter().enumerate() {
+        assert!(
+            i >= 0 && (x[i as usize] & 15) as usize == bin,
+            "bin {bin} claimed by {i}"
+        );
+    }
+}

@@ -116,3 +116,20 @@ extern "C" __global__ void rounding(const float* a, const float* b, const float*
     asm("cvt.rmi.s32.f32 %0, %1;" : "=r"(k[2]) : "f"(s));
     asm("cvt.rpi.s32.f32 %0, %1;" : "=r"(k[3]) : "f"(s));
 }
+
+// Atomics on shared and global memory: a 16-bin histogram, a float sum, a maximum and a compare-and-swap claim.
+extern "C" __global__ void histogram(const int* x, int* counts, float* sum, int* first, int n) {
+    __shared__ int bins[16];
+    int t = threadIdx.x;
+    if (t < 16) bins[t] = 0;
+    __syncthreads();
+    for (int i = blockIdx.x * blockDim.x + t; i < n; i += gridDim.x * blockDim.x) {
+        int v = x[i];
+        atomicAdd(&bins[v & 15], 1);
+        atomicAdd(sum, (float)(v & 15));
+        atomicMax(&counts[16], v);
+        atomicCAS(&first[v & 15], -1, i);
+    }
+    __syncthreads();
+    if (t < 16) atomicAdd(&counts[t], bins[t]);
+}
