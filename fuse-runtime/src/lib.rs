@@ -14,7 +14,7 @@ pub mod report;
 pub mod tensor;
 pub mod weights;
 
-pub use device::{Device, Precision};
+pub use device::{Device, GpuOptions, Precision};
 pub use error::{Error, Result};
 #[doc(hidden)]
 pub use fuse_macros::__fused_model_with;
