@@ -22,15 +22,25 @@ fn every_golden_kernel_decodes() {
     );
     for file in files {
         let source = std::fs::read_to_string(&file).expect("read golden .cu");
-        for (arch, source) in [
+        let variants = [
             ("compute_80", source.clone()),
             ("compute_90", source.clone()),
             ("compute_80", with_storage(&source, "f16")),
             ("compute_90", with_storage(&source, "bf16")),
-        ] {
-            let Some(ptx) = compile_ptx(&source, arch, &[]) else {
-                return;
-            };
+        ];
+        // nvcc runs for the four variants at once.
+        let compiled: Vec<_> = std::thread::scope(|scope| {
+            let handles: Vec<_> = variants
+                .iter()
+                .map(|(arch, source)| scope.spawn(move || (*arch, compile_ptx(source, arch, &[]))))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("nvcc thread"))
+                .collect()
+        });
+        for (arch, ptx) in compiled {
+            let Some(ptx) = ptx else { return };
             let module = Module::from_ptx(&ptx)
                 .unwrap_or_else(|e| panic!("{} ({arch}): {e}", file.display()));
             let entries = ptx.matches(".entry").count();
