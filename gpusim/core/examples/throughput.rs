@@ -1,6 +1,6 @@
 //! Interpreter throughput: simulated instructions per second on the `spin` kernel of the test fixture (an f32
-//! loop), or, given the PTX of tests/golden/chain.fused.cu, on fuse's layer-norm row kernel:
-//! `cargo run --release -p gpusim --example throughput [chain.ptx]`.
+//! loop), or, given the PTX of tests/golden/chain.fused.cu, on fuse's layer-norm row kernel, or given that of
+//! tests/golden/mlp.fused.cu, on its fallback GEMM: `cargo run --release -p gpusim --example throughput [x.ptx]`.
 
 use gpusim::{launch_with_stats, DeviceMemory, LaunchConfig, Module, SimError};
 use std::time::Instant;
@@ -78,8 +78,51 @@ fn row_kernel(path: &str) -> Result<(), SimError> {
     Ok(())
 }
 
+/// fuse's fallback GEMM `(long long m, out, a, b, bias)` of tests/golden/mlp.fused.cu's k0 (k = 1024, n = 4096),
+/// for 4 rows and the first 16 column tiles.
+fn gemm_kernel(path: &str) -> Result<(), SimError> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| SimError::Other(format!("{path}: {e}")))?;
+    let module = Module::from_ptx(&text)?;
+    let kernel = module
+        .kernels
+        .iter()
+        .find(|k| k.name.ends_with("_k0_matmul_gemm"))
+        .cloned()
+        .ok_or_else(|| SimError::NoSuchKernel("*_k0_matmul_gemm".into()))?;
+    let (m, n, k) = (4usize, 4096usize, 1024usize);
+    let mut memory = DeviceMemory::new();
+    let out = memory.alloc(m * n * 4)?;
+    let mut params = (m as i64).to_le_bytes().to_vec();
+    params.extend_from_slice(&out.to_le_bytes());
+    for len in [m * k, n * k, n] {
+        let data: Vec<u8> = (0..len)
+            .flat_map(|i| ((i % 89) as f32 * 0.01).to_le_bytes())
+            .collect();
+        let buffer = memory.alloc(data.len())?;
+        memory
+            .write(buffer, &data)
+            .map_err(|f| SimError::Memory(format!("{f:?}")))?;
+        params.extend_from_slice(&buffer.to_le_bytes());
+    }
+    let config = LaunchConfig {
+        grid: [1, 16, 1],
+        block: [256, 1, 1],
+        dynamic_shared_bytes: 0,
+    };
+    let start = Instant::now();
+    let stats = launch_with_stats(&kernel, &mut memory, config, &params)?;
+    report(
+        &format!("{} ({m}×{k} · {k}×1024)", kernel.name),
+        stats.instructions,
+        start.elapsed().as_secs_f64(),
+    );
+    Ok(())
+}
+
 fn main() -> Result<(), SimError> {
     match std::env::args().nth(1) {
+        Some(path) if path.contains("mlp") => gemm_kernel(&path),
         Some(path) => row_kernel(&path),
         None => spin(),
     }

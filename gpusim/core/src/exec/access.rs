@@ -168,6 +168,24 @@ impl Access<'_> {
         }
     }
 
+    /// A 4-byte `ld.shared` (the inner loop of tiled kernels), with the same checks as [`Access::load`].
+    pub fn load_shared32(&mut self, address: u64, line: u32) -> SimResult<u32> {
+        if !address.is_multiple_of(4) {
+            return Err(SimError::Misaligned {
+                access: "shared read",
+                bytes: 4,
+                address,
+                site: self.at.site(self.thread, line),
+            });
+        }
+        let offset = self.bounded(Space::Shared, false, address, 4, self.shared.len(), line)?;
+        self.races
+            .read(offset, 4, self.thread as u32, line)
+            .map_err(|c| self.race(c, false, 4, line))?;
+        let b = &self.shared[offset..offset + 4];
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
     pub fn store(&mut self, space: Space, address: u64, data: &[u8], line: u32) -> SimResult<()> {
         let bytes = data.len();
         let (space, address) = resolve(space, address);

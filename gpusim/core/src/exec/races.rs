@@ -73,11 +73,14 @@ impl RaceTracker {
         thread: u32,
         line: u32,
     ) -> Result<(), Conflict> {
-        for o in offset..offset + len {
-            let cell = self.cell(o);
+        let epoch = self.epoch;
+        for (k, cell) in self.cells[offset..offset + len].iter_mut().enumerate() {
+            if cell.epoch != epoch {
+                *cell = Cell { epoch, ..EMPTY };
+            }
             if cell.writer != NOBODY && cell.writer != thread {
                 return Err(Conflict {
-                    offset: o as u64,
+                    offset: (offset + k) as u64,
                     other_thread: Some(cell.writer),
                     other_line: cell.writer_line,
                     other_wrote: true,

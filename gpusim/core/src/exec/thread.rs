@@ -244,6 +244,20 @@ pub(crate) fn run(
             Op::Prmt { d, a, b, c } => regs[d as usize] = prmt(r(a), r(b), r(c)),
             Op::Lop3 { d, a, b, c, lut } => regs[d as usize] = lop3(r(a), r(b), r(c), lut),
             Op::Bfe { ty, d, a, b, c } => regs[d as usize] = bfe(ty, r(a), r(b), r(c)),
+            Op::FmaF32 { d, a, b, c } => {
+                let (a, b, c) = (f32_of(r(a)), f32_of(r(b)), f32_of(r(c)));
+                regs[d as usize] = u64::from(a.mul_add(b, c).to_bits());
+            }
+            Op::AddF32 { d, a, b } => {
+                regs[d as usize] = u64::from((f32_of(r(a)) + f32_of(r(b))).to_bits())
+            }
+            Op::MulF32 { d, a, b } => {
+                regs[d as usize] = u64::from((f32_of(r(a)) * f32_of(r(b))).to_bits())
+            }
+            Op::LdShared32 { d, addr } => {
+                let address = r(addr.base).wrapping_add(addr.offset as u64);
+                regs[d as usize] = u64::from(mem.load_shared32(address, ins.line)?);
+            }
             Op::Testp { kind, ty, d, a } => regs[d as usize] = u64::from(testp(kind, ty, r(a))),
             Op::Atom {
                 space,
@@ -267,6 +281,10 @@ pub(crate) fn run(
     *pc = i as u32;
     *executed += count;
     Ok(status)
+}
+
+fn f32_of(bits: u64) -> f32 {
+    f32::from_bits(bits as u32)
 }
 
 fn atomic_update(op: AtomOp, ty: Ty, old: u64, b: u64, c: u64) -> u64 {

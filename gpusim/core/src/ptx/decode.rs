@@ -337,7 +337,7 @@ impl Decoder<'_> {
                 }
             },
         };
-        let op = self.op(raw)?;
+        let op = specialize(self.op(raw)?);
         Ok(Instr {
             op,
             guard,

@@ -412,12 +412,80 @@ pub(crate) enum Op {
         b: Slot,
         c: Slot,
     },
+    /// `fma.rn.f32`, `add.f32`, `mul.f32` without modifiers (see [`specialize`]).
+    FmaF32 {
+        d: Slot,
+        a: Slot,
+        b: Slot,
+        c: Slot,
+    },
+    AddF32 {
+        d: Slot,
+        a: Slot,
+        b: Slot,
+    },
+    MulF32 {
+        d: Slot,
+        a: Slot,
+        b: Slot,
+    },
+    /// `ld.shared` of one 4-byte value.
+    LdShared32 {
+        d: Slot,
+        addr: Addr,
+    },
     Testp {
         kind: TestKind,
         ty: Ty,
         d: Slot,
         a: Slot,
     },
+}
+
+impl FloatMods {
+    /// Round to nearest, no flushing, no saturation: what plain C float arithmetic compiles to.
+    pub fn is_plain(self) -> bool {
+        matches!(self.rnd, Rounding::Default | Rounding::Rn) && !self.ftz && !self.sat
+    }
+}
+
+/// Plain f32 arithmetic and 4-byte shared loads (the bulk of fuse's kernels) get operations of their own, so the
+/// interpreter runs them without looking at modifiers.
+pub(crate) fn specialize(op: Op) -> Op {
+    match op {
+        Op::Fma {
+            ty: Ty::F32,
+            mods,
+            d,
+            a,
+            b,
+            c,
+        } if mods.is_plain() => Op::FmaF32 { d, a, b, c },
+        Op::Float {
+            op: FloatOp::Add,
+            ty: Ty::F32,
+            mods,
+            d,
+            a,
+            b,
+        } if mods.is_plain() => Op::AddF32 { d, a, b },
+        Op::Float {
+            op: FloatOp::Mul,
+            ty: Ty::F32,
+            mods,
+            d,
+            a,
+            b,
+        } if mods.is_plain() => Op::MulF32 { d, a, b },
+        Op::Ld {
+            space: Space::Shared,
+            ty,
+            d,
+            n: 1,
+            addr,
+        } if ty.bytes() == 4 => Op::LdShared32 { d: d[0], addr },
+        other => other,
+    }
 }
 
 /// One decoded instruction with its guard predicate and PTX line.
