@@ -191,6 +191,14 @@ impl OnGpu {
                 }
             }
         }
+        // The second call replayed a graph: capture must not have failed quietly.
+        for (path, model) in self.f32.iter().chain(&self.bf16) {
+            let report = model.device_report();
+            assert!(
+                !report.contains("capture failed"),
+                "{what} {path}: {report}"
+            );
+        }
     }
 }
 

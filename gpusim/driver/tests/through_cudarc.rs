@@ -401,3 +401,23 @@ fn an_unsupported_call_is_an_error_naming_it() {
     let text = DriverError(r).to_string();
     assert!(text.contains("cuProfilerStart"), "{text}");
 }
+
+#[test]
+fn reads_of_never_written_device_memory_are_reported() {
+    let Some(ctx) = simulator() else { return };
+    let module = checks(&ctx);
+    let stream = ctx.new_stream().expect("stream");
+    let n = 64usize;
+    // SAFETY: f32 has no invalid bit patterns; the point is that nothing writes `x` before the kernel reads it.
+    let x = unsafe { stream.alloc::<f32>(n) }.expect("x");
+    let mut y = stream.alloc_zeros::<f32>(n).expect("y");
+    let e = launch_axpy(&stream, &module, &mut y, &x, &1.0, &(n as i64))
+        .expect_err("x was never written");
+    assert!(e.to_string().contains("never-written"), "{e}");
+    // SAFETY: as above.
+    let z = unsafe { stream.alloc::<f32>(n) }.expect("z");
+    let e = stream
+        .clone_dtoh(&z)
+        .expect_err("downloading never-written bytes");
+    assert!(e.to_string().contains("never written"), "{e}");
+}

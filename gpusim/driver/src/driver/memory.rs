@@ -183,7 +183,8 @@ unsafe fn dtoh(
     }
     // SAFETY: the caller's contract.
     let out = unsafe { std::slice::from_raw_parts_mut(dst.cast::<u8>(), len) };
-    match state.memory.read(src, out, false) {
+    // A download of bytes no copy, memset or kernel ever wrote is a defect the GPU would hide behind garbage.
+    match state.memory.read(src, out, true) {
         Ok(()) => CUresult::CUDA_SUCCESS,
         Err(f) => memory_fault(call, src, len, f).report(),
     }
