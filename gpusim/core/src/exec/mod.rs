@@ -1,4 +1,4 @@
-//! Runs one launch: every block of the grid, one after another, each with [`block::Block`].
+//! Runs one launch: every block of the grid, one after another, each with `block::Block`.
 
 mod access;
 mod block;

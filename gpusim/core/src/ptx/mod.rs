@@ -1,5 +1,5 @@
-//! PTX text → decoded kernels: [`lex`] (tokens) → [`parse`] (statements per `.entry`) → [`decode`] (instructions
-//! over register slots, see [`ops`]). A module is decoded once; launches only execute.
+//! PTX text → decoded kernels: `lex` (tokens) → `parse` (statements per `.entry`) → `decode` (instructions
+//! over register slots, see `ops`). A module is decoded once; launches only execute.
 
 pub(crate) mod decode;
 mod lex;
