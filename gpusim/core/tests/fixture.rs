@@ -153,3 +153,16 @@ fn a_loop_runs_its_trip_count() {
     // 6 set-up instructions, 4 per trip, 5 after the loop.
     assert_eq!(stats.instructions, 128 * (6 + 4 * 100 + 5));
 }
+
+#[test]
+fn truncated_or_garbled_ptx_is_an_error_never_a_panic() {
+    for cut in (0..FIXTURE.len()).step_by(7) {
+        if FIXTURE.is_char_boundary(cut) {
+            let _ = Module::from_ptx(&FIXTURE[..cut]);
+        }
+    }
+    for (i, c) in FIXTURE.char_indices().step_by(13) {
+        let garbled: String = FIXTURE[..i].to_string() + "#" + &FIXTURE[i + c.len_utf8()..];
+        let _ = Module::from_ptx(&garbled);
+    }
+}
