@@ -58,6 +58,8 @@ run() {
 run -p gpusim "$@"
 run -p gpusim-driver "$@"
 run -p fuse-tests --test gpu "$@"
+# Without GPUSIM=1 the stand-in must report no device.
+GPUSIM=0 run -p gpusim-driver --test through_cudarc -- without_gpusim_1
 
 echo "$passed passed, $failed failed"
 [[ "$failed" -eq 0 ]]

@@ -421,3 +421,29 @@ fn reads_of_never_written_device_memory_are_reported() {
         .expect_err("downloading never-written bytes");
     assert!(e.to_string().contains("never written"), "{e}");
 }
+
+/// Run by `scripts/gpu-sim.sh` with `GPUSIM=0` and the stand-in on the library path: without the variable the
+/// library must say there is no device, so it is never taken for a GPU.
+#[test]
+fn without_gpusim_1_the_stand_in_reports_no_device() {
+    if std::env::var("GPUSIM").as_deref() != Ok("0") {
+        eprintln!("skipped: runs with GPUSIM=0 (scripts/gpu-sim.sh does)");
+        return;
+    }
+    // SAFETY: only opens and closes the library.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        eprintln!("skipped: no libcuda.so on the library path");
+        return;
+    }
+    match CudaContext::new(0) {
+        Err(e) => {
+            assert_eq!(e.0, CUresult::CUDA_ERROR_NO_DEVICE, "{e}");
+            assert!(e.to_string().contains("GPUSIM=1"), "{e}");
+        }
+        Ok(ctx) => {
+            let name = ctx.name().unwrap_or_default();
+            assert_ne!(name, DEVICE_NAME, "the simulator answered without GPUSIM=1");
+            eprintln!("skipped: a real driver ({name}) is first on the library path");
+        }
+    }
+}
