@@ -53,6 +53,17 @@ pub enum Precision {
     Bf16,
 }
 
+/// How a model is placed on a GPU: the storage precision, and which steps of the fallback chain to skip (the
+/// GPU tests use these to run every path: the AOT fatbin and NVRTC, cuBLAS and the generated GEMM).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct GpuOptions {
+    pub precision: Precision,
+    /// Compile the embedded source with NVRTC even when an AOT fatbin for the GPU is there.
+    pub jit: bool,
+    /// Run every matmul on the generated GEMM kernel even when cuBLAS is installed.
+    pub generated_gemm: bool,
+}
+
 /// An opened CUDA device.
 #[derive(Clone)]
 pub struct CudaDevice {
@@ -273,12 +284,12 @@ fn cpu_line(model: &CompiledModel) -> String {
 }
 
 #[cfg(feature = "cuda")]
-fn gpu_model(model: &CompiledModel, device: &CudaDevice, precision: Precision) -> Result<GpuModel> {
-    GpuModel::new(model.spec(), model.weights(), device, precision)
+fn gpu_model(model: &CompiledModel, device: &CudaDevice, options: GpuOptions) -> Result<GpuModel> {
+    GpuModel::new(model.spec(), model.weights(), device, options)
 }
 
 #[cfg(not(feature = "cuda"))]
-fn gpu_model(_: &CompiledModel, device: &CudaDevice, _: Precision) -> Result<GpuModel> {
+fn gpu_model(_: &CompiledModel, device: &CudaDevice, _: GpuOptions) -> Result<GpuModel> {
     match device.never {}
 }
 
@@ -291,6 +302,15 @@ impl CompiledModel {
 
     /// [`CompiledModel::to_device`] with a storage precision for the GPU (the CPU always computes in f32).
     pub fn to_device_with(&self, device: Device, precision: Precision) -> Result<()> {
+        let options = GpuOptions {
+            precision,
+            ..GpuOptions::default()
+        };
+        self.to_device_with_options(device, options)
+    }
+
+    /// [`CompiledModel::to_device`] with every GPU option (see [`GpuOptions`]).
+    pub fn to_device_with_options(&self, device: Device, options: GpuOptions) -> Result<()> {
         match device {
             Device::Cpu => {
                 self.placement
@@ -298,7 +318,7 @@ impl CompiledModel {
                 Ok(())
             }
             Device::Cuda(d) => {
-                let gpu = gpu_model(self, &d, precision)?;
+                let gpu = gpu_model(self, &d, options)?;
                 self.placement.set(Some(Arc::new(gpu)), Vec::new());
                 Ok(())
             }
@@ -313,7 +333,7 @@ impl CompiledModel {
             self.placement.set(None, vec![line]);
             return Ok(Device::Cpu);
         };
-        match gpu_model(self, d, Precision::F32) {
+        match gpu_model(self, d, GpuOptions::default()) {
             Ok(gpu) => {
                 self.placement.set(Some(Arc::new(gpu)), Vec::new());
                 Ok(device)

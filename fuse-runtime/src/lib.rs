@@ -17,7 +17,7 @@ pub mod tensor;
 pub mod tensor_file;
 pub mod weights;
 
-pub use device::{Device, Precision};
+pub use device::{Device, GpuOptions, Precision};
 pub use error::{Error, Result};
 #[doc(hidden)]
 pub use fuse_macros::__fused_model_with;
