@@ -90,6 +90,12 @@ impl Arena {
         // SAFETY: the block is `len` bytes we own.
         unsafe { std::ptr::write_bytes(self.ptr.as_ptr(), 0xFF, self.len) };
     }
+
+    /// Writes every page now (zeros), so the page faults of a fresh arena are paid here instead of by a call.
+    pub fn touch(&mut self) {
+        // SAFETY: the block is `len` bytes we own.
+        unsafe { std::ptr::write_bytes(self.ptr.as_ptr(), 0, self.len) };
+    }
 }
 
 impl Drop for Arena {

@@ -305,7 +305,7 @@ impl Executor {
         self.program
     }
 
-    /// Makes sure a call with `dims` finds an arena in the pool, allocating it now.
+    /// Makes sure a call with `dims` finds an arena in the pool, allocating (and page-faulting) it now.
     pub fn reserve(&self, dims: &[usize]) -> Result<()> {
         let (_, bytes) = self.program.layout(dims)?;
         self.pool.reserve(bytes)

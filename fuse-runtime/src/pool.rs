@@ -186,14 +186,15 @@ impl ArenaPool {
         drop(released);
     }
 
-    /// Makes sure a call needing `bytes` finds an arena here, allocating it now, and keeps one that size from
-    /// being released as oversized until [`ArenaPool::trim`].
+    /// Makes sure a call needing `bytes` finds an arena here, allocating it and paying its page faults now, and
+    /// keeps one that size from being released as oversized until [`ArenaPool::trim`].
     pub fn reserve(&self, bytes: usize) -> Result<()> {
         {
             let mut state = self.state();
             state.reserved = state.reserved.max(bytes);
         }
-        let arena = self.take(bytes)?;
+        let mut arena = self.take(bytes)?;
+        arena.touch();
         self.give_back(arena);
         Ok(())
     }

@@ -95,16 +95,16 @@ fn the_pool_shrinks_after_a_burst_and_on_trim() {
 #[test]
 fn a_reserved_size_stays_until_trim() {
     let pool = ArenaPool::default();
-    pool.reserve(200 * MIB).unwrap();
+    pool.reserve(40 * MIB).unwrap();
     for _ in 0..2 * RECENT_CALLS {
         cycle(&pool, MIB);
     }
     // The small calls took the reserved arena (the only one), so it is all the pool holds.
     assert_eq!(pool.stats().idle_arenas, 1);
-    assert_eq!(pool.stats().idle_bytes, 200 * MIB);
-    assert_eq!(pool.trim(), 200 * MIB);
+    assert_eq!(pool.stats().idle_bytes, 40 * MIB);
+    assert_eq!(pool.trim(), 40 * MIB);
     cycle(&pool, MIB);
-    assert!(pool.stats().idle_bytes < 200 * MIB);
+    assert!(pool.stats().idle_bytes < 40 * MIB);
 }
 
 #[test]
