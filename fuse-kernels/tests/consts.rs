@@ -37,7 +37,8 @@ fn weight_rows(expr: &str) -> Result<usize, Vec<String>> {
 
 #[test]
 fn integer_operators_fold_like_rust() {
-    let cases: [(&str, usize); 9] = [
+    let cases: [(&str, usize); 10] = [
+        ("2usize.pow(5)", 2usize.pow(5)),
         ("1 << 3", 1 << 3),
         ("(1 << 10) >> 7", (1 << 10) >> 7),
         ("100 % 7", 100 % 7),
@@ -64,6 +65,8 @@ fn a_bad_constant_is_one_error_on_the_constant() {
         ("8 % 0", "division by zero"),
         ("1.5 << 2", "needs integers"),
         ("1 >> -1", "must be in 0..64"),
+        ("2usize.pow(64)", "integer overflow"),
+        ("[4, 8][1]", "expected a constant expression"),
     ] {
         let errs = errors(&model(expr));
         assert_eq!(

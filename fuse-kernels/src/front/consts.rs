@@ -186,6 +186,14 @@ pub fn apply_cast(ty: &syn::Type, v: ConstVal) -> Result<ConstVal, String> {
 
 /// `x.sqrt()`, `x.powi(2)`, ... on a constant.
 pub fn apply_method(method: &str, v: ConstVal, args: &[ConstVal]) -> Result<ConstVal, String> {
+    if let (ConstVal::Int(x), "pow", [ConstVal::Int(e)]) = (&v, method, args) {
+        let e = u32::try_from(*e)
+            .map_err(|_| format!("`pow` of a constant by {e}: the exponent must be >= 0"))?;
+        return x
+            .checked_pow(e)
+            .map(ConstVal::Int)
+            .ok_or_else(|| "integer overflow in a constant".to_string());
+    }
     let Some(x) = v.as_f64() else {
         return Err(format!("`{method}` needs a number, got {}", v.kind()));
     };
@@ -205,7 +213,7 @@ pub fn apply_method(method: &str, v: ConstVal, args: &[ConstVal]) -> Result<Cons
         _ => {
             return Err(format!(
                 "unsupported method `{method}` on a constant; constants support `sqrt`, `recip`, `ln`, `exp`, \
-                 `abs`, `powi` and `powf`"
+                 `abs`, `powi`, `powf` and, on integers, `pow`"
             ))
         }
     };
