@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::exec::{bind_inputs, Executor, InputSpec, Program};
 use crate::pool::{PoolLimits, PoolStats};
 use crate::report::PlanReport;
-use crate::tensor::{try_normal_samples, Tensor};
+use crate::tensor::Tensor;
 use crate::weights::{load_safetensors, ParamSpec};
 
 /// Which compiled plan to run.
@@ -109,7 +109,10 @@ impl CompiledModel {
     /// [`CompiledModel::random`], or [`Error::OutOfMemory`] when the weights do not fit in what the process may
     /// still use (checked for all of them before any is allocated) or the allocator refuses them.
     pub fn try_random(spec: &'static ModelSpec, seed: u64) -> Result<Self> {
-        Ok(Self::assemble(spec, try_random_weights(spec.params, seed)?))
+        Ok(Self::assemble(
+            spec,
+            crate::weights::try_random_weights(spec.params, seed)?,
+        ))
     }
 
     pub fn spec(&self) -> &'static ModelSpec {
@@ -254,44 +257,9 @@ impl CompiledModel {
     }
 }
 
-/// Random parameters as [`crate::weights::random_weights`] draws them (parameter `i` from ChaCha8 stream `i` of
-/// the seed), or [`Error::OutOfMemory`] before anything is allocated when all of them together do not fit.
-fn try_random_weights(specs: &[ParamSpec], seed: u64) -> Result<Vec<Tensor>> {
-    use rand::SeedableRng;
-
-    let numels: Vec<Option<usize>> = specs
-        .iter()
-        .map(|spec| spec.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)))
-        .collect();
-    let total = numels.iter().try_fold(0usize, |total, numel| {
-        total.checked_add(numel.and_then(|n| n.checked_mul(std::mem::size_of::<f32>()))?)
-    });
-    let total = total.ok_or(Error::OutOfMemory {
-        what: "the weights",
-        bytes: None,
-        available: None,
-    })?;
-    crate::memory::check_fits("the weights", total)?;
-    specs
-        .iter()
-        .zip(numels)
-        .enumerate()
-        .map(|(i, (spec, numel))| {
-            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-            rng.set_stream(i as u64);
-            let mut values = try_normal_samples(&mut rng, numel.unwrap_or(usize::MAX), "a weight")?;
-            for v in &mut values {
-                *v = spec.init.mean + spec.init.std * *v;
-            }
-            Tensor::from_f32(spec.shape, values)
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
-    use super::try_random_weights;
-    use crate::weights::{random_weights, Init, ParamSpec};
+    use crate::weights::{random_weights, try_random_weights, Init, ParamSpec};
     use crate::Error;
 
     const INIT: Init = Init {

@@ -146,14 +146,6 @@ fn slice_values<T: Copy>(
     out
 }
 
-/// [`try_normal_samples`] for callers whose `n` is known to be small.
-///
-/// # Panics
-/// When `n` values do not fit in memory (with the error's message), instead of aborting.
-pub(crate) fn normal_samples(rng: &mut ChaCha8Rng, n: usize) -> Vec<f32> {
-    try_normal_samples(rng, n, "random values").unwrap_or_else(|e| panic!("{e}"))
-}
-
 /// `n` standard-normal samples from `rng` by Box–Muller, or [`Error::OutOfMemory`] for `what`.
 ///
 /// Written out here instead of using `rand_distr` so the stream of values is fixed by this code alone: seeds in

@@ -11,7 +11,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::error::{Error, Result};
-use crate::tensor::{normal_samples, DType, Tensor};
+use crate::tensor::{try_normal_samples, DType, Tensor};
 use crate::tensor_file::{widen_to_f32, TensorFile};
 
 /// One f32 parameter a compiled model expects.
@@ -140,22 +140,43 @@ pub(crate) fn list_missing(missing: &[String], closest: &[Option<String>]) -> St
 }
 
 /// Random parameters `mean + std * N(0, 1)` for each spec; the same for the same seed on every platform.
+/// Panics where [`try_random_weights`] returns an error (see it for the fallible form).
+pub fn random_weights(specs: &[ParamSpec], seed: u64) -> Vec<Tensor> {
+    try_random_weights(specs, seed)
+        .unwrap_or_else(|e| panic!("{e}; use the try_random form to handle it"))
+}
+
+/// Random parameters `mean + std * N(0, 1)` for each spec, or [`Error::OutOfMemory`] before anything is
+/// allocated when all of them together do not fit.
 ///
 /// Parameter `i` draws from ChaCha8 stream `i` of the seed, so two parameters of the same shape differ and
 /// adding a parameter does not change the values of the ones before it.
-pub fn random_weights(specs: &[ParamSpec], seed: u64) -> Vec<Tensor> {
+pub fn try_random_weights(specs: &[ParamSpec], seed: u64) -> Result<Vec<Tensor>> {
+    let numels: Vec<Option<usize>> = specs
+        .iter()
+        .map(|spec| spec.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)))
+        .collect();
+    let total = numels.iter().try_fold(0usize, |total, numel| {
+        total.checked_add(numel.and_then(|n| n.checked_mul(std::mem::size_of::<f32>()))?)
+    });
+    let total = total.ok_or(Error::OutOfMemory {
+        what: "the weights",
+        bytes: None,
+        available: None,
+    })?;
+    crate::memory::check_fits("the weights", total)?;
     specs
         .iter()
+        .zip(numels)
         .enumerate()
-        .map(|(i, spec)| {
+        .map(|(i, (spec, numel))| {
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
             rng.set_stream(i as u64);
-            let n = spec.shape.iter().product();
-            let mut values = normal_samples(&mut rng, n);
+            let mut values = try_normal_samples(&mut rng, numel.unwrap_or(usize::MAX), "a weight")?;
             for v in &mut values {
                 *v = spec.init.mean + spec.init.std * *v;
             }
-            Tensor::f32_from_shape(spec.shape, values)
+            Tensor::from_f32(spec.shape, values)
         })
         .collect()
 }
