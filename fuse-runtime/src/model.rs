@@ -259,33 +259,13 @@ impl CompiledModel {
 
 #[cfg(test)]
 mod tests {
-    use crate::weights::{random_weights, try_random_weights, Init, ParamSpec};
+    use crate::weights::{try_random_weights, Init, ParamSpec};
     use crate::Error;
 
     const INIT: Init = Init {
         mean: 0.5,
         std: 0.1,
     };
-
-    #[test]
-    fn fallible_random_weights_are_the_same_values() {
-        let specs = [
-            ParamSpec {
-                name: "a",
-                shape: &[3, 5],
-                init: INIT,
-            },
-            ParamSpec {
-                name: "b",
-                shape: &[7],
-                init: INIT,
-            },
-        ];
-        assert_eq!(
-            try_random_weights(&specs, 9).unwrap(),
-            random_weights(&specs, 9)
-        );
-    }
 
     #[test]
     fn weights_past_memory_or_usize_are_errors() {
