@@ -20,3 +20,7 @@ if ! scripts/fetch-minilm.sh >/dev/null; then
 fi
 
 cargo test --workspace "$@"
+
+# The GPU tests again, on the simulated GPU (gpusim): the CUDA writer's kernels, the fatbins, NVRTC, cuBLAS calls
+# and CUDA graphs run for real, with bounds, race and barrier checks. Its last line is `N passed, M failed`.
+scripts/gpu-sim.sh

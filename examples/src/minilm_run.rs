@@ -1,10 +1,22 @@
 //! Running MiniLM on sentences: find the checkpoint, tokenise, build the four input tensors, embed.
+//!
+//! ```no_run
+//! use fuse_examples::minilm_run::SentenceEmbedder;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let embedder = SentenceEmbedder::load("path/to/all-MiniLM-L6-v2")?; // model.safetensors + tokenizer.json
+//! for e in embedder.embed_with_counts(&["A sentence.", "Another one."])? {
+//!     println!("{} tokens -> {} values", e.tokens, e.values.len()); // values.len() == embedder.width()
+//! }
+//! # Ok(())
+//! # }
+//! ```
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use fuse_runtime::Tensor;
 
-use crate::models::minilm::minilm::MiniLm;
+use crate::models::minilm::minilm::{MiniLm, HIDDEN};
 use crate::tokenize::{Batch, SentenceTokenizer};
 
 /// Where `scripts/fetch-minilm.sh` puts the checkpoint; `FUSE_MINILM_DIR` overrides it.
@@ -14,27 +26,78 @@ pub fn checkpoint_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.cache/minilm"))
 }
 
-/// The model and its tokenizer, loaded from `checkpoint_dir()`.
+/// One sentence's embedding and the number of tokens it became.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Embedding {
+    /// Unit length, [`SentenceEmbedder::width`] values.
+    pub values: Vec<f32>,
+    /// Tokens embedded, `[CLS]` and `[SEP]` included; at most [`crate::tokenize::MAX_TOKENS`] (longer sentences
+    /// are truncated, as sentence-transformers does).
+    pub tokens: usize,
+}
+
+/// The model and its tokenizer.
 pub struct SentenceEmbedder {
     pub model: MiniLm,
     pub tokenizer: SentenceTokenizer,
 }
 
 impl SentenceEmbedder {
-    pub fn load() -> Result<Self, Box<dyn std::error::Error>> {
-        let dir = checkpoint_dir();
-        let tokenizer = SentenceTokenizer::from_dir(&dir)?;
+    /// Loads `model.safetensors` and `tokenizer.json` from the folder `dir` (a checkpoint of
+    /// sentence-transformers' all-MiniLM-L6-v2).
+    pub fn load(dir: impl AsRef<Path>) -> Result<Self, Box<dyn std::error::Error>> {
+        let dir = dir.as_ref();
+        let tokenizer = SentenceTokenizer::from_dir(dir)?;
         let weights = dir.join("model.safetensors");
         let model = MiniLm::load(&weights)
             .map_err(|e| format!("{e}\n(fetch the checkpoint with scripts/fetch-minilm.sh)"))?;
         Ok(SentenceEmbedder { model, tokenizer })
     }
 
-    /// One unit-length embedding (384 values) per sentence, computed as one padded batch.
+    /// [`SentenceEmbedder::load`] from [`checkpoint_dir`]: `FUSE_MINILM_DIR`, else where
+    /// `scripts/fetch-minilm.sh` puts the checkpoint.
+    pub fn load_default() -> Result<Self, Box<dyn std::error::Error>> {
+        Self::load(checkpoint_dir())
+    }
+
+    /// Values per embedding: the model's hidden width (384).
+    pub fn width(&self) -> usize {
+        HIDDEN
+    }
+
+    /// One unit-length embedding ([`SentenceEmbedder::width`] values) per sentence, computed as one padded batch.
     pub fn embed(&self, sentences: &[&str]) -> Result<Vec<Vec<f32>>, Box<dyn std::error::Error>> {
+        Ok(self
+            .embed_with_counts(sentences)?
+            .into_iter()
+            .map(|e| e.values)
+            .collect())
+    }
+
+    /// As [`SentenceEmbedder::embed`], with each sentence's token count.
+    pub fn embed_with_counts(
+        &self,
+        sentences: &[&str],
+    ) -> Result<Vec<Embedding>, Box<dyn std::error::Error>> {
+        if sentences.is_empty() {
+            return Ok(Vec::new());
+        }
         let batch = self.tokenizer.encode_batch(sentences)?;
         let out = self.embed_batch(&batch)?;
-        Ok(out.to_f32_vec().chunks(384).map(<[f32]>::to_vec).collect())
+        let width = *out.shape().last().ok_or("the model returned a scalar")?;
+        let values = out.to_vec::<f32>()?;
+        let counts = batch
+            .attention_mask
+            .chunks(batch.seq.max(1))
+            .map(|row| row.iter().filter(|&&m| m != 0.0).count());
+        Ok(values
+            .chunks(width.max(1))
+            .zip(counts)
+            .map(|(values, tokens)| Embedding {
+                values: values.to_vec(),
+                tokens,
+            })
+            .collect())
     }
 
     pub fn embed_batch(&self, batch: &Batch) -> fuse_runtime::Result<Tensor> {

@@ -5,7 +5,7 @@ use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
 use fuse_kernels::front::{capture_with, model_source, CapturedModel};
-use fuse_kernels::ir::{DType, Graph, Op};
+use fuse_kernels::ir::{DType, Graph, NodeId, Op};
 use fuse_kernels::plan::{plan, Mode};
 use fuse_kernels::timing::{self, Timings};
 
@@ -101,23 +101,46 @@ fn param_init(g: &Graph, index: usize) -> (f32, f32) {
     }
 }
 
-/// The row count of the embedding table an input's ids index, if any (checked at run time before launch).
-fn id_bound(g: &Graph, input: u32) -> Option<usize> {
-    g.nodes.iter().find_map(|n| match n.op {
-        Op::Embedding { table, ids } => {
-            let mut cur = ids;
-            loop {
-                match &g.node(cur).op {
-                    Op::Input(i) if *i == input => return g.ty(table).shape.0[0].as_static(),
-                    Op::Permute { input, .. }
-                    | Op::Reshape { input, .. }
-                    | Op::Slice { input, .. } => cur = *input,
-                    _ => return None,
-                }
+/// The smallest embedding table an input's ids index: its row count and name (checked at run time before
+/// launch). One ids input may feed several tables; an id valid for the largest could still read past a smaller
+/// one, so the bound is the minimum over every `embedding` the input reaches.
+fn id_bound(g: &Graph, input: u32) -> Option<(usize, String)> {
+    g.nodes
+        .iter()
+        .filter_map(|n| match n.op {
+            Op::Embedding { table, ids } if reads_input(g, ids, input) => {
+                let rows = g.ty(table).shape.0.first()?.as_static()?;
+                Some((rows, table_name(g, table)))
             }
+            _ => None,
+        })
+        .min_by_key(|(rows, _)| *rows)
+}
+
+/// Whether `node` is the input itself or a view of it (the ids an embedding reads).
+fn reads_input(g: &Graph, mut node: NodeId, which: u32) -> bool {
+    loop {
+        match &g.node(node).op {
+            Op::Input(i) => return *i == which,
+            Op::Permute { input, .. } | Op::Reshape { input, .. } | Op::Slice { input, .. } => {
+                node = *input
+            }
+            _ => return false,
         }
-        _ => None,
-    })
+    }
+}
+
+/// The checkpoint name of the parameter an embedding table is (or is a view of), for the error message.
+fn table_name(g: &Graph, mut node: NodeId) -> String {
+    loop {
+        match &g.node(node).op {
+            Op::Param(i) => return g.params[*i as usize].name.clone(),
+            Op::Permute { input, .. } | Op::Reshape { input, .. } | Op::Slice { input, .. } => {
+                node = *input
+            }
+            _ => return "the embedding table".into(),
+        }
+    }
 }
 
 fn dtype(d: DType) -> TokenStream {
@@ -192,7 +215,7 @@ fn expand_model(
         });
         let text = g.fmt_shape(&input.ty.shape);
         let bound = match id_bound(g, i as u32) {
-            Some(b) => quote!(Some(#b)),
+            Some((rows, table)) => quote!(Some(#rt::IdBound { rows: #rows, table: #table })),
             None => quote!(None),
         };
         quote!(#rt::InputSpec { name: #iname, dtype: #dt, dims: &[#(#dims),*], shape_text: #text, id_bound: #bound })
@@ -267,9 +290,15 @@ fn expand_model(
                 ::fuse_runtime::CompiledModel::load(&#private::SPEC, path.as_ref()).map(|core| Self { core })
             }
 
-            /// Seeded random weights, for examples and tests.
+            /// Seeded random weights, for examples and tests. Panics with the error of [`Self::try_random`] when
+            /// the weights do not fit in memory.
             pub fn random(seed: u64) -> Self {
                 Self { core: ::fuse_runtime::CompiledModel::random(&#private::SPEC, seed) }
+            }
+
+            /// Seeded random weights, or `Error::OutOfMemory` when they do not fit in memory.
+            pub fn try_random(seed: u64) -> ::fuse_runtime::Result<Self> {
+                ::fuse_runtime::CompiledModel::try_random(&#private::SPEC, seed).map(|core| Self { core })
             }
 
             /// Weights in declaration order (see [`Self::spec`] for names and shapes).

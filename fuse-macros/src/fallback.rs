@@ -112,6 +112,9 @@ fn stub_model(module: &syn::ItemMod, name: &syn::Ident) -> TokenStream {
             pub fn random(seed: u64) -> Self {
                 #fail
             }
+            pub fn try_random(seed: u64) -> ::fuse_runtime::Result<Self> {
+                #fail
+            }
             pub fn from_weights(weights: ::std::vec::Vec<::fuse_runtime::Tensor>) -> ::fuse_runtime::Result<Self> {
                 #fail
             }

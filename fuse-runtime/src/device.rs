@@ -53,6 +53,17 @@ pub enum Precision {
     Bf16,
 }
 
+/// How a model is placed on a GPU: the storage precision, and which steps of the fallback chain to skip (the
+/// GPU tests use these to run every path: the AOT fatbin and NVRTC, cuBLAS and the generated GEMM).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct GpuOptions {
+    pub precision: Precision,
+    /// Compile the embedded source with NVRTC even when an AOT fatbin for the GPU is there.
+    pub jit: bool,
+    /// Run every matmul on the generated GEMM kernel even when cuBLAS is installed.
+    pub generated_gemm: bool,
+}
+
 /// An opened CUDA device.
 #[derive(Clone)]
 pub struct CudaDevice {
@@ -230,25 +241,55 @@ impl Placement {
         }
     }
 
+    /// The GPU's report, or why the model is on the CPU (empty when it was never moved).
     fn report(&self) -> Vec<String> {
         let Ok(s) = self.0.read() else {
             return Vec::new();
         };
         match &s.gpu {
             Some(gpu) => gpu.report(),
-            None if s.report.is_empty() => vec!["CPU: where every model starts".into()],
             None => s.report.clone(),
         }
     }
 }
 
+/// What a CPU `forward` runs: the fused plan's kernels, the instruction set its kernels and GEMM tiles use, and the
+/// worker threads.
+fn cpu_line(model: &CompiledModel) -> String {
+    use crate::cpu::gemm::Backend;
+
+    let spec = model.spec();
+    let kernels = spec.fused.kernel_info;
+    let count = |kind: &str| kernels.iter().filter(|k| k.kind == kind).count();
+    let mut line = format!(
+        "CPU: fused plan of {} kernel(s) (the eager plan has {})",
+        kernels.len(),
+        spec.eager.kernels.len()
+    );
+    let (gemms, attention) = (count("matmul"), count("attention"));
+    if gemms > 0 {
+        line += &format!(", {gemms} of them GEMMs");
+    }
+    if attention > 0 {
+        line += &format!(", {attention} fused attention");
+    }
+    line += match Backend::best() {
+        Backend::Avx512 => "; AVX-512 kernels with fuse's 12×32 GEMM tile",
+        Backend::Avx2 => "; AVX2 kernels with fuse's 6×16 GEMM tile",
+        Backend::Portable => "; portable kernels, matrixmultiply for GEMMs (no AVX2 on this CPU)",
+    };
+    let threads = rayon::current_num_threads();
+    line += &format!("; {threads} worker thread(s)");
+    line
+}
+
 #[cfg(feature = "cuda")]
-fn gpu_model(model: &CompiledModel, device: &CudaDevice, precision: Precision) -> Result<GpuModel> {
-    GpuModel::new(model.spec(), model.weights(), device, precision)
+fn gpu_model(model: &CompiledModel, device: &CudaDevice, options: GpuOptions) -> Result<GpuModel> {
+    GpuModel::new(model.spec(), model.weights(), device, options)
 }
 
 #[cfg(not(feature = "cuda"))]
-fn gpu_model(_: &CompiledModel, device: &CudaDevice, _: Precision) -> Result<GpuModel> {
+fn gpu_model(_: &CompiledModel, device: &CudaDevice, _: GpuOptions) -> Result<GpuModel> {
     match device.never {}
 }
 
@@ -261,13 +302,23 @@ impl CompiledModel {
 
     /// [`CompiledModel::to_device`] with a storage precision for the GPU (the CPU always computes in f32).
     pub fn to_device_with(&self, device: Device, precision: Precision) -> Result<()> {
+        let options = GpuOptions {
+            precision,
+            ..GpuOptions::default()
+        };
+        self.to_device_with_options(device, options)
+    }
+
+    /// [`CompiledModel::to_device`] with every GPU option (see [`GpuOptions`]).
+    pub fn to_device_with_options(&self, device: Device, options: GpuOptions) -> Result<()> {
         match device {
             Device::Cpu => {
-                self.placement.set(None, vec!["CPU: requested".into()]);
+                self.placement
+                    .set(None, vec!["CPU: requested (to_device(Device::Cpu))".into()]);
                 Ok(())
             }
             Device::Cuda(d) => {
-                let gpu = gpu_model(self, &d, precision)?;
+                let gpu = gpu_model(self, &d, options)?;
                 self.placement.set(Some(Arc::new(gpu)), Vec::new());
                 Ok(())
             }
@@ -282,7 +333,7 @@ impl CompiledModel {
             self.placement.set(None, vec![line]);
             return Ok(Device::Cpu);
         };
-        match gpu_model(self, d, Precision::F32) {
+        match gpu_model(self, d, GpuOptions::default()) {
             Ok(gpu) => {
                 self.placement.set(Some(Arc::new(gpu)), Vec::new());
                 Ok(device)
@@ -305,9 +356,21 @@ impl CompiledModel {
     }
 
     /// How the model got where it is, one step per line: the device, where each plan's GPU code came from (AOT
-    /// fatbin or NVRTC, and why), the GEMM path, and shapes that could not be captured as CUDA graphs.
+    /// fatbin or NVRTC, and why), the GEMM path, and shapes that could not be captured as CUDA graphs. On the CPU:
+    /// why it is there (never moved, requested, or each step of a fallback), then what runs (the fused plan's
+    /// kernels, the instruction set of its kernels and GEMM tiles, the worker threads).
     pub fn device_report(&self) -> String {
-        self.placement.report().join("\n")
+        let mut lines = self.placement.report();
+        if self.placement.gpu().is_none() {
+            if lines.is_empty() {
+                lines.push(
+                    "CPU: the model was never moved to a GPU (to_device or to_best_device moves it)"
+                        .into(),
+                );
+            }
+            lines.push(cpu_line(self));
+        }
+        lines.join("\n")
     }
 
     /// Times graph replays of `mode` on the GPU at these inputs; an error when the model is on the CPU.

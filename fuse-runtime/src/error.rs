@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 
+use crate::memory::Headroom;
 use crate::tensor::DType;
 
 /// Everything that can go wrong when running a compiled model.
@@ -37,12 +38,14 @@ pub enum Error {
     },
 
     #[error(
-        "dimension `{dim}` is {first} in an earlier input but {found} in input `{input}`; \
-         every use of a named dimension must agree"
+        "dimension `{dim}` is {first} {} but {found} in input `{input}`; every use of a named dimension must agree",
+        if first_input == input { "earlier in the same input".to_string() } else { format!("in input `{first_input}`") }
     )]
     InconsistentDim {
         dim: String,
         first: usize,
+        /// The input where the dimension was first bound (may be `input` itself: `#[shape(n, n)]`).
+        first_input: String,
         found: usize,
         input: String,
     },
@@ -57,20 +60,27 @@ pub enum Error {
     MissingDim { dim: String },
 
     #[error(
-        "cannot allocate {what} for these shapes ({}): not enough memory",
-        .bytes.map_or_else(|| "a size past the address space".to_string(), |b| format!("{b} bytes"))
+        "cannot allocate {what} ({}): not enough memory{}",
+        .bytes.map_or_else(|| "a size past the address space".to_string(), |b| format!("{b} bytes")),
+        .available.map_or_else(String::new, |a| format!("; the process may use {} more bytes ({})", a.bytes, a.limit))
     )]
     OutOfMemory {
         what: &'static str,
         /// `None` when the size itself overflows.
         bytes: Option<usize>,
+        /// What the process could still use, when a memory limit (cgroup or `MemAvailable`) refused the request
+        /// before anything was allocated; `None` when the allocator refused it or the size overflows.
+        available: Option<Headroom>,
     },
 
-    #[error("input `{input}` holds id {id}, outside the vocabulary 0..{vocab}")]
+    #[error("input `{input}` holds id {id}, outside 0..{vocab}: embedding table `{table}` has {vocab} rows")]
     IdOutOfRange {
         input: String,
         id: i64,
+        /// The row count of the smallest table the input indexes.
         vocab: usize,
+        /// That table's checkpoint name.
+        table: String,
     },
 
     #[error("cannot read `{}`: {source}", path.display())]
@@ -83,8 +93,79 @@ pub enum Error {
     #[error("`{}` is not a valid safetensors file: {message}", path.display())]
     Safetensors { path: PathBuf, message: String },
 
-    #[error("weight `{name}` is missing from `{}`", path.display())]
-    MissingWeight { name: String, path: PathBuf },
+    #[error("`{}` names tensor `{name}` twice; every tensor of a file needs its own name", path.display())]
+    DuplicateTensor { path: PathBuf, name: String },
+
+    #[error(
+        "`{}` looks truncated: tensor `{tensor}` ends at byte {needed} of the data, but the file holds only \
+         {available} data bytes",
+        path.display()
+    )]
+    TruncatedFile {
+        path: PathBuf,
+        tensor: String,
+        /// Data bytes the header promises, up to the end of `tensor`.
+        needed: usize,
+        /// Data bytes the file has.
+        available: usize,
+    },
+
+    #[error(
+        "`{}` has {actual} data bytes but its tensors end at byte {end}{}: the file is longer than its header \
+         says (damaged, or written by a tool that appended to it)",
+        path.display(),
+        last.as_ref().map_or(String::new(), |t| format!(" (after `{t}`)"))
+    )]
+    TrailingBytes {
+        path: PathBuf,
+        /// The tensor whose data comes last, if any.
+        last: Option<String>,
+        end: usize,
+        actual: usize,
+    },
+
+    #[error(
+        "tensor `{tensor}` in `{}` is {dtype} of shape {shape:?}, which is {} bytes, but its data offsets span \
+         {actual} bytes",
+        path.display(),
+        expected.map_or_else(|| "more than fit in memory".to_string(), |b| b.to_string())
+    )]
+    TensorSize {
+        path: PathBuf,
+        tensor: String,
+        dtype: String,
+        shape: Vec<usize>,
+        /// `None` when the size overflows `usize`.
+        expected: Option<usize>,
+        actual: usize,
+    },
+
+    #[error("tensor `{name}` is not in `{}`", path.display())]
+    MissingTensor { name: String, path: PathBuf },
+
+    #[error(
+        "tensor `{name}` in `{}` is stored as {found}; fuse reads F32, F16 and BF16 (as f32) and I64, I32 (as i64)",
+        path.display()
+    )]
+    UnsupportedStoredDType {
+        name: String,
+        path: PathBuf,
+        found: String,
+    },
+
+    #[error(
+        "{} missing from `{}`{}",
+        crate::weights::list_missing(missing, closest),
+        path.display(),
+        if closest.iter().any(Option::is_some) { "; a wrong #[rename] is the usual cause" } else { "" }
+    )]
+    MissingWeight {
+        /// Every parameter the file lacks, in declaration order.
+        missing: Vec<String>,
+        path: PathBuf,
+        /// For each missing name, the closest name in the file that no parameter uses, if one is close.
+        closest: Vec<Option<String>>,
+    },
 
     #[error("weight `{name}` must have shape {expected:?}, the file has {found:?}")]
     WeightShape {
@@ -102,8 +183,47 @@ pub enum Error {
         found: String,
     },
 
+    #[error(
+        "expected {expected} weight tensor(s), one per parameter in declaration order, got {found}"
+    )]
+    WeightCount { expected: usize, found: usize },
+
+    #[error("weight `{name}` must have shape {expected:?}, got a tensor of shape {found:?}")]
+    WeightTensorShape {
+        name: String,
+        expected: Vec<usize>,
+        found: Vec<usize>,
+    },
+
+    #[error("weight `{name}` must be an {expected} tensor, got {found}")]
+    WeightTensorDType {
+        name: String,
+        expected: DType,
+        found: DType,
+    },
+
     #[error("tensor data has {found} element(s) but its shape needs {expected}")]
     TensorData { expected: usize, found: usize },
+
+    #[error("a tensor of shape {shape:?} has more elements than a usize can count")]
+    ShapeOverflow { shape: Vec<usize> },
+
+    #[error("the tensor holds {found} values, not {expected}")]
+    TensorDType { expected: DType, found: DType },
+
+    #[error("axis {axis} is out of range for a tensor of shape {shape:?}")]
+    AxisOutOfRange { axis: usize, shape: Vec<usize> },
+
+    #[error("slice {start}..{end} of axis {axis} is out of range for a tensor of shape {shape:?}")]
+    SliceOutOfRange {
+        axis: usize,
+        start: usize,
+        end: usize,
+        shape: Vec<usize>,
+    },
+
+    #[error("random ids need a vocabulary of at least one id, got {vocab}")]
+    EmptyVocab { vocab: i64 },
 
     #[error("no CUDA device available: {reason}")]
     NoCudaDevice { reason: String },

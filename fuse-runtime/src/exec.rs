@@ -1,13 +1,12 @@
 //! The CPU executor: validates inputs, binds the dynamic dims, lays out the arena from the build-time memory plan,
 //! and runs the generated kernels in order.
 //!
-//! Concurrency: each call takes an arena from a pool (a lock held only to pop/push), so many threads may run the
-//! same model at once; kernels only touch their own call's arena and the shared, read-only weights.
+//! Concurrency: each call takes an arena from a pool (a lock held only to pop/push, see [`crate::pool`]), so many
+//! threads may run the same model at once; kernels only touch their own call's arena and the shared, read-only
+//! weights.
 
-use std::sync::Mutex;
-
-use crate::arena::Arena;
 use crate::error::{Error, Result};
+use crate::pool::{ArenaPool, PoolLimits, PoolStats};
 use crate::tensor::{DType, Tensor};
 
 /// `coeff × Π dims[syms]`: a size that depends on the dynamic dims.
@@ -18,8 +17,13 @@ pub struct Mono {
 }
 
 impl Mono {
+    /// The size at `dims`, saturated at `usize::MAX`: sizes that matter for memory are checked first with
+    /// [`Mono::checked_eval`], so a saturated value only ever fails a comparison or an allocation, never wraps
+    /// into a small wrong size.
     pub fn eval(&self, dims: &[usize]) -> usize {
-        self.syms.iter().fold(self.coeff, |acc, &s| acc * dims[s])
+        self.syms
+            .iter()
+            .fold(self.coeff, |acc, &s| acc.saturating_mul(dims[s]))
     }
 
     /// [`Dim::eval`], or `None` when the product overflows (sizes a user asked for, not yet backed by memory).
@@ -102,12 +106,12 @@ impl Program {
             .map(|o| {
                 let shape: Vec<usize> = o.dims.iter().map(|m| m.eval(dims)).collect();
                 let numel = self.buffers[o.buffer].numel.checked_eval(dims);
-                let data = numel.and_then(crate::arena::zeroed_output);
-                let data = data.ok_or(Error::OutOfMemory {
+                let numel = numel.ok_or(Error::OutOfMemory {
                     what: "an output",
-                    bytes: numel.and_then(|n| n.checked_mul(4)),
+                    bytes: None,
+                    available: None,
                 })?;
-                Tensor::from_f32(&shape, data)
+                Tensor::from_f32(&shape, crate::arena::zeroed_f32("an output", numel)?)
             })
             .collect()
     }
@@ -135,6 +139,7 @@ impl Program {
         let overflow = || Error::OutOfMemory {
             what: "the arena",
             bytes: None,
+            available: None,
         };
         let mut offsets = Vec::with_capacity(self.slots.len());
         let mut end = 0usize;
@@ -205,8 +210,16 @@ pub struct InputSpec {
     pub dims: &'static [DimSpec],
     /// e.g. `[batch, seq, 384]`, for messages.
     pub shape_text: &'static str,
-    /// When the input holds ids for an embedding: the table's row count.
-    pub id_bound: Option<usize>,
+    /// When the input holds ids for embeddings: the smallest table they index.
+    pub id_bound: Option<IdBound>,
+}
+
+/// The rows an ids input may index: those of the smallest embedding table it feeds.
+#[derive(Clone, Copy, Debug)]
+pub struct IdBound {
+    pub rows: usize,
+    /// The table's checkpoint name, for the error.
+    pub table: &'static str,
 }
 
 /// Checks inputs against their declarations and binds the dynamic dims.
@@ -254,10 +267,11 @@ pub fn bind_inputs(
                         });
                     }
                     match dims[s] {
-                        Some((first, _)) if first != n => {
+                        Some((first, first_input)) if first != n => {
                             return Err(Error::InconsistentDim {
                                 dim: dyn_dims[s].into(),
                                 first,
+                                first_input: first_input.into(),
                                 found: n,
                                 input: spec.name.into(),
                             })
@@ -267,12 +281,16 @@ pub fn bind_inputs(
                 }
             }
         }
-        if let (Some(vocab), Some(ids)) = (spec.id_bound, t.as_i64()) {
-            if let Some(&bad) = ids.iter().find(|&&i| i < 0 || i as u64 >= vocab as u64) {
+        if let (Some(bound), Some(ids)) = (spec.id_bound, t.as_i64()) {
+            if let Some(&bad) = ids
+                .iter()
+                .find(|&&i| i < 0 || i as u64 >= bound.rows as u64)
+            {
                 return Err(Error::IdOutOfRange {
                     input: spec.name.into(),
                     id: bad,
-                    vocab,
+                    vocab: bound.rows,
+                    table: bound.table.into(),
                 });
             }
         }
@@ -283,14 +301,14 @@ pub fn bind_inputs(
 /// Runs a program; owns the pool of arenas.
 pub struct Executor {
     program: &'static Program,
-    pool: Mutex<Vec<Arena>>,
+    pool: ArenaPool,
 }
 
 impl Executor {
     pub fn new(program: &'static Program) -> Self {
         Executor {
             program,
-            pool: Mutex::new(Vec::new()),
+            pool: ArenaPool::default(),
         }
     }
 
@@ -298,30 +316,27 @@ impl Executor {
         self.program
     }
 
-    /// An arena of at least `bytes` from the pool (a larger shape replaces a small one).
-    fn take_arena(&self, bytes: usize) -> Result<Arena> {
-        let pooled = self.pool.lock().map(|mut p| p.pop()).ok().flatten();
-        match pooled {
-            Some(arena) if arena.len() >= bytes => Ok(arena),
-            _ => Arena::new(bytes).ok_or(Error::OutOfMemory {
-                what: "the arena",
-                bytes: Some(bytes),
-            }),
-        }
-    }
-
     /// Makes sure a call with `dims` finds an arena in the pool, allocating (and page-faulting) it now.
     pub fn reserve(&self, dims: &[usize]) -> Result<()> {
         let (_, bytes) = self.program.layout(dims)?;
-        let arena = self.take_arena(bytes)?;
-        self.give_back(arena);
-        Ok(())
+        self.pool.reserve(bytes)
     }
 
-    fn give_back(&self, arena: Arena) {
-        if let Ok(mut pool) = self.pool.lock() {
-            pool.push(arena);
-        }
+    /// Releases the idle arenas; returns the bytes released.
+    pub fn trim(&self) -> usize {
+        self.pool.trim()
+    }
+
+    pub fn set_pool_limits(&self, limits: PoolLimits) {
+        self.pool.set_limits(limits);
+    }
+
+    pub fn pool_limits(&self) -> PoolLimits {
+        self.pool.limits()
+    }
+
+    pub fn pool_stats(&self) -> PoolStats {
+        self.pool.stats()
     }
 
     /// Runs the program on validated inputs with dims already bound.
@@ -362,7 +377,12 @@ impl Executor {
     ) -> Result<()> {
         let p = self.program;
         let (offsets, arena_bytes) = p.layout(dims)?;
-        let mut arena = self.take_arena(arena_bytes)?;
+        let mut arena = self.pool.take(arena_bytes)?;
+        if cfg!(debug_assertions) {
+            // Debug builds (the test suite) prove that no kernel reads arena memory it did not write: such a read
+            // would see NaN.
+            arena.poison();
+        }
         let base = arena.as_mut_ptr();
         let out_ptrs: Vec<*mut u8> = outputs
             .iter_mut()
@@ -373,7 +393,7 @@ impl Executor {
             .collect();
         let mut ptrs = Vec::with_capacity(p.buffers.len());
         for spec in p.buffers {
-            let bytes = spec.numel.eval(dims) * spec.dtype.size();
+            let bytes = spec.numel.eval(dims).saturating_mul(spec.dtype.size());
             let ptr = match spec.kind {
                 BufferKind::Input(i) => inputs[i].data_ptr() as *mut u8,
                 BufferKind::Param(i) => weights[i].data_ptr() as *mut u8,
@@ -394,7 +414,7 @@ impl Executor {
                 None => (call.run)(&ctx, call.buffers),
             }
         }
-        self.give_back(arena);
+        self.pool.give_back(arena);
         // A value returned twice (`(y, y)`) is computed into its first output slot only; copy it to the others.
         for (i, o) in p.outputs.iter().enumerate() {
             if let Some(first) = p.outputs[..i].iter().position(|e| e.buffer == o.buffer) {

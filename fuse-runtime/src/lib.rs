@@ -9,19 +9,24 @@ pub mod cuda;
 pub mod device;
 pub mod error;
 pub mod exec;
+pub mod memory;
 pub mod model;
+pub mod pool;
 pub mod report;
 pub mod tensor;
+pub mod tensor_file;
 pub mod weights;
 
-pub use device::{Device, Precision};
+pub use device::{Device, GpuOptions, Precision};
 pub use error::{Error, Result};
 #[doc(hidden)]
 pub use fuse_macros::__fused_model_with;
 pub use fuse_macros::fused_model;
 pub use model::{CompiledModel, ModelSpec, PlanMode};
+pub use pool::{PoolLimits, PoolStats};
 pub use report::PlanReport;
-pub use tensor::{DType, Tensor, TensorData};
+pub use tensor::{DType, Element, Tensor, TensorData};
+pub use tensor_file::{read_tensors, save_tensors, TensorFile};
 
 /// Items the generated code refers to. Not a stable API.
 #[doc(hidden)]
@@ -37,8 +42,8 @@ pub mod __private {
         LaunchRole,
     };
     pub use crate::exec::{
-        BufferKind, BufferSpec, Ctx, DimSpec, InputSpec, KernelCall, KernelInfo, Mono, OutputSpec,
-        Program,
+        BufferKind, BufferSpec, Ctx, DimSpec, IdBound, InputSpec, KernelCall, KernelInfo, Mono,
+        OutputSpec, Program,
     };
     pub use crate::weights::{Init, ParamSpec};
 }

@@ -6,9 +6,10 @@ use std::path::Path;
 use crate::device::Placement;
 use crate::error::{Error, Result};
 use crate::exec::{bind_inputs, Executor, InputSpec, Program};
+use crate::pool::{PoolLimits, PoolStats};
 use crate::report::PlanReport;
 use crate::tensor::Tensor;
-use crate::weights::{load_safetensors, random_weights, ParamSpec};
+use crate::weights::{load_safetensors, ParamSpec};
 
 /// Which compiled plan to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -48,14 +49,21 @@ impl CompiledModel {
     /// Wraps weights in declaration order after checking each against its declared shape.
     pub fn from_weights(spec: &'static ModelSpec, weights: Vec<Tensor>) -> Result<Self> {
         if weights.len() != spec.params.len() {
-            return Err(Error::InputCount {
+            return Err(Error::WeightCount {
                 expected: spec.params.len(),
                 found: weights.len(),
             });
         }
         for (p, w) in spec.params.iter().zip(&weights) {
-            if w.shape() != p.shape || w.dtype() != crate::DType::F32 {
-                return Err(Error::WeightShape {
+            if w.dtype() != crate::DType::F32 {
+                return Err(Error::WeightTensorDType {
+                    name: p.name.into(),
+                    expected: crate::DType::F32,
+                    found: w.dtype(),
+                });
+            }
+            if w.shape() != p.shape {
+                return Err(Error::WeightTensorShape {
                     name: p.name.into(),
                     expected: p.shape.to_vec(),
                     found: w.shape().to_vec(),
@@ -85,8 +93,26 @@ impl CompiledModel {
     }
 
     /// Seeded random weights (per-parameter scale chosen by the compiler), for examples and tests.
+    ///
+    /// # Panics
+    /// When the weights do not fit in memory, with [`CompiledModel::try_random`]'s error: a panic a test or an
+    /// example can show, never an abort. Use `try_random` where that is possible.
     pub fn random(spec: &'static ModelSpec, seed: u64) -> Self {
-        Self::assemble(spec, random_weights(spec.params, seed))
+        Self::try_random(spec, seed).unwrap_or_else(|e| {
+            panic!(
+                "{}::random: {e} (try_random returns this as an error)",
+                spec.name
+            )
+        })
+    }
+
+    /// [`CompiledModel::random`], or [`Error::OutOfMemory`] when the weights do not fit in what the process may
+    /// still use (checked for all of them before any is allocated) or the allocator refuses them.
+    pub fn try_random(spec: &'static ModelSpec, seed: u64) -> Result<Self> {
+        Ok(Self::assemble(
+            spec,
+            crate::weights::try_random_weights(spec.params, seed)?,
+        ))
     }
 
     pub fn spec(&self) -> &'static ModelSpec {
@@ -122,6 +148,33 @@ impl CompiledModel {
             return Ok(());
         }
         self.fused.reserve(&dims)
+    }
+
+    /// Releases the arenas the CPU plans keep idle between calls (see [`PoolLimits`]); returns the bytes released.
+    /// Later calls allocate again.
+    pub fn trim(&self) -> usize {
+        self.fused.trim() + self.eager.trim()
+    }
+
+    /// Bounds what each CPU plan (fused and eager) keeps idle between calls; applies at once.
+    /// [`PoolLimits::default`] keeps at most 4 arenas and 1 GiB beyond the one that fits recent calls, and
+    /// releases arenas more than 4× larger than recent calls needed.
+    pub fn set_pool_limits(&self, limits: PoolLimits) {
+        self.fused.set_pool_limits(limits);
+        self.eager.set_pool_limits(limits);
+    }
+
+    pub fn pool_limits(&self) -> PoolLimits {
+        self.fused.pool_limits()
+    }
+
+    /// What the CPU plans keep idle now (fused and eager together).
+    pub fn pool_stats(&self) -> PoolStats {
+        let (f, e) = (self.fused.pool_stats(), self.eager.pool_stats());
+        PoolStats {
+            idle_arenas: f.idle_arenas + e.idle_arenas,
+            idle_bytes: f.idle_bytes + e.idle_bytes,
+        }
     }
 
     /// Validates `inputs` and runs the chosen plan.
@@ -201,5 +254,39 @@ impl CompiledModel {
                 PlanMode::Eager => self.spec.eager,
             },
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::weights::{try_random_weights, Init, ParamSpec};
+    use crate::Error;
+
+    const INIT: Init = Init {
+        mean: 0.5,
+        std: 0.1,
+    };
+
+    #[test]
+    fn weights_past_memory_or_usize_are_errors() {
+        // 4 TiB of f32.
+        let huge = [ParamSpec {
+            name: "w",
+            shape: &[1 << 20, 1 << 20],
+            init: INIT,
+        }];
+        match try_random_weights(&huge, 0) {
+            Err(Error::OutOfMemory { bytes, .. }) => assert_eq!(bytes, Some(1 << 42)),
+            other => panic!("expected OutOfMemory, got {other:?}"),
+        }
+        let overflowing = [ParamSpec {
+            name: "w",
+            shape: &[1 << 40, 1 << 40],
+            init: INIT,
+        }];
+        assert!(matches!(
+            try_random_weights(&overflowing, 0),
+            Err(Error::OutOfMemory { bytes: None, .. })
+        ));
     }
 }

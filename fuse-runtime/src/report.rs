@@ -3,14 +3,15 @@
 
 use std::fmt;
 
-use crate::exec::Program;
+use crate::exec::{KernelInfo, Program};
 use crate::model::ModelSpec;
 
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub struct PlanReport {
     spec: &'static ModelSpec,
     program: &'static Program,
-    dims: Option<[usize; 8]>,
+    /// One size per dynamic dim of the model, in order.
+    dims: Vec<usize>,
 }
 
 impl PlanReport {
@@ -18,17 +19,16 @@ impl PlanReport {
         PlanReport {
             spec,
             program,
-            dims: None,
+            dims: vec![1; spec.dyn_dims.len()],
         }
     }
 
-    /// Evaluates sizes at these dynamic dims, in the order of [`PlanReport::dyn_dims`] (at most 8).
+    /// Evaluates sizes at these dynamic dims, in the order of [`PlanReport::dyn_dims`]; dims not given stay 1,
+    /// extra values are ignored.
     pub fn at(mut self, dims: &[usize]) -> Self {
-        let mut all = [1usize; 8];
-        for (slot, &d) in all.iter_mut().zip(dims) {
+        for (slot, &d) in self.dims.iter_mut().zip(dims) {
             *slot = d;
         }
-        self.dims = Some(all);
         self
     }
 
@@ -44,25 +44,27 @@ impl PlanReport {
         self.program.kernels.len()
     }
 
-    fn dims(&self) -> [usize; 8] {
-        self.dims.unwrap_or([1; 8])
+    /// Arena bytes at the report's dims, or `None` when that size overflows `usize`.
+    pub fn checked_arena_bytes(&self) -> Option<usize> {
+        self.program.layout(&self.dims).ok().map(|(_, bytes)| bytes)
     }
 
-    /// Arena bytes at the report's dims (`usize::MAX` if that size overflows).
+    /// Arena bytes at the report's dims, saturated at `usize::MAX` when the size overflows.
     pub fn arena_bytes(&self) -> usize {
-        self.program
-            .layout(&self.dims())
-            .map_or(usize::MAX, |(_, bytes)| bytes)
+        self.checked_arena_bytes().unwrap_or(usize::MAX)
     }
 
-    /// Modelled bytes moved by all kernels at the report's dims.
+    /// Modelled bytes moved by all kernels at the report's dims, or `None` when the sum overflows `usize`.
+    pub fn checked_bytes_moved(&self) -> Option<usize> {
+        self.program.kernel_info.iter().try_fold(0usize, |sum, k| {
+            sum.checked_add(kernel_bytes(k, &self.dims)?)
+        })
+    }
+
+    /// Modelled bytes moved by all kernels at the report's dims, saturated at `usize::MAX` when the sum
+    /// overflows.
     pub fn bytes_moved(&self) -> usize {
-        let d = self.dims();
-        self.program
-            .kernel_info
-            .iter()
-            .map(|k| k.bytes.iter().map(|m| m.eval(&d)).sum::<usize>())
-            .sum()
+        self.checked_bytes_moved().unwrap_or(usize::MAX)
     }
 
     /// The full plan text (the compiler's dump).
@@ -76,15 +78,33 @@ impl PlanReport {
     }
 }
 
+/// Bytes one kernel reads and writes at `dims`, or `None` when that overflows `usize`.
+fn kernel_bytes(k: &KernelInfo, dims: &[usize]) -> Option<usize> {
+    k.bytes
+        .iter()
+        .try_fold(0usize, |sum, m| sum.checked_add(m.checked_eval(dims)?))
+}
+
+/// `bytes` in MB with a width, or "overflows" when the size does not fit in `usize`: never a wrapped number.
+struct Megabytes(Option<usize>);
+
+impl fmt::Display for Megabytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(bytes) => format!("{:.2} MB", bytes as f64 / 1e6).fmt(f),
+            None => "overflows".fmt(f),
+        }
+    }
+}
+
 impl fmt::Display for PlanReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let p = self.program;
-        let d = self.dims();
         let at: Vec<String> = self
             .spec
             .dyn_dims
             .iter()
-            .zip(d)
+            .zip(&self.dims)
             .map(|(n, v)| format!("{n}={v}"))
             .collect();
         writeln!(
@@ -97,20 +117,19 @@ impl fmt::Display for PlanReport {
             at.join(", ")
         )?;
         for k in p.kernel_info {
-            let bytes: usize = k.bytes.iter().map(|m| m.eval(&d)).sum();
             writeln!(
                 f,
-                "  {:<22} {:>10.2} MB  {}",
+                "  {:<22} {:>13}  {}",
                 k.name,
-                bytes as f64 / 1e6,
+                Megabytes(kernel_bytes(k, &self.dims)),
                 k.ops.join(" → ")
             )?;
         }
         writeln!(
             f,
-            "  bytes moved {:.2} MB, arena {:.2} MB",
-            self.bytes_moved() as f64 / 1e6,
-            self.arena_bytes() as f64 / 1e6
+            "  bytes moved {}, arena {}",
+            Megabytes(self.checked_bytes_moved()),
+            Megabytes(self.checked_arena_bytes())
         )?;
         if !p.refusals.is_empty() {
             writeln!(f, "  not fused:")?;

@@ -9,10 +9,10 @@ use std::path::Path;
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 
 use crate::error::{Error, Result};
-use crate::tensor::{normal_samples, DType, Tensor, TensorData};
+use crate::tensor::{try_normal_samples, DType, Tensor};
+use crate::tensor_file::{widen_to_f32, TensorFile};
 
 /// One f32 parameter a compiled model expects.
 #[derive(Clone, Copy, Debug)]
@@ -34,121 +34,162 @@ pub struct Init {
 /// Loads every parameter of `specs`, in order, from the safetensors file at `path`.
 ///
 /// F16 and BF16 tensors are widened to f32, so half-precision checkpoints work unchanged. Tensors in the file
-/// that no spec names (e.g. BERT's i64 `position_ids` buffer) are ignored.
+/// that no spec names (e.g. BERT's i64 `position_ids` buffer) are ignored. When parameters are missing, the
+/// error names all of them, each with the closest unused name in the file.
 pub fn load_safetensors(path: &Path, specs: &[ParamSpec]) -> Result<Vec<Tensor>> {
-    let bytes = std::fs::read(path).map_err(|source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let file = SafeTensors::deserialize(&bytes).map_err(|e| Error::Safetensors {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })?;
+    let file = TensorFile::open(path)?;
+    let missing: Vec<&ParamSpec> = specs
+        .iter()
+        .filter(|s| file.info(s.name).is_none())
+        .collect();
+    if !missing.is_empty() {
+        return Err(missing_weights(&file, specs, &missing));
+    }
     specs
         .iter()
         .map(|spec| {
-            let view = file.tensor(spec.name).map_err(|_| Error::MissingWeight {
-                name: spec.name.to_string(),
+            let info = file.info(spec.name).ok_or_else(|| Error::MissingTensor {
+                name: spec.name.into(),
                 path: path.to_path_buf(),
             })?;
-            if view.shape() != spec.shape {
+            if info.shape != spec.shape {
                 return Err(Error::WeightShape {
                     name: spec.name.to_string(),
                     expected: spec.shape.to_vec(),
-                    found: view.shape().to_vec(),
+                    found: info.shape.clone(),
                 });
             }
-            let values = widen_to_f32(&view).ok_or_else(|| Error::WeightDType {
-                name: spec.name.to_string(),
-                expected: DType::F32,
-                found: format!("{:?}", view.dtype()),
-            })?;
+            let values =
+                widen_to_f32(info.dtype, file.data(info)).ok_or_else(|| Error::WeightDType {
+                    name: spec.name.to_string(),
+                    expected: DType::F32,
+                    found: info.dtype.to_string(),
+                })?;
             Tensor::from_f32(spec.shape, values)
         })
         .collect()
 }
 
-/// The view's elements as f32, or `None` for a dtype that is not a float of at most 32 bits.
-///
-/// Goes through `from_le_bytes` on byte chunks because safetensors gives no alignment guarantee for the data.
-fn widen_to_f32(view: &TensorView<'_>) -> Option<Vec<f32>> {
-    let data = view.data();
-    let values = match view.dtype() {
-        Dtype::F32 => data
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect(),
-        Dtype::F16 => data
-            .chunks_exact(2)
-            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
-            .collect(),
-        Dtype::BF16 => data
-            .chunks_exact(2)
-            .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
-            .collect(),
-        _ => return None,
+/// The error for parameters the file lacks: each with the closest name in the file that no parameter claims
+/// (the name a wrong `#[rename]` or a prefix left the checkpoint with).
+fn missing_weights(file: &TensorFile, specs: &[ParamSpec], missing: &[&ParamSpec]) -> Error {
+    let claimed: HashSet<&str> = specs.iter().map(|s| s.name).collect();
+    let unclaimed: Vec<_> = file
+        .tensors()
+        .iter()
+        .filter(|t| !claimed.contains(t.name.as_str()))
+        .collect();
+    let closest = missing
+        .iter()
+        .map(|spec| {
+            unclaimed
+                .iter()
+                .map(|t| {
+                    let distance = edit_distance(spec.name, &t.name);
+                    let same_shape = t.shape == spec.shape;
+                    (!same_shape, distance, t)
+                })
+                // A name is offered when its shape fits or it is at most half rewritten.
+                .filter(|(other_shape, distance, t)| {
+                    !other_shape || 2 * distance <= spec.name.len().max(t.name.len())
+                })
+                .min_by_key(|(other_shape, distance, _)| (*other_shape, *distance))
+                .map(|(_, _, t)| t.name.clone())
+        })
+        .collect();
+    Error::MissingWeight {
+        missing: missing.iter().map(|s| s.name.to_string()).collect(),
+        path: file.path().to_path_buf(),
+        closest,
+    }
+}
+
+/// Levenshtein distance over chars (one row at a time).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let substitute = diagonal + usize::from(ca != cb);
+            diagonal = row[j + 1];
+            row[j + 1] = substitute.min(row[j] + 1).min(diagonal + 1);
+        }
+    }
+    row[b.len()]
+}
+
+/// "weight `a` (closest unused name in the file: `x`)", "weights `a`, `b`", ... for [`Error::MissingWeight`].
+pub(crate) fn list_missing(missing: &[String], closest: &[Option<String>]) -> String {
+    let names: Vec<String> = missing
+        .iter()
+        .enumerate()
+        .map(|(i, name)| match closest.get(i).and_then(Option::as_ref) {
+            Some(near) => format!("`{name}` (closest unused name in the file: `{near}`)"),
+            None => format!("`{name}`"),
+        })
+        .collect();
+    let noun = if missing.len() == 1 {
+        "weight"
+    } else {
+        "weights"
     };
-    Some(values)
+    let verb = if missing.len() == 1 { "is" } else { "are" };
+    format!("{} {noun} {} {verb}", missing.len(), names.join(", "))
 }
 
 /// Random parameters `mean + std * N(0, 1)` for each spec; the same for the same seed on every platform.
+/// Panics where [`try_random_weights`] returns an error (see it for the fallible form).
+pub fn random_weights(specs: &[ParamSpec], seed: u64) -> Vec<Tensor> {
+    try_random_weights(specs, seed)
+        .unwrap_or_else(|e| panic!("{e}; use the try_random form to handle it"))
+}
+
+/// Random parameters `mean + std * N(0, 1)` for each spec, or [`Error::OutOfMemory`] before anything is
+/// allocated when all of them together do not fit.
 ///
 /// Parameter `i` draws from ChaCha8 stream `i` of the seed, so two parameters of the same shape differ and
 /// adding a parameter does not change the values of the ones before it.
-pub fn random_weights(specs: &[ParamSpec], seed: u64) -> Vec<Tensor> {
+pub fn try_random_weights(specs: &[ParamSpec], seed: u64) -> Result<Vec<Tensor>> {
+    let numels: Vec<Option<usize>> = specs
+        .iter()
+        .map(|spec| spec.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)))
+        .collect();
+    let total = numels.iter().try_fold(0usize, |total, numel| {
+        total.checked_add(numel.and_then(|n| n.checked_mul(std::mem::size_of::<f32>()))?)
+    });
+    let total = total.ok_or(Error::OutOfMemory {
+        what: "the weights",
+        bytes: None,
+        available: None,
+    })?;
+    crate::memory::check_fits("the weights", total)?;
     specs
         .iter()
+        .zip(numels)
         .enumerate()
-        .map(|(i, spec)| {
+        .map(|(i, (spec, numel))| {
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
             rng.set_stream(i as u64);
-            let n = spec.shape.iter().product();
-            let mut values = normal_samples(&mut rng, n);
+            let mut values = try_normal_samples(&mut rng, numel.unwrap_or(usize::MAX), "a weight")?;
             for v in &mut values {
                 *v = spec.init.mean + spec.init.std * *v;
             }
-            Tensor::f32_from_shape(spec.shape, values)
+            Tensor::from_f32(spec.shape, values)
         })
         .collect()
 }
 
-/// Writes named tensors to a safetensors file (f32 as F32, ids as I64); for tests and tools that make
-/// checkpoints.
+/// Writes named tensors to a safetensors file (f32 as F32, ids as I64); see [`crate::tensor_file::save_tensors`].
 pub fn save_safetensors(path: &Path, names_and_tensors: &[(&str, &Tensor)]) -> Result<()> {
-    let invalid = |message: String| Error::Safetensors {
-        path: path.to_path_buf(),
-        message,
-    };
-    let mut seen = HashSet::new();
-    let mut buffers = Vec::with_capacity(names_and_tensors.len());
-    for (name, tensor) in names_and_tensors {
-        if !seen.insert(*name) {
-            return Err(invalid(format!("tensor name `{name}` given twice")));
-        }
-        let (dtype, bytes): (Dtype, Vec<u8>) = match tensor.data() {
-            TensorData::F32(v) => (Dtype::F32, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
-            TensorData::I64(v) => (Dtype::I64, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
-        };
-        buffers.push((*name, dtype, tensor.shape().to_vec(), bytes));
-    }
-    let views = buffers
-        .iter()
-        .map(|(name, dtype, shape, bytes)| {
-            TensorView::new(*dtype, shape.clone(), bytes)
-                .map(|view| (*name, view))
-                .map_err(|e| invalid(e.to_string()))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let serialized = safetensors::serialize(views, &None).map_err(|e| invalid(e.to_string()))?;
-    std::fs::write(path, serialized).map_err(|source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    })
+    crate::tensor_file::save_tensors(path, names_and_tensors)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use safetensors::tensor::{Dtype, TensorView};
     use std::path::PathBuf;
 
     const INIT: Init = Init {
@@ -230,7 +271,10 @@ mod tests {
         for cut in [0, 5, 8, 20, bytes.len() - 1] {
             std::fs::write(&path, &bytes[..cut]).unwrap();
             let err = load_safetensors(&path, SPECS).unwrap_err();
-            assert!(matches!(err, Error::Safetensors { .. }), "{err:?}");
+            assert!(
+                matches!(err, Error::Safetensors { .. } | Error::TruncatedFile { .. }),
+                "{err:?}"
+            );
             assert!(err.to_string().contains("corrupt.safetensors"), "{err}");
         }
         std::fs::write(&path, b"\xff\xff\xff\xff\xff\xff\xff\xffgarbage").unwrap();
@@ -261,7 +305,7 @@ mod tests {
         }
         save_safetensors(&path, &[("w", &Tensor::zeros(&[3, 4]))]).unwrap();
         match load_safetensors(&path, SPECS).unwrap_err() {
-            Error::MissingWeight { name, .. } => assert_eq!(name, "b"),
+            Error::MissingWeight { missing, .. } => assert_eq!(missing, ["b"]),
             other => panic!("unexpected {other:?}"),
         }
         let ids = Tensor::from_i64(&[4], vec![0; 4]).unwrap();

@@ -22,7 +22,9 @@ use fuse_examples::models::{
 use fuse_kernels::back::cuda::{launches, write_cuda, Grid, Role};
 use fuse_kernels::plan::{plan, Mode};
 use fuse_runtime::cuda::spec::{CudaProgram, GridSpec, LaunchRole};
-use fuse_runtime::{CompiledModel, Device, Error, ModelSpec, PlanMode, Precision, Tensor};
+use fuse_runtime::{
+    CompiledModel, Device, Error, GpuOptions, ModelSpec, PlanMode, Precision, Tensor,
+};
 use fuse_tests::harness::{assert_close, graph_of, to_ref};
 use fuse_tests::op_models::ops::*;
 
@@ -40,13 +42,53 @@ fn gpu() -> Option<Device> {
     }
 }
 
-/// A copy of `model` (same weights) moved to `device`.
-fn moved(model: &CompiledModel, device: &Device, precision: Precision) -> CompiledModel {
+/// Whether `device` is the simulated GPU (`scripts/gpu-sim.sh`).
+fn simulated(device: &Device) -> bool {
+    device.to_string().contains("gpusim")
+}
+
+/// The shapes to run: all of them on a GPU; on the simulator (an interpreter, for correctness only) the small
+/// ones, so the simulated suite stays within CI's minutes.
+fn shapes<T: Copy>(device: &Device, all: &[T], simulated_ones: &[T]) -> Vec<T> {
+    if simulated(device) {
+        simulated_ones.to_vec()
+    } else {
+        all.to_vec()
+    }
+}
+
+/// A copy of `model` (same weights) moved to `device` with `options`.
+fn moved(model: &CompiledModel, device: &Device, options: GpuOptions) -> CompiledModel {
     let copy = CompiledModel::from_weights(model.spec(), model.weights().to_vec())
         .unwrap_or_else(|e| panic!("{}: {e}", model.spec().name));
-    copy.to_device_with(device.clone(), precision)
-        .unwrap_or_else(|e| panic!("{} to {device} ({precision:?}): {e}", model.spec().name));
-    eprintln!("{}:\n{}", model.spec().name, copy.device_report());
+    copy.to_device_with_options(device.clone(), options)
+        .unwrap_or_else(|e| panic!("{} to {device} ({options:?}): {e}", model.spec().name));
+    let report = copy.device_report();
+    eprintln!("{} ({options:?}):\n{report}", model.spec().name);
+    // The path asked for is the path taken (the report says where each plan's code and GEMMs come from).
+    if options.jit || options.precision == Precision::Bf16 {
+        assert!(!report.contains("AOT fatbin for"), "{report}");
+    }
+    assert_eq!(
+        report.contains("GEMM: generated kernel (requested)"),
+        options.generated_gemm,
+        "{report}"
+    );
+    // On the simulator (where cuBLAS is always there) the default chain must take the fatbin and cuBLAS.
+    let aot_built = model
+        .spec()
+        .cuda
+        .and_then(|c| c.fused.aot.as_ref())
+        .is_some_and(|a| !a.fatbin.is_empty());
+    if simulated(device) && options == GpuOptions::default() {
+        assert!(report.contains("GEMM: cuBLAS"), "{report}");
+        if aot_built {
+            assert!(
+                report.contains("fused plan: AOT fatbin for sm_90"),
+                "{report}"
+            );
+        }
+    }
     copy
 }
 
@@ -61,47 +103,101 @@ fn rel_l2(got: &Tensor, want: &Tensor) -> f64 {
     (diff / norm.max(1e-30)).sqrt()
 }
 
-/// The GPU copies of one model: f32 and bf16 storage.
+/// The GPU copies of one model, one per path: f32 storage with the default chain (the AOT fatbin when the
+/// model's crate built one, else NVRTC; cuBLAS), f32 through NVRTC with the generated GEMM, and bf16 storage
+/// (always NVRTC) with cuBLAS and with the generated GEMM.
+///
+/// On the simulator the example models (hidden sizes 384 to 4096) leave out the generated GEMM: its 64×64 tiles
+/// are billions of interpreted instructions there; the op models run it, and the examples take NVRTC with cuBLAS
+/// instead.
 struct OnGpu {
     cpu: CompiledModel,
-    f32: CompiledModel,
-    bf16: CompiledModel,
+    f32: Vec<(&'static str, CompiledModel)>,
+    bf16: Vec<(&'static str, CompiledModel)>,
 }
 
 impl OnGpu {
+    /// An op model: every path.
     fn new(cpu: CompiledModel, device: &Device) -> OnGpu {
-        let f32 = moved(&cpu, device, Precision::F32);
-        let bf16 = moved(&cpu, device, Precision::Bf16);
-        OnGpu { cpu, f32, bf16 }
+        OnGpu::with_paths(cpu, device, true)
     }
 
-    /// Every plan on the GPU against the CPU's fused plan, twice (direct run + capture, then graph replay).
+    /// An example model: every path on a GPU, all but the generated GEMM on the simulator.
+    fn example(cpu: CompiledModel, device: &Device) -> OnGpu {
+        OnGpu::with_paths(cpu, device, !simulated(device))
+    }
+
+    fn with_paths(cpu: CompiledModel, device: &Device, generated_gemm: bool) -> OnGpu {
+        let f32 = GpuOptions::default();
+        let jit = GpuOptions {
+            jit: true,
+            generated_gemm,
+            ..f32
+        };
+        let bf16 = GpuOptions {
+            precision: Precision::Bf16,
+            ..f32
+        };
+        let mut bf16_paths = vec![("bf16", moved(&cpu, device, bf16))];
+        if generated_gemm {
+            let generated = GpuOptions {
+                generated_gemm: true,
+                ..bf16
+            };
+            bf16_paths.push(("bf16 generated GEMM", moved(&cpu, device, generated)));
+        }
+        let jit_name = if generated_gemm {
+            "f32 NVRTC, generated GEMM"
+        } else {
+            "f32 NVRTC"
+        };
+        OnGpu {
+            f32: vec![
+                ("f32", moved(&cpu, device, f32)),
+                (jit_name, moved(&cpu, device, jit)),
+            ],
+            bf16: bf16_paths,
+            cpu,
+        }
+    }
+
+    /// Every plan on every path against the CPU's fused plan, twice (direct run + capture, then graph replay).
     #[track_caller]
     fn check(&self, what: &str, inputs: &[&Tensor], atol: f64, rtol: f64) {
         let want = self.cpu.run(PlanMode::Fused, inputs).expect("CPU run");
         for call in ["first call", "graph replay"] {
-            for mode in [PlanMode::Fused, PlanMode::Eager] {
-                let got = self
-                    .f32
-                    .run(mode, inputs)
-                    .unwrap_or_else(|e| panic!("{what} {mode:?} on the GPU: {e}"));
-                assert_eq!(got.len(), want.len(), "{what}: output count");
-                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                    let label = format!("{what} {mode:?} {call} output {i}");
-                    assert_close(&label, g, &to_ref(w), atol, rtol);
+            for (path, model) in &self.f32 {
+                for mode in [PlanMode::Fused, PlanMode::Eager] {
+                    let got = model
+                        .run(mode, inputs)
+                        .unwrap_or_else(|e| panic!("{what} {path} {mode:?} on the GPU: {e}"));
+                    assert_eq!(got.len(), want.len(), "{what}: output count");
+                    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                        let label = format!("{what} {path} {mode:?} {call} output {i}");
+                        assert_close(&label, g, &to_ref(w), atol, rtol);
+                    }
                 }
             }
-            let got = self
-                .bf16
-                .run(PlanMode::Fused, inputs)
-                .unwrap_or_else(|e| panic!("{what} bf16 on the GPU: {e}"));
-            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                let err = rel_l2(g, w);
-                assert!(
-                    err <= BF16_REL_L2,
-                    "{what} bf16 {call} output {i}: relative L2 error {err:.2e}"
-                );
+            for (path, model) in &self.bf16 {
+                let got = model
+                    .run(PlanMode::Fused, inputs)
+                    .unwrap_or_else(|e| panic!("{what} {path} on the GPU: {e}"));
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    let err = rel_l2(g, w);
+                    assert!(
+                        err <= BF16_REL_L2,
+                        "{what} {path} {call} output {i}: relative L2 error {err:.2e}"
+                    );
+                }
             }
+        }
+        // The second call replayed a graph: capture must not have failed quietly.
+        for (path, model) in self.f32.iter().chain(&self.bf16) {
+            let report = model.device_report();
+            assert!(
+                !report.contains("capture failed"),
+                "{what} {path}: {report}"
+            );
         }
     }
 }
@@ -121,7 +217,12 @@ fn without_a_gpu_the_probe_is_typed_and_the_chain_ends_on_the_cpu() {
             let placed = model.compiled().to_best_device().expect("falls back");
             assert!(matches!(placed, Device::Cpu));
             assert!(matches!(model.compiled().device(), Device::Cpu));
-            assert_eq!(model.compiled().device_report(), line);
+            let report = model.compiled().device_report();
+            assert_eq!(report.lines().next(), Some(line.as_str()), "{report}");
+            assert!(
+                report.contains("CPU: fused plan of 3 kernel(s)"),
+                "{report}"
+            );
             let y = model
                 .forward(&Tensor::randn(&[2, 1024], 3))
                 .expect("runs on the CPU");
@@ -139,7 +240,12 @@ fn without_a_gpu_the_probe_is_typed_and_the_chain_ends_on_the_cpu() {
         .compiled()
         .to_device(Device::Cpu)
         .expect("back to the CPU");
-    assert_eq!(model.compiled().device_report(), "CPU: requested");
+    let report = model.compiled().device_report();
+    assert_eq!(
+        report.lines().next(),
+        Some("CPU: requested (to_device(Device::Cpu))"),
+        "{report}"
+    );
 }
 
 fn specs() -> Vec<&'static ModelSpec> {
@@ -274,8 +380,10 @@ fn build_rs_fatbins_reach_the_models_of_its_crate() {
 #[test]
 fn encoder_layer_on_gpu() {
     let Some(device) = gpu() else { return };
-    let m = OnGpu::new(EncoderLayer::random(7).into_compiled(), &device);
-    for (batch, seq) in [(1, 1), (2, 5), (3, 17), (8, 128), (1, 1)] {
+    let m = OnGpu::example(EncoderLayer::random(7).into_compiled(), &device);
+    let all = [(1, 1), (2, 5), (3, 17), (8, 128), (1, 1)];
+    // On the simulator: one sequence longer than a warp, so attention streams its keys in several chunks.
+    for (batch, seq) in shapes(&device, &all, &[(1, 1), (2, 5), (1, 40), (1, 1)]) {
         let x = Tensor::randn(&[batch, seq, 384], 11 + seq as u64);
         let mut mask = vec![1.0f32; batch * seq];
         for b in 0..batch {
@@ -291,8 +399,8 @@ fn encoder_layer_on_gpu() {
 #[test]
 fn mlp_on_gpu() {
     let Some(device) = gpu() else { return };
-    let m = OnGpu::new(Mlp::random(3).into_compiled(), &device);
-    for batch in [1, 4, 9, 64, 1] {
+    let m = OnGpu::example(Mlp::random(3).into_compiled(), &device);
+    for batch in shapes(&device, &[1, 4, 9, 64, 1], &[1, 3, 1]) {
         let x = Tensor::randn(&[batch, 1024], batch as u64);
         m.check(&format!("mlp {batch}"), &[&x], 2e-4, 2e-4);
     }
@@ -301,8 +409,8 @@ fn mlp_on_gpu() {
 #[test]
 fn chain_on_gpu() {
     let Some(device) = gpu() else { return };
-    let m = OnGpu::new(Chain::random(5).into_compiled(), &device);
-    for rows in [1, 3, 33, 1] {
+    let m = OnGpu::example(Chain::random(5).into_compiled(), &device);
+    for rows in shapes(&device, &[1, 3, 33, 1], &[1, 3, 1]) {
         let x = Tensor::randn(&[rows, 4096], rows as u64);
         m.check(&format!("chain {rows}"), &[&x], 2e-4, 2e-4);
     }
@@ -328,8 +436,9 @@ fn minilm_inputs(batch: usize, seq: usize, seed: u64) -> [Tensor; 4] {
 #[test]
 fn minilm_on_gpu() {
     let Some(device) = gpu() else { return };
-    let m = OnGpu::new(MiniLm::random(11).into_compiled(), &device);
-    for (batch, seq) in [(1, 3), (2, 9), (4, 33), (1, 3)] {
+    let m = OnGpu::example(MiniLm::random(11).into_compiled(), &device);
+    let all = [(1, 3), (2, 9), (4, 33), (1, 3)];
+    for (batch, seq) in shapes(&device, &all, &[(1, 3), (2, 9), (1, 37), (1, 3)]) {
         let inputs = minilm_inputs(batch, seq, batch as u64);
         let refs: Vec<&Tensor> = inputs.iter().collect();
         m.check(&format!("minilm {batch}x{seq}"), &refs, 2e-4, 2e-3);
@@ -344,7 +453,7 @@ fn minilm_checkpoint_on_gpu() {
         eprintln!("skipped: no MiniLM checkpoint; run scripts/fetch-minilm.sh");
         return;
     }
-    let e = SentenceEmbedder::load().expect("checkpoint loads");
+    let e = SentenceEmbedder::load_default().expect("checkpoint loads");
     let sentences = [
         "The quick brown fox jumps over the lazy dog.",
         "Hello, world!",
@@ -542,5 +651,55 @@ fn stale_kernels_are_refused() {
         }) => assert_eq!(found, expected ^ 1),
         Err(e) => panic!("expected StaleKernels, got {e}"),
         Ok(()) => panic!("stale kernels were loaded"),
+    }
+}
+
+#[test]
+fn a_broken_generated_kernel_is_caught_on_the_simulator() {
+    let Some(device) = gpu() else { return };
+    if !simulated(&device) {
+        // A real GPU need not fault on a read just past a buffer; the simulator's bounds check must.
+        eprintln!("skipped: the bounds check is the simulator's ({device})");
+        return;
+    }
+    // The writer's elementwise loop with an off-by-one: the last float4 read lands past the inputs' end.
+    let guard = "for (long long i4 = first; i4 < n / 4; i4 += step)";
+    let off_by_one = "for (long long i4 = first; i4 <= n / 4; i4 += step)";
+    let real = Elementwise::spec();
+    let code = real.cuda.expect("GPU code");
+    let broken = |p: &CudaProgram| {
+        assert!(
+            p.source.contains(guard),
+            "the writer's elementwise loop changed"
+        );
+        CudaProgram {
+            plan_hash: p.plan_hash,
+            source: Box::leak(p.source.replacen(guard, off_by_one, 1).into_boxed_str()),
+            source_bf16: p.source_bf16,
+            launches: p.launches,
+            kernels: p.kernels,
+            aot: None,
+        }
+    };
+    let cuda = Box::leak(Box::new(fuse_runtime::cuda::CudaSpec {
+        fused: broken(&code.fused),
+        eager: broken(&code.eager),
+    }));
+    let spec: &'static ModelSpec = Box::leak(Box::new(ModelSpec {
+        cuda: Some(cuda),
+        ..*real
+    }));
+    let model = CompiledModel::random(spec, 1);
+    model
+        .to_device(device)
+        .expect("the broken source still compiles");
+    let inputs = two(&[3, D], 5);
+    let refs: Vec<&Tensor> = inputs.iter().collect();
+    let e = model
+        .run(PlanMode::Fused, &refs)
+        .expect_err("the read past the end must be reported");
+    let text = e.to_string();
+    for part in ["out-of-bounds", "elementwise", "thread (", "PTX line"] {
+        assert!(text.contains(part), "`{part}` missing from: {text}");
     }
 }

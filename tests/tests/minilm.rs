@@ -1,6 +1,6 @@
 //! MiniLM-L6 with the real checkpoint against sentence-transformers' own outputs (values to 1e-5), and batching:
 //! a batch of sentences of different lengths embeds each one as it would alone. Skips, saying how to fetch the
-//! checkpoint, when it is absent.
+//! checkpoint, when it is absent. And the embedder as a library: loading from a folder, token counts, the width.
 
 use fuse_examples::minilm_run::{checkpoint_dir, cosine, SentenceEmbedder};
 
@@ -12,7 +12,7 @@ fn embedder() -> Option<SentenceEmbedder> {
         );
         return None;
     }
-    Some(SentenceEmbedder::load().expect("checkpoint loads"))
+    Some(SentenceEmbedder::load(checkpoint_dir()).expect("checkpoint loads"))
 }
 
 const FOX: &str = "The quick brown fox jumps over the lazy dog.";
@@ -76,4 +76,36 @@ fn batching_with_padding_matches_one_at_a_time() {
             .fold(0.0f32, f32::max);
         assert!(diff <= 2e-6, "{s:?}: batched differs from alone by {diff}");
     }
+}
+
+#[test]
+fn the_embedder_loads_from_a_folder_and_counts_tokens() {
+    let Some(e) = embedder() else { return };
+    let long = "word ".repeat(400);
+    let sentences = [FOX, HELLO, long.as_str()];
+    let counted = e.embed_with_counts(&sentences).unwrap();
+    let plain = e.embed(&sentences).unwrap();
+    assert_eq!(counted.len(), 3);
+    for (c, p) in counted.iter().zip(&plain) {
+        assert_eq!(&c.values, p);
+        assert_eq!(c.values.len(), e.width());
+    }
+    assert_eq!(e.width(), 384);
+    // Each count is the sentence's own token count, tokenised alone; the long one is truncated.
+    for (s, c) in sentences.iter().zip(&counted) {
+        let alone = e.tokenizer.encode_batch(&[s]).unwrap().input_ids.len();
+        assert_eq!(c.tokens, alone, "{s:.20}");
+    }
+    assert_eq!((counted[0].tokens, counted[1].tokens), (12, 6));
+    assert_eq!(counted[2].tokens, fuse_examples::tokenize::MAX_TOKENS);
+    assert!(e.embed_with_counts(&[]).unwrap().is_empty());
+
+    let missing = std::env::temp_dir().join("no-minilm-here");
+    let err = SentenceEmbedder::load(&missing)
+        .err()
+        .expect("no checkpoint there");
+    assert!(
+        err.to_string().contains(&*missing.to_string_lossy()),
+        "{err}"
+    );
 }

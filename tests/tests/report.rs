@@ -1,6 +1,31 @@
 //! The plan report and the DOT export: what `plan()` promises a user can read off a model.
 
 use fuse_examples::models::encoder::encoder::EncoderLayer;
+use fuse_runtime::{fused_model, Tensor};
+
+#[fused_model]
+pub mod sized {
+    /// Nine dynamic dims across three inputs: more than any fixed-size dims array of 8 would hold.
+    pub struct NineDims {}
+    impl NineDims {
+        pub fn forward(
+            &self,
+            #[shape(a, b, c)] x: Tensor,
+            #[shape(d, e, f)] y: Tensor,
+            #[shape(g, h, i)] z: Tensor,
+        ) -> (Tensor, Tensor, Tensor) {
+            (x * 2.0, y + 1.0, z.exp())
+        }
+    }
+
+    /// One kernel that reads `[n, 4]` f32 and writes `[n, 4]` f32: 32·n bytes moved.
+    pub struct Scale {}
+    impl Scale {
+        pub fn forward(&self, #[shape(n, 4)] x: Tensor) -> Tensor {
+            x * 2.0
+        }
+    }
+}
 
 #[test]
 fn report_counts_kernels_bytes_and_refusals() {
@@ -42,4 +67,53 @@ fn dot_has_a_cluster_per_kernel_and_every_edge() {
         dot.matches(" -> n").count() + dot.matches(" -> out").count(),
         edges + graph.outputs.len()
     );
+}
+
+#[test]
+fn a_report_takes_any_number_of_dynamic_dims() {
+    let model = sized::NineDims::random(0);
+    let sizes: Vec<usize> = (2..11).collect();
+    let report = model.plan().at(&sizes);
+    assert_eq!(report.dyn_dims().len(), 9);
+    let text = report.to_string();
+    assert!(text.contains("g=8, h=9, i=10"), "{text}");
+    // x, y, z are 2·3·4, 5·6·7 and 8·9·10 f32 elements, each read once and written once.
+    let elements = 2 * 3 * 4 + 5 * 6 * 7 + 8 * 9 * 10;
+    assert_eq!(report.checked_bytes_moved(), Some(elements * 4 * 2));
+    // The default report (every dim 1) prints too.
+    assert!(model.plan().to_string().contains("i=1"));
+    let (x, y, z) = (
+        Tensor::randn(&[2, 3, 4], 1),
+        Tensor::randn(&[5, 6, 7], 2),
+        Tensor::randn(&[8, 9, 10], 3),
+    );
+    let (_, _, ez) = model.forward(&x, &y, &z).unwrap();
+    for (got, v) in ez.as_f32().unwrap().iter().zip(z.as_f32().unwrap()) {
+        let want = (*v as f64).exp() as f32;
+        assert!((got - want).abs() <= 1e-5 * want.abs(), "{got} vs {want}");
+    }
+}
+
+#[test]
+fn sizes_that_overflow_say_so_instead_of_wrapping() {
+    let model = sized::Scale::random(0);
+    let largest = usize::MAX / 32;
+    assert_eq!(model.plan().kernel_count(), 1);
+    assert_eq!(model.plan().at(&[1000]).checked_bytes_moved(), Some(32_000));
+    assert_eq!(
+        model.plan().at(&[largest]).checked_bytes_moved(),
+        Some(largest * 32)
+    );
+    for n in [largest + 1, usize::MAX] {
+        let report = model.plan().at(&[n]);
+        assert_eq!(report.checked_bytes_moved(), None, "n = {n}");
+        assert_eq!(report.bytes_moved(), usize::MAX, "saturated, not wrapped");
+        assert_eq!(
+            report.checked_arena_bytes().is_none(),
+            report.arena_bytes() == usize::MAX
+        );
+        let text = report.to_string();
+        assert!(text.contains("bytes moved overflows"), "{text}");
+        assert!(!text.contains("bytes moved 0"), "{text}");
+    }
 }

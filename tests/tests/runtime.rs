@@ -233,3 +233,42 @@ fn a_value_returned_twice_fills_both_outputs() {
             .all(|(g, w)| (g - w).abs() <= 1e-6 * (1.0 + w.abs())));
     }
 }
+
+#[test]
+fn device_report_on_the_cpu_says_what_runs_and_why() {
+    use fuse_runtime::cpu::gemm::Backend;
+
+    let model = EncoderLayer::random(1);
+    let report = model.compiled().device_report();
+    let lines: Vec<&str> = report.lines().collect();
+    assert_eq!(
+        lines.first(),
+        Some(&"CPU: the model was never moved to a GPU (to_device or to_best_device moves it)"),
+        "{report}"
+    );
+    let spec = EncoderLayer::spec();
+    let kernels = spec.fused.kernels.len();
+    let count = |kind: &str| {
+        spec.fused
+            .kernel_info
+            .iter()
+            .filter(|k| k.kind == kind)
+            .count()
+    };
+    let (gemms, attention) = (count("matmul"), count("attention"));
+    assert!(gemms > 0 && attention > 0);
+    let what = lines.get(1).copied().unwrap_or_default();
+    let head = format!(
+        "CPU: fused plan of {kernels} kernel(s) (the eager plan has {}), {gemms} of them GEMMs, \
+         {attention} fused attention; ",
+        spec.eager.kernels.len()
+    );
+    assert!(what.starts_with(&head), "{what}\nwanted {head}");
+    let isa = match Backend::best() {
+        Backend::Avx512 => "AVX-512 kernels with fuse's 12×32 GEMM tile",
+        Backend::Avx2 => "AVX2 kernels with fuse's 6×16 GEMM tile",
+        Backend::Portable => "portable kernels",
+    };
+    assert!(what.contains(isa), "{what}");
+    assert!(what.ends_with("worker thread(s)"), "{what}");
+}

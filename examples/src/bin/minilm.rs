@@ -16,7 +16,7 @@ const BUILT_IN: [&str; 4] = [
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let embedder = SentenceEmbedder::load()?;
+    let embedder = SentenceEmbedder::load_default()?;
     if args.iter().any(|a| a == "--bench") {
         return bench(&embedder);
     }
@@ -25,15 +25,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     } else {
         args.iter().map(String::as_str).collect()
     };
-    let embeddings = embedder.embed(&sentences)?;
-    for (s, e) in sentences.iter().zip(&embeddings) {
-        let head: Vec<String> = e[..8].iter().map(|v| format!("{v:+.6}")).collect();
+    let counted = embedder.embed_with_counts(&sentences)?;
+    for (s, e) in sentences.iter().zip(&counted) {
+        let head: Vec<String> = e
+            .values
+            .iter()
+            .take(8)
+            .map(|v| format!("{v:+.6}"))
+            .collect();
         println!(
-            "{s:?}\n  [{}, ...] sum {:+.6}",
+            "{s:?} ({} tokens)\n  [{}, ...] sum {:+.6}",
+            e.tokens,
             head.join(", "),
-            e.iter().sum::<f32>()
+            e.values.iter().sum::<f32>()
         );
     }
+    let embeddings: Vec<Vec<f32>> = counted.into_iter().map(|e| e.values).collect();
     println!("\ncosine similarity:");
     for (i, a) in embeddings.iter().enumerate() {
         let row: Vec<String> = embeddings

@@ -4,8 +4,38 @@
 //! The operators work on values (`apply_*`), so the lowering can fold `let k = HEADS * 2; k + 1` the same way
 //! [`eval_const`] folds a `const` item. Integer arithmetic is checked: a constant that overflows is a compile
 //! error, never a panic inside the macro.
+//!
+//! A `const` whose expression fails is reported once, where it is declared; every later use of it evaluates to
+//! [`ConstError::UsesRejected`], which callers drop silently, so one mistake gives one error.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Why a constant expression has no value.
+#[derive(Debug)]
+pub enum ConstError {
+    /// A new error, on the user's tokens.
+    Invalid(syn::Error),
+    /// The expression uses a constant whose declaration failed: that error is already reported.
+    UsesRejected,
+}
+
+impl ConstError {
+    /// Adds the error to `diags` unless it was reported already.
+    pub fn report(self, diags: &mut super::Diagnostics) {
+        if let ConstError::Invalid(e) = self {
+            diags.push(e);
+        }
+    }
+}
+
+impl From<syn::Error> for ConstError {
+    fn from(e: syn::Error) -> Self {
+        ConstError::Invalid(e)
+    }
+}
+
+/// The integer operators constants support, for messages.
+const INT_OPERATORS: &str = "`+ - * / % << >> & | ^`";
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum ConstVal {
@@ -49,26 +79,34 @@ impl std::fmt::Display for ConstVal {
     }
 }
 
-fn err<T>(tokens: impl quote::ToTokens, msg: impl std::fmt::Display) -> syn::Result<T> {
-    Err(syn::Error::new_spanned(tokens, msg))
+fn err<T>(tokens: impl quote::ToTokens, msg: impl std::fmt::Display) -> Result<T, ConstError> {
+    Err(ConstError::Invalid(syn::Error::new_spanned(tokens, msg)))
+}
+
+/// The module's constants: those that evaluated, and the names of those whose declaration failed.
+#[derive(Clone, Copy)]
+pub struct ModuleConsts<'a> {
+    pub values: &'a BTreeMap<String, ConstVal>,
+    pub rejected: &'a BTreeSet<String>,
 }
 
 /// Evaluates a constant expression. `generics` shadow module constants.
 pub fn eval_const(
     expr: &syn::Expr,
-    consts: &BTreeMap<String, ConstVal>,
+    consts: ModuleConsts<'_>,
     generics: &BTreeMap<String, ConstVal>,
-) -> syn::Result<ConstVal> {
+) -> Result<ConstVal, ConstError> {
     let rec = |e: &syn::Expr| eval_const(e, consts, generics);
     match expr {
-        syn::Expr::Lit(lit) => lit_value(&lit.lit),
+        syn::Expr::Lit(lit) => Ok(lit_value(&lit.lit)?),
         syn::Expr::Path(p) => {
             let Some(ident) = p.path.get_ident() else {
                 return err(p, "expected a constant name");
             };
             let name = ident.to_string();
-            match generics.get(&name).or_else(|| consts.get(&name)) {
+            match generics.get(&name).or_else(|| consts.values.get(&name)) {
                 Some(v) => Ok(v.clone()),
+                None if consts.rejected.contains(&name) => Err(ConstError::UsesRejected),
                 None => err(
                     p,
                     format!(
@@ -91,7 +129,7 @@ pub fn eval_const(
         syn::Expr::Cast(c) => apply_cast(&c.ty, rec(&c.expr)?).or_else(|m| err(c, m)),
         syn::Expr::MethodCall(m) => {
             let receiver = rec(&m.receiver)?;
-            let args = m.args.iter().map(rec).collect::<syn::Result<Vec<_>>>()?;
+            let args = m.args.iter().map(rec).collect::<Result<Vec<_>, _>>()?;
             apply_method(&m.method.to_string(), receiver, &args).or_else(|msg| err(&m.method, msg))
         }
         other => err(
@@ -102,6 +140,7 @@ pub fn eval_const(
 }
 
 pub fn lit_value(lit: &syn::Lit) -> syn::Result<ConstVal> {
+    let err = |tokens: &syn::Lit, msg: &str| Err(syn::Error::new_spanned(tokens, msg));
     match lit {
         syn::Lit::Int(i) => i.base10_parse::<i64>().map(ConstVal::Int),
         syn::Lit::Float(f) => f.base10_parse::<f64>().map(ConstVal::Float),
@@ -147,6 +186,14 @@ pub fn apply_cast(ty: &syn::Type, v: ConstVal) -> Result<ConstVal, String> {
 
 /// `x.sqrt()`, `x.powi(2)`, ... on a constant.
 pub fn apply_method(method: &str, v: ConstVal, args: &[ConstVal]) -> Result<ConstVal, String> {
+    if let (ConstVal::Int(x), "pow", [ConstVal::Int(e)]) = (&v, method, args) {
+        let e = u32::try_from(*e)
+            .map_err(|_| format!("`pow` of a constant by {e}: the exponent must be >= 0"))?;
+        return x
+            .checked_pow(e)
+            .map(ConstVal::Int)
+            .ok_or_else(|| "integer overflow in a constant".to_string());
+    }
     let Some(x) = v.as_f64() else {
         return Err(format!("`{method}` needs a number, got {}", v.kind()));
     };
@@ -166,7 +213,7 @@ pub fn apply_method(method: &str, v: ConstVal, args: &[ConstVal]) -> Result<Cons
         _ => {
             return Err(format!(
                 "unsupported method `{method}` on a constant; constants support `sqrt`, `recip`, `ln`, `exp`, \
-                 `abs`, `powi` and `powf`"
+                 `abs`, `powi`, `powf` and, on integers, `pow`"
             ))
         }
     };
@@ -184,6 +231,14 @@ pub fn apply_binary(op: &syn::BinOp, l: ConstVal, r: ConstVal) -> Result<ConstVa
         (Mul(_), Int(x), Int(y)) => Int(x.checked_mul(y).ok_or_else(overflow)?),
         (Div(_), Int(x), Int(y)) => Int(x.checked_div(y).ok_or_else(overflow)?),
         (Rem(_), Int(x), Int(y)) => Int(x.checked_rem(y).ok_or_else(overflow)?),
+        (Shl(_), Int(x), Int(y)) => Int(shift_left(x, y)?),
+        (Shr(_), Int(x), Int(y)) => Int(x.checked_shr(shift_amount(y)?).ok_or_else(overflow)?),
+        (BitAnd(_), Int(x), Int(y)) => Int(x & y),
+        (BitOr(_), Int(x), Int(y)) => Int(x | y),
+        (BitXor(_), Int(x), Int(y)) => Int(x ^ y),
+        (BitAnd(_), Bool(x), Bool(y)) => Bool(x & y),
+        (BitOr(_), Bool(x), Bool(y)) => Bool(x | y),
+        (BitXor(_), Bool(x), Bool(y)) => Bool(x ^ y),
         (Eq(_), x, y) => Bool(x == y),
         (Ne(_), x, y) => Bool(x != y),
         (And(_), Bool(x), Bool(y)) => Bool(x && y),
@@ -201,13 +256,78 @@ pub fn apply_binary(op: &syn::BinOp, l: ConstVal, r: ConstVal) -> Result<ConstVa
                 Sub(_) => Float(a - b),
                 Mul(_) => Float(a * b),
                 Div(_) => Float(a / b),
+                Rem(_) => Float(a % b),
                 Lt(_) => Bool(a < b),
                 Le(_) => Bool(a <= b),
                 Gt(_) => Bool(a > b),
                 Ge(_) => Bool(a >= b),
-                _ => return Err("unsupported operator on constants".into()),
+                Shl(_) | Shr(_) | BitAnd(_) | BitOr(_) | BitXor(_) => {
+                    return Err(format!(
+                        "this operator needs integers, got {} and {}; integer constants support {INT_OPERATORS}",
+                        x.kind(),
+                        y.kind()
+                    ))
+                }
+                _ => {
+                    return Err(format!(
+                        "unsupported operator on constants; constants support {INT_OPERATORS} on integers, \
+                         `+ - * / %` on floats, comparisons, and `&& || !` on bools"
+                    ))
+                }
             }
         }
     };
     Ok(v)
+}
+
+/// A shift amount: `0..64`, as Rust's shifts of 64-bit integers require.
+fn shift_amount(y: i64) -> Result<u32, String> {
+    u32::try_from(y)
+        .ok()
+        .filter(|&s| s < 64)
+        .ok_or_else(|| format!("shift by {y} in a constant: the amount must be in 0..64"))
+}
+
+/// `x << y`, refused when a bit (or the sign) would be shifted out: `1 << 70` is an overflow, not 0.
+fn shift_left(x: i64, y: i64) -> Result<i64, String> {
+    let s = shift_amount(y)?;
+    let shifted = x << s;
+    if shifted >> s == x {
+        Ok(shifted)
+    } else {
+        Err(format!(
+            "integer overflow in a constant: `{x} << {y}` does not fit in 64 bits"
+        ))
+    }
+}
+
+/// Checks that an integer constant fits the type it is declared with (`const N: usize = 3 - 5;` is refused, as
+/// Rust refuses it); other types are left to rustc.
+pub fn check_declared_type(ty: &syn::Type, v: &ConstVal) -> Result<(), String> {
+    let ConstVal::Int(i) = *v else {
+        return Ok(());
+    };
+    let Some(name) = (match ty {
+        syn::Type::Path(p) => p.path.get_ident().map(|i| i.to_string()),
+        _ => None,
+    }) else {
+        return Ok(());
+    };
+    let (lo, hi): (i128, i128) = match name.as_str() {
+        "usize" | "u64" => (0, u64::MAX as i128),
+        "u32" => (0, u32::MAX as i128),
+        "u16" => (0, u16::MAX as i128),
+        "u8" => (0, u8::MAX as i128),
+        "i32" => (i32::MIN as i128, i32::MAX as i128),
+        "i16" => (i16::MIN as i128, i16::MAX as i128),
+        "i8" => (i8::MIN as i128, i8::MAX as i128),
+        _ => return Ok(()),
+    };
+    if (lo..=hi).contains(&(i as i128)) {
+        Ok(())
+    } else {
+        Err(format!(
+            "this constant is {i}, which does not fit in `{name}`"
+        ))
+    }
 }

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use syn::spanned::Spanned;
 
-use super::consts::{eval_const, ConstVal};
+use super::consts::{check_declared_type, eval_const, ConstError, ConstVal, ModuleConsts};
 use super::diag::{At, Diagnostics};
 use crate::ir::DType;
 
@@ -56,6 +56,14 @@ pub struct ModelSource {
 }
 
 impl ModelSource {
+    /// The module's constants, for [`eval_const`].
+    pub fn module_consts(&self) -> ModuleConsts<'_> {
+        ModuleConsts {
+            values: &self.consts,
+            rejected: &self.rejected,
+        }
+    }
+
     pub fn struct_def(&self, name: &str) -> Option<(usize, &StructDef)> {
         self.structs
             .iter()
@@ -136,13 +144,21 @@ fn read_items(
                 );
                 continue;
             }
-            match eval_const(&c.expr, &source.consts, &BTreeMap::new()) {
+            let value =
+                eval_const(&c.expr, source.module_consts(), &BTreeMap::new()).and_then(|v| {
+                    check_declared_type(&c.ty, &v)
+                        .map(|()| v)
+                        .map_err(|m| ConstError::Invalid(syn::Error::new_spanned(&c.expr, m)))
+                });
+            match value {
                 Ok(v) => {
                     source.consts.insert(name, v);
                 }
                 Err(e) => {
                     source.rejected.insert(name);
-                    diags.push(e);
+                    if let ConstError::Invalid(e) = e {
+                        diags.push(e);
+                    }
                 }
             }
         }
@@ -483,11 +499,11 @@ pub fn bind_generics(
     def: &StructDef,
     args: &[syn::Expr],
     at: &impl quote::ToTokens,
-    consts: &BTreeMap<String, ConstVal>,
+    consts: ModuleConsts<'_>,
     parent: &BTreeMap<String, ConstVal>,
-) -> syn::Result<BTreeMap<String, ConstVal>> {
+) -> Result<BTreeMap<String, ConstVal>, ConstError> {
     if args.len() != def.const_generics.len() {
-        return Err(syn::Error::new_spanned(
+        return Err(ConstError::Invalid(syn::Error::new_spanned(
             at,
             format!(
                 "`{}` takes {} const generic argument(s), got {}",
@@ -495,7 +511,7 @@ pub fn bind_generics(
                 def.const_generics.len(),
                 args.len()
             ),
-        ));
+        )));
     }
     let mut bound = BTreeMap::new();
     for (name, arg) in def.const_generics.iter().zip(args) {

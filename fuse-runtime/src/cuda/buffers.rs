@@ -41,9 +41,33 @@ impl DeviceBuffer {
         })
     }
 
+    /// A buffer of `numel` elements left as the allocator gives it: for outputs, which the plan's kernels write
+    /// in full before anything reads them (the simulated GPU reports a read of never-written memory, so a gap
+    /// in that promise fails `scripts/gpu-sim.sh` instead of being hidden by zeros).
+    pub fn uninit(
+        stream: &Arc<CudaStream>,
+        dtype: DType,
+        precision: Precision,
+        numel: usize,
+    ) -> Result<Self> {
+        let n = numel.max(1);
+        let alloc = |e| failed(&format!("allocating {numel} elements on the GPU"), e);
+        // SAFETY: f32, bf16 and i64 have no invalid bit patterns, and device memory is only ever read through
+        // copies and kernels, never as a Rust reference.
+        unsafe {
+            Ok(match (dtype, precision) {
+                (DType::I64, _) => DeviceBuffer::I64(stream.alloc(n).map_err(alloc)?),
+                (_, Precision::F32) => DeviceBuffer::F32(stream.alloc(n).map_err(alloc)?),
+                (_, Precision::Bf16) => DeviceBuffer::Bf16(stream.alloc(n).map_err(alloc)?),
+            })
+        }
+    }
+
+    /// The arena, left as the allocator gives it: the memory plan writes every slot before a kernel reads it
+    /// (checked as for [`DeviceBuffer::uninit`]).
     pub fn bytes(stream: &Arc<CudaStream>, len: usize) -> Result<Self> {
-        let slice = stream
-            .alloc_zeros(len.max(1))
+        // SAFETY: as in `uninit`; u8 has no invalid bit patterns.
+        let slice = unsafe { stream.alloc::<u8>(len.max(1)) }
             .map_err(|e| failed(&format!("allocating a {len}-byte arena on the GPU"), e))?;
         Ok(DeviceBuffer::Bytes(slice))
     }

@@ -14,7 +14,7 @@ use super::load::load;
 use super::shape::{PlanCode, ShapeState};
 use super::spec::LaunchRole;
 use super::sys::{library_present, Library};
-use crate::device::{CudaDevice, GpuTiming, Precision};
+use crate::device::{CudaDevice, GpuOptions, GpuTiming, Precision};
 use crate::error::{Error, Result};
 use crate::exec::Program;
 use crate::model::{ModelSpec, PlanMode};
@@ -52,7 +52,7 @@ fn plan_code(
     ctx: &Arc<CudaContext>,
     program: &'static Program,
     code: &'static super::spec::CudaProgram,
-    precision: Precision,
+    options: GpuOptions,
     arch: (u32, u32),
     report: &mut Vec<String>,
 ) -> Result<PlanCode> {
@@ -78,7 +78,7 @@ fn plan_code(
             });
         }
     }
-    let loaded = load(ctx, program, code, precision, arch)?;
+    let loaded = load(ctx, program, code, options, arch)?;
     tracing::info!(target: "fuse::device", model = program.model, plan = program.mode, "{}", loaded.how);
     report.push(format!("{} plan: {}", program.mode, loaded.how));
     let functions = code
@@ -103,8 +103,9 @@ impl GpuModel {
         spec: &'static ModelSpec,
         weights: &[Tensor],
         device: &CudaDevice,
-        precision: Precision,
+        options: GpuOptions,
     ) -> Result<GpuModel> {
+        let precision = options.precision;
         let cuda = spec.cuda.ok_or_else(|| Error::Cuda {
             message: format!("model `{}` was compiled without GPU code", spec.name),
         })?;
@@ -113,12 +114,15 @@ impl GpuModel {
             .map_err(|e| failed("binding the CUDA context", e))?;
         let mut report = vec![format!("{device}")];
         let arch = device.arch();
-        let fused = plan_code(&ctx, spec.fused, &cuda.fused, precision, arch, &mut report)?;
-        let eager = plan_code(&ctx, spec.eager, &cuda.eager, precision, arch, &mut report)?;
+        let fused = plan_code(&ctx, spec.fused, &cuda.fused, options, arch, &mut report)?;
+        let eager = plan_code(&ctx, spec.eager, &cuda.eager, options, arch, &mut report)?;
         let stream = ctx
             .new_stream()
             .map_err(|e| failed("creating a CUDA stream", e))?;
-        let blas = if library_present(Library::Cublas) {
+        let blas = if options.generated_gemm {
+            report.push("GEMM: generated kernel (requested)".into());
+            None
+        } else if library_present(Library::Cublas) {
             match CudaBlas::new(stream.clone()) {
                 Ok(b) => {
                     report.push("GEMM: cuBLAS, then the generated epilogue kernel".into());

@@ -9,7 +9,7 @@ use cudarc::nvrtc::{compile_ptx_with_opts, CompileError, CompileOptions, Ptx};
 
 use super::spec::CudaProgram;
 use super::sys::{library_present, Library};
-use crate::device::Precision;
+use crate::device::{GpuOptions, Precision};
 use crate::error::{Error, Result};
 use crate::exec::Program;
 
@@ -43,15 +43,17 @@ pub fn load(
     ctx: &Arc<CudaContext>,
     program: &Program,
     code: &CudaProgram,
-    precision: Precision,
+    options: GpuOptions,
     arch: (u32, u32),
 ) -> Result<Loaded> {
+    let precision = options.precision;
     if code.plan_hash != program.plan_hash {
         return Err(stale(program, "the embedded CUDA source", code.plan_hash));
     }
     let sm = format!("{}{}", arch.0, arch.1);
     let why_not_aot = match (precision, &code.aot) {
         (Precision::Bf16, _) => "bf16 storage is compiled at run time only".to_string(),
+        (Precision::F32, _) if options.jit => "NVRTC was requested".to_string(),
         (Precision::F32, None) => {
             "no AOT fatbin: the crate's build.rs does not run fuse_build::compile()".to_string()
         }

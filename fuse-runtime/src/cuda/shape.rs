@@ -62,7 +62,12 @@ impl ShapeState {
             let ptr = match spec.kind {
                 BufferKind::Input(_) | BufferKind::Output(_) => {
                     let numel = spec.numel.eval(dims);
-                    let buffer = DeviceBuffer::zeros(stream, spec.dtype, precision, numel)?;
+                    let buffer = match spec.kind {
+                        BufferKind::Output(_) => {
+                            DeviceBuffer::uninit(stream, spec.dtype, precision, numel)?
+                        }
+                        _ => DeviceBuffer::zeros(stream, spec.dtype, precision, numel)?,
+                    };
                     let ptr = buffer.ptr(stream);
                     owned.push(Some(buffer));
                     ptr

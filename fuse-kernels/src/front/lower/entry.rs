@@ -239,6 +239,9 @@ impl Lowerer<'_> {
         if let syn::Expr::Path(p) = d {
             if let Some(ident) = p.path.get_ident() {
                 let name = ident.to_string();
+                if self.src.rejected.contains(&name) {
+                    return None; // reported where the const is declared
+                }
                 if !self.src.consts.contains_key(&name) {
                     if name.starts_with(|c: char| c.is_ascii_lowercase()) {
                         return Some(Dim::symbol(self.g.dyn_dim(&name)));
@@ -254,7 +257,7 @@ impl Lowerer<'_> {
                 }
             }
         }
-        match eval_const(d, &self.src.consts, &BTreeMap::new()) {
+        match eval_const(d, self.src.module_consts(), &BTreeMap::new()) {
             Ok(ConstVal::Int(n)) if n > 0 => Some(Dim::fixed(n as usize)),
             Ok(v) => {
                 self.diags.error_at(
@@ -264,7 +267,7 @@ impl Lowerer<'_> {
                 None
             }
             Err(e) => {
-                self.diags.push(e);
+                e.report(self.diags);
                 None
             }
         }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::{join, Instance, Lowerer, MAX_MODEL_ARRAY, MAX_PARAMS};
-use crate::front::consts::{eval_const, ConstVal};
+use crate::front::consts::{eval_const, ConstError, ConstVal};
 use crate::front::diag::At;
 use crate::front::model::{bind_generics, FieldKind};
 use crate::ir::{Dim, Shape, TensorType};
@@ -87,13 +87,14 @@ impl Lowerer<'_> {
     fn param_shape(&mut self, dims: &[syn::Expr], inst: &Instance) -> Option<Shape> {
         let mut out = Vec::new();
         for d in dims {
-            match eval_const(d, &self.src.consts, &inst.generics) {
+            match eval_const(d, self.src.module_consts(), &inst.generics) {
                 Ok(ConstVal::Int(n)) if n > 0 => out.push(Dim::fixed(n as usize)),
                 Ok(v) => self.diags.error_at(
                     d,
                     format!("a parameter dim must be a positive integer constant, but this is {v}"),
                 ),
-                Err(e) => self.diags.push(parameter_dim_hint(e, d)),
+                Err(ConstError::Invalid(e)) => self.diags.push(parameter_dim_hint(e, d)),
+                Err(ConstError::UsesRejected) => {}
             }
         }
         if out.len() != dims.len() {
@@ -121,13 +122,14 @@ impl Lowerer<'_> {
         };
         // An unknown field type was reported when the module was read.
         let (child_def, child) = self.src.struct_def(&ty.to_string())?;
-        let generics = match bind_generics(child, args, ty, &self.src.consts, &inst.generics) {
-            Ok(g) => g,
-            Err(e) => {
-                self.diags.push(e);
-                return None;
-            }
-        };
+        let generics =
+            match bind_generics(child, args, ty, self.src.module_consts(), &inst.generics) {
+                Ok(g) => g,
+                Err(e) => {
+                    e.report(self.diags);
+                    return None;
+                }
+            };
         let Some(len) = len else {
             return Some(Children {
                 def: child_def,
@@ -137,7 +139,7 @@ impl Lowerer<'_> {
                 is_array: false,
             });
         };
-        match eval_const(len, &self.src.consts, &inst.generics) {
+        match eval_const(len, self.src.module_consts(), &inst.generics) {
             Ok(ConstVal::Int(n)) if (0..=MAX_MODEL_ARRAY).contains(&n) => Some(Children {
                 def: child_def,
                 path,
@@ -162,7 +164,7 @@ impl Lowerer<'_> {
                 None
             }
             Err(e) => {
-                self.diags.push(e);
+                e.report(self.diags);
                 None
             }
         }
