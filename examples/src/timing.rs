@@ -1,9 +1,25 @@
-//! Timing for the examples and benchmarks: median wall time of repeated runs, after one warm-up call.
+//! Timing for the examples and benchmarks: median wall time of repeated runs, after one warm-up call, and the
+//! line that says which machine the figures come from.
 
 use std::time::Instant;
 
+use fuse_runtime::cpu::processor::Processor;
+
 /// Median milliseconds of `runs` calls of `f` (after one untimed warm-up call).
-pub fn median_ms<E>(runs: usize, mut f: impl FnMut() -> Result<(), E>) -> Result<f64, E> {
+pub fn median_ms<E>(runs: usize, f: impl FnMut() -> Result<(), E>) -> Result<f64, E> {
+    Ok(sample_ms(runs, f)?.median)
+}
+
+/// The spread of repeated timings.
+#[derive(Clone, Copy, Debug)]
+pub struct Sample {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+/// Times `runs` calls of `f` (after one untimed warm-up call), in milliseconds.
+pub fn sample_ms<E>(runs: usize, mut f: impl FnMut() -> Result<(), E>) -> Result<Sample, E> {
     f()?;
     let mut times = Vec::with_capacity(runs);
     for _ in 0..runs.max(1) {
@@ -12,5 +28,24 @@ pub fn median_ms<E>(runs: usize, mut f: impl FnMut() -> Result<(), E>) -> Result
         times.push(start.elapsed().as_secs_f64() * 1e3);
     }
     times.sort_by(f64::total_cmp);
-    Ok(times[times.len() / 2])
+    Ok(Sample {
+        median: times[times.len() / 2],
+        min: times[0],
+        max: times[times.len() - 1],
+    })
+}
+
+/// The processor's model, cache sizes and vector instruction sets, for the head of every benchmark's output
+/// (and the `cpu` field of its JSON lines).
+pub fn cpu_line() -> String {
+    Processor::get().summary()
+}
+
+/// Worker threads the CPU kernels run on (rayon's pool: `RAYON_NUM_THREADS` or one per CPU).
+pub fn threads() -> usize {
+    std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n: &usize| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }

@@ -1,12 +1,14 @@
 //! Benchmarks W1–W3 (W4, MiniLM, is `--bin minilm -- --bench`): fused vs eager plan in one run, plus the first
-//! call in a fresh process. `cargo run --release -p fuse-examples --bin bench [w1 w2 w3]`.
+//! call in a fresh process. `cargo run --release -p fuse-examples --bin bench [w1 w2 w3] [--json] [--profile]`.
+//! `--json` prints one JSON object per workload and plan mode instead of the table.
 
 use std::process::Command;
 use std::time::Instant;
 
 use fuse_examples::models::{chain::chain::Chain, encoder::encoder::EncoderLayer, mlp::mlp::Mlp};
-use fuse_examples::timing::median_ms;
+use fuse_examples::timing::{cpu_line, median_ms, sample_ms, threads};
 use fuse_runtime::{CompiledModel, PlanMode, Result, Tensor};
+use serde_json::json;
 
 const RUNS: usize = 20;
 const FIRST_CALL_PROCESSES: usize = 15;
@@ -19,6 +21,7 @@ struct Workload {
     model: CompiledModel,
     inputs: Vec<Tensor>,
     sizes: Vec<(&'static str, usize)>,
+    id: &'static str,
     label: &'static str,
 }
 
@@ -29,12 +32,14 @@ fn workload(name: &str) -> Option<Workload> {
             model: Chain::random(1).into_compiled(),
             inputs: vec![Tensor::randn(&[4096, 4096], 2)],
             sizes: vec![("rows", 4096)],
+            id: "W1",
             label: "W1 LN(gelu(x*a+b)+x) 4096x4096",
         }),
         "w2" => Some(Workload {
             model: Mlp::random(1).into_compiled(),
             inputs: vec![Tensor::randn(&[64, 1024], 2)],
             sizes: vec![("batch", 64)],
+            id: "W2",
             label: "W2 MLP 1024-4096-4096-1024 b64",
         }),
         "w3" => Some(Workload {
@@ -44,6 +49,7 @@ fn workload(name: &str) -> Option<Workload> {
                 Tensor::from_f32(&[batch, seq], vec![1.0; batch * seq]).ok()?,
             ],
             sizes: vec![("batch", batch), ("seq", seq)],
+            id: "W3",
             label: "W3 encoder layer h384 b8 s128",
         }),
         _ => None,
@@ -86,13 +92,102 @@ fn main() -> Result<()> {
         );
     }
     let profile = args.iter().any(|a| a == "--profile");
-    let args: Vec<String> = args.into_iter().filter(|a| a != "--profile").collect();
+    let as_json = args.iter().any(|a| a == "--json");
+    let args: Vec<String> = args
+        .into_iter()
+        .filter(|a| a != "--profile" && a != "--json")
+        .collect();
     let names: Vec<String> = if args.is_empty() {
         vec!["w1".into(), "w2".into(), "w3".into()]
     } else {
         args
     };
-    println!("threads: {}", rayon_threads());
+    let cpu = cpu_line();
+    if !as_json {
+        print_header(&cpu);
+    }
+    for name in &names {
+        let Some(Workload {
+            model,
+            inputs,
+            id,
+            label,
+            ..
+        }) = workload(name)
+        else {
+            eprintln!("unknown workload {name}");
+            continue;
+        };
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        let eager = sample_ms(RUNS, || model.run(PlanMode::Eager, &refs).map(drop))?;
+        let fused = sample_ms(RUNS, || model.run(PlanMode::Fused, &refs).map(drop))?;
+        let mut outputs = Vec::new();
+        let eager_reuse = median_ms(RUNS, || {
+            model.run_into(PlanMode::Eager, &refs, &mut outputs)
+        })?;
+        let fused_reuse = median_ms(RUNS, || {
+            model.run_into(PlanMode::Fused, &refs, &mut outputs)
+        })?;
+        let nan = (f64::NAN, f64::NAN);
+        let (first, first_ratio) =
+            fresh_process_first_call(name, "--first-call", None).unwrap_or(nan);
+        let (_, reserved) =
+            fresh_process_first_call(name, "--first-call-reserved", None).unwrap_or(nan);
+        let (_, reserved_one_thread) =
+            fresh_process_first_call(name, "--first-call-reserved", Some(1)).unwrap_or(nan);
+        if as_json {
+            for (mode, sample, reuse) in
+                [("fused", fused, fused_reuse), ("eager", eager, eager_reuse)]
+            {
+                let mut line = json!({
+                    "workload": id,
+                    "precision": "f32",
+                    "mode": mode,
+                    "median_ms": sample.median,
+                    "min_ms": sample.min,
+                    "max_ms": sample.max,
+                    "runs": RUNS,
+                    "reused_output_median_ms": reuse,
+                    "threads": threads(),
+                    "cpu": cpu,
+                });
+                if mode == "fused" {
+                    // Fresh processes run the fused plan: the first-call figures belong to it. NaN (a failed
+                    // child process) becomes null.
+                    line["first_call_ms"] = json!(finite(first));
+                    line["first_call_over_steady"] = json!(finite(first_ratio));
+                    line["first_call_over_steady_reserved"] = json!(finite(reserved));
+                    line["first_call_over_steady_reserved_one_thread"] =
+                        json!(finite(reserved_one_thread));
+                }
+                println!("{line}");
+            }
+        } else {
+            let (eager, fused) = (eager.median, fused.median);
+            println!(
+                "{label:<40} {eager:>9.2} {fused:>9.2} {:>6.2}x {eager_reuse:>9.2} {fused_reuse:>9.2} {:>6.2}x {first:>9.2} {first_ratio:>9.2}x {reserved:>9.2}x {reserved_one_thread:>9.2}x",
+                eager / fused,
+                eager_reuse / fused_reuse
+            );
+        }
+        if profile {
+            for mode in [PlanMode::Fused, PlanMode::Eager] {
+                for (kernel, ms) in model.profile(mode, &refs, RUNS)? {
+                    println!("    {mode:?} {kernel:<24} {ms:8.3} ms");
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn finite(x: f64) -> Option<f64> {
+    x.is_finite().then_some(x)
+}
+
+fn print_header(cpu: &str) {
+    println!("cpu: {cpu}");
+    println!("threads: {}", threads());
     println!(
         "ms, median of {RUNS}; 'new out' allocates the output per call, 'reuse' writes into one"
     );
@@ -114,48 +209,6 @@ fn main() -> Result<()> {
         "{:<40} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7}   (medians over {FIRST_CALL_PROCESSES} fresh processes)",
         "", "new out", "new out", "", "reuse", "reuse", ""
     );
-    for name in &names {
-        let Some(Workload {
-            model,
-            inputs,
-            label,
-            ..
-        }) = workload(name)
-        else {
-            eprintln!("unknown workload {name}");
-            continue;
-        };
-        let refs: Vec<&Tensor> = inputs.iter().collect();
-        let eager = median_ms(RUNS, || model.run(PlanMode::Eager, &refs).map(drop))?;
-        let fused = median_ms(RUNS, || model.run(PlanMode::Fused, &refs).map(drop))?;
-        let mut outputs = Vec::new();
-        let eager_reuse = median_ms(RUNS, || {
-            model.run_into(PlanMode::Eager, &refs, &mut outputs)
-        })?;
-        let fused_reuse = median_ms(RUNS, || {
-            model.run_into(PlanMode::Fused, &refs, &mut outputs)
-        })?;
-        let nan = (f64::NAN, f64::NAN);
-        let (first, first_ratio) =
-            fresh_process_first_call(name, "--first-call", None).unwrap_or(nan);
-        let (_, reserved) =
-            fresh_process_first_call(name, "--first-call-reserved", None).unwrap_or(nan);
-        let (_, reserved_one_thread) =
-            fresh_process_first_call(name, "--first-call-reserved", Some(1)).unwrap_or(nan);
-        println!(
-            "{label:<40} {eager:>9.2} {fused:>9.2} {:>6.2}x {eager_reuse:>9.2} {fused_reuse:>9.2} {:>6.2}x {first:>9.2} {first_ratio:>9.2}x {reserved:>9.2}x {reserved_one_thread:>9.2}x",
-            eager / fused,
-            eager_reuse / fused_reuse
-        );
-        if profile {
-            for mode in [PlanMode::Fused, PlanMode::Eager] {
-                for (kernel, ms) in model.profile(mode, &refs, RUNS)? {
-                    println!("    {mode:?} {kernel:<24} {ms:8.3} ms");
-                }
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Over a few fresh processes, the median first-call time and the median of each process's first call over its
@@ -184,8 +237,4 @@ fn fresh_process_first_call(name: &str, mode: &str, threads: Option<usize>) -> O
 fn median(samples: &mut [f64]) -> f64 {
     samples.sort_by(f64::total_cmp);
     samples[samples.len() / 2]
-}
-
-fn rayon_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
 }

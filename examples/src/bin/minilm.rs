@@ -1,11 +1,15 @@
 //! Sentence embeddings with all-MiniLM-L6-v2, compiled by fuse. Fetch the checkpoint once with
 //! `scripts/fetch-minilm.sh`, then: `cargo run --release -p fuse-examples --bin minilm -- "A sentence." "Another."`
-//! With no sentences it embeds a few built-in ones; `--bench` times batch 8 × sequence 128 (workload W4).
+//! With no sentences it embeds a few built-in ones; `--bench` times batch 8 × sequence 128 (workload W4), and
+//! `--bench --json` prints its figures as one JSON object per plan mode.
 
 use fuse_examples::minilm_run::{cosine, inputs, SentenceEmbedder};
-use fuse_examples::timing::median_ms;
+use fuse_examples::timing::{cpu_line, sample_ms, threads};
 use fuse_examples::tokenize::Batch;
 use fuse_runtime::PlanMode;
+
+/// Timed calls per figure of `--bench`.
+const RUNS: usize = 10;
 
 const BUILT_IN: [&str; 4] = [
     "The quick brown fox jumps over the lazy dog.",
@@ -18,7 +22,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let embedder = SentenceEmbedder::load_default()?;
     if args.iter().any(|a| a == "--bench") {
-        return bench(&embedder);
+        return bench(&embedder, args.iter().any(|a| a == "--json"));
     }
     let sentences: Vec<&str> = if args.is_empty() {
         BUILT_IN.to_vec()
@@ -53,7 +57,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// W4: batch 8 × sequence 128 of real token ids, fused vs eager, in one run.
-fn bench(embedder: &SentenceEmbedder) -> Result<(), Box<dyn std::error::Error>> {
+fn bench(embedder: &SentenceEmbedder, as_json: bool) -> Result<(), Box<dyn std::error::Error>> {
     let (b, s) = (8, 128);
     let batch = Batch {
         batch: b,
@@ -77,12 +81,43 @@ fn bench(embedder: &SentenceEmbedder) -> Result<(), Box<dyn std::error::Error>> 
     let start = std::time::Instant::now();
     model.run(PlanMode::Fused, &refs)?;
     let first = start.elapsed().as_secs_f64() * 1e3;
-    let fused = median_ms(10, || model.run(PlanMode::Fused, &refs).map(drop))?;
-    let eager = median_ms(10, || model.run(PlanMode::Eager, &refs).map(drop))?;
-    println!(
-        "W4 MiniLM-L6 b{b} s{s}: fused {fused:.2} ms, eager {eager:.2} ms ({:.2}x), first call {first:.2} ms",
-        eager / fused
-    );
+    let fused = sample_ms(RUNS, || model.run(PlanMode::Fused, &refs).map(drop))?;
+    let eager = sample_ms(RUNS, || model.run(PlanMode::Eager, &refs).map(drop))?;
+    let mut outputs = Vec::new();
+    let fused_reuse = sample_ms(RUNS, || {
+        model.run_into(PlanMode::Fused, &refs, &mut outputs)
+    })?;
+    let cpu = cpu_line();
+    if as_json {
+        for (mode, sample) in [("fused", fused), ("eager", eager)] {
+            let mut line = serde_json::json!({
+                "workload": "W4",
+                "precision": "f32",
+                "mode": mode,
+                "median_ms": sample.median,
+                "min_ms": sample.min,
+                "max_ms": sample.max,
+                "runs": RUNS,
+                "threads": threads(),
+                "cpu": cpu,
+            });
+            if mode == "fused" {
+                // The process's first call ran the fused plan.
+                line["first_call_ms"] = serde_json::json!(first);
+                line["reused_output_median_ms"] = serde_json::json!(fused_reuse.median);
+            }
+            println!("{line}");
+        }
+    } else {
+        println!("cpu: {cpu}\nthreads: {}", threads());
+        println!(
+            "W4 MiniLM-L6 b{b} s{s}: fused {:.2} ms (output reused {:.2}), eager {:.2} ms ({:.2}x), first call {first:.2} ms",
+            fused.median,
+            fused_reuse.median,
+            eager.median,
+            eager.median / fused.median
+        );
+    }
     if std::env::var_os("FUSE_PROFILE").is_some() {
         let mut rows = model.profile(PlanMode::Fused, &refs, 5)?;
         rows.sort_by(|a, b| b.1.total_cmp(&a.1));

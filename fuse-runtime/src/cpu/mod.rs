@@ -4,6 +4,7 @@ pub mod attention;
 pub mod gemm;
 pub mod math;
 pub mod par;
+pub mod processor;
 pub mod rows;
 pub mod scratch;
 

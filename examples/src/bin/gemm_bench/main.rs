@@ -1,10 +1,14 @@
 //! Single-thread GEMM throughput: fuse's own kernel against `matrixmultiply` on the per-task shapes the
 //! workloads produce (the drivers split large products into blocks of rows or columns, one per task).
-//! `cargo run --release -p fuse-examples --bin gemm_bench`; best of interleaved rounds, GFLOP/s.
+//! `cargo run --release -p fuse-examples --bin gemm_bench`; best of interleaved rounds, GFLOP/s, and for fuse's
+//! tiles the share of this core's FMA peak for their vector width, measured first by [`fma_peak`].
 
 use std::time::Instant;
 
+use fuse_examples::timing::cpu_line;
 use fuse_runtime::cpu::gemm::{sgemm_on, Backend, Strided};
+
+mod fma_peak;
 
 /// A product m×k · k×n where B's element (l, j) is at `l·rsb + j·csb` and A, C are row-major.
 struct Shape {
@@ -64,12 +68,26 @@ const SHAPES: [Shape; 8] = [
 const ROUNDS: usize = 7;
 
 fn main() {
+    println!("cpu: {}", cpu_line());
+    let peaks = fma_peak::measure();
+    for (backend, gflops) in &peaks {
+        println!("one-thread FMA peak, {backend:?} vectors: {gflops:.1} GFLOP/s");
+    }
+    let peak_of = |backend: Backend| {
+        peaks
+            .iter()
+            .find(|(b, _)| *b == backend)
+            .map(|&(_, gflops)| gflops)
+    };
     // Portable (matrixmultiply) first, then fuse's tiles this CPU runs; ratios are against matrixmultiply.
     let mut backends = Backend::available();
     backends.rotate_right(1);
-    print!("{:<60}", "shape (m×k×n), GFLOP/s");
+    print!(
+        "{:<60}",
+        "shape (m×k×n), GFLOP/s (× matrixmultiply, % of peak)"
+    );
     for backend in &backends {
-        print!(" {:>14}", format!("{backend:?}"));
+        print!(" {:>22}", format!("{backend:?}"));
     }
     println!();
     for s in &SHAPES {
@@ -104,12 +122,14 @@ fn main() {
         }
         print!("{:<60}", format!("{} {}×{}×{}", s.what, s.m, s.k, s.n));
         let portable = flops / best[0] / 1e9;
-        print!(" {portable:>14.0}");
-        for t in &best[1..] {
+        print!(" {portable:>22.1}");
+        for (t, &backend) in best[1..].iter().zip(&backends[1..]) {
             let gflops = flops / t / 1e9;
+            let share = peak_of(backend)
+                .map_or(String::new(), |p| format!(", {:.0} %", 100.0 * gflops / p));
             print!(
-                " {:>14}",
-                format!("{gflops:.0} ({:.2}x)", gflops / portable)
+                " {:>22}",
+                format!("{gflops:.1} ({:.2}x{share})", gflops / portable)
             );
         }
         println!();
