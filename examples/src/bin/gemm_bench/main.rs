@@ -3,9 +3,7 @@
 //! `cargo run --release -p fuse-examples --bin gemm_bench`; best of interleaved rounds, GFLOP/s, and for fuse's
 //! tiles the share of this core's FMA peak for their vector width, measured first by [`fma_peak`].
 
-use std::time::Instant;
-
-use fuse_examples::timing::cpu_line;
+use fuse_examples::timing::{cpu_line, thread_seconds};
 use fuse_runtime::cpu::gemm::{sgemm_on, Backend, Strided};
 
 mod fma_peak;
@@ -65,7 +63,8 @@ const SHAPES: [Shape; 8] = [
     ),
 ];
 
-const ROUNDS: usize = 7;
+/// Many short timings, keeping the best: on a shared machine some of them run undisturbed.
+const ROUNDS: usize = 25;
 
 fn main() {
     println!("cpu: {}", cpu_line());
@@ -96,12 +95,13 @@ fn main() {
         let b: Vec<f32> = (0..b_len).map(|i| (i % 5) as f32 * 0.1).collect();
         let mut c = vec![0.0f32; s.m * s.n];
         let flops = 2.0 * (s.m * s.n * s.k) as f64;
-        // About 20 ms per timing, so timer resolution and scheduling noise stay small.
-        let reps = (4e9 / flops).ceil() as usize;
+        // About 3 ms per timing: long against the timer's resolution, short enough that some timings fall
+        // between other processes' time slices.
+        let reps = (3e8 / flops).ceil() as usize;
         let mut best = vec![f64::MAX; backends.len()];
         for _ in 0..ROUNDS {
             for (slot, &backend) in backends.iter().enumerate() {
-                let start = Instant::now();
+                let start = thread_seconds();
                 for _ in 0..reps {
                     // SAFETY: A is m×k row-major, B's strides stay inside `b` (b_len), C is m×n row-major; the
                     // backend is one this CPU runs.
@@ -117,7 +117,7 @@ fn main() {
                         )
                     };
                 }
-                best[slot] = best[slot].min(start.elapsed().as_secs_f64() / reps as f64);
+                best[slot] = best[slot].min((thread_seconds() - start) / reps as f64);
             }
         }
         print!("{:<60}", format!("{} {}×{}×{}", s.what, s.m, s.k, s.n));

@@ -6,20 +6,60 @@
 //! that a model reserves on every worker when it loads, and it skips packing where packing would cost as much as
 //! it saves: `gemm_bench` has the figures.
 //!
-//! Loop nest: columns in blocks of [`NC`] → depth in blocks of [`KC`] (B packed into `NR`-column panels, through
-//! register transposes when its columns are contiguous and the tile provides them, or read in place when there
-//! are few rows) → rows in blocks of [`MC`] (A packed into `MR`-row panels, or read in place when its rows are
-//! contiguous) → column panels → row panels → the register tile.
+//! Loop nest: columns in blocks of nc → depth in blocks of kc (B packed into `NR`-column panels, through register
+//! transposes when its columns are contiguous and the tile provides them, or read in place when there are few
+//! rows) → rows in blocks of mc (A packed into `MR`-row panels, or read in place when its rows are contiguous) →
+//! column panels → row panels → the register tile. The block sizes come from the processor's cache sizes
+//! ([`Blocking`]).
 
 use super::Strided;
+use crate::cpu::processor::{Caches, Processor};
 use crate::cpu::scratch::{with_buffer, Buffer, GEMM_A, GEMM_B};
 
-/// Depth of one packed block: a 32-column B panel of KC rows is 32 KiB.
-pub const KC: usize = 256;
-/// Rows of one packed A block (MC×KC = 96 KiB, held in L2); a multiple of every tile's `MR`.
-pub const MC: usize = 96;
-/// Columns of one packed B block (KC×NC = 1 MiB).
-pub const NC: usize = 1024;
+/// With at most this many rows, B is read in place when its rows are contiguous (see [`blocks`]).
+const DIRECT_B_ROWS: usize = 96;
+
+/// The widest B block: the packed block is per-thread scratch reserved at load (kc × 2048 floats, 3 MiB at
+/// kc = 384), and no workload's task is wider.
+const NC_MOST: usize = 2048;
+
+/// Block sizes of the loop nest for one tile on one processor, in elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Blocking {
+    /// Most depth of a packed block.
+    pub kc: usize,
+    /// Most rows of a packed A block; a multiple of the tile's `MR`.
+    pub mc: usize,
+    /// Most columns of a packed B block; a multiple of the tile's `NR`.
+    pub nc: usize,
+}
+
+impl Blocking {
+    /// The blocks for an `mr`×`nr` tile and these caches, after BLIS's analytic model (Low et al., 2016):
+    /// - a kc×nr B panel stays in L1 while the A panels of a row block stream past it: three quarters of L1d,
+    ///   the rest for the A panel and C's tile in flight (on the AVX2 tile of a Zen 3 core, kc = 384 measured
+    ///   3–10 % faster than 256 on W3's task shapes, whose depth of 384 then needs one pass over C, not two);
+    /// - the mc×kc A block stays in L2 while the B panels of a column block pass: half of L2;
+    /// - the kc×nc B block stays in L3 across the row blocks: a quarter of L3, which other cores share, and at
+    ///   most [`NC_MOST`] columns.
+    pub fn new(mr: usize, nr: usize, caches: Caches) -> Blocking {
+        const FLOAT: usize = std::mem::size_of::<f32>();
+        let kc = (caches.l1d * 3 / 4 / (nr * FLOAT)).clamp(64, 512) / 8 * 8;
+        let mc = (caches.l2 / 2 / (kc * FLOAT)).clamp(mr, 1024) / mr * mr;
+        let l3 = if caches.l3 > 0 {
+            caches.l3
+        } else {
+            4 * caches.l2
+        };
+        let nc = (l3 / 4 / (kc * FLOAT)).clamp(nr, NC_MOST) / nr * nr;
+        Blocking { kc, mc, nc }
+    }
+
+    /// The blocks for tile `T` on this processor.
+    pub fn for_tile<T: Tile>() -> Blocking {
+        Blocking::new(T::MR, T::NR, Processor::get().caches)
+    }
+}
 
 /// A register tile of one instruction set.
 pub trait Tile {
@@ -85,23 +125,42 @@ pub unsafe fn sgemm<T: Tile>(
         unsafe { scale(m, n, beta, c) };
         return;
     }
-    with_buffer(&GEMM_A, MC * KC, |apack| {
-        with_buffer(&GEMM_B, KC * NC, |bpack| {
+    let blocking = Blocking::for_tile::<T>();
+    let Blocking { kc, mc, nc } = balanced(blocking, (m, k, n), T::MR, T::NR);
+    with_buffer(&GEMM_A, mc * kc, |apack| {
+        with_buffer(&GEMM_B, kc * nc, |bpack| {
             // SAFETY: forwarded contract; the buffers have the sizes `blocks` needs.
-            unsafe { blocks::<T>((m, k, n), alpha, a, b, beta, c, apack, bpack) }
+            unsafe { blocks::<T>((m, k, n), (kc, mc, nc), alpha, a, b, beta, c, apack, bpack) }
         })
     })
 }
 
-/// The per-thread buffers [`sgemm`] packs into, with their sizes.
-pub fn scratch_needs() -> Vec<(&'static Buffer, usize)> {
-    vec![(&GEMM_A, MC * KC), (&GEMM_B, KC * NC)]
+/// The per-thread buffers [`sgemm`] packs into for tile `T`, with their largest sizes.
+pub fn scratch_needs<T: Tile>() -> Vec<(&'static Buffer, usize)> {
+    let Blocking { kc, mc, nc } = Blocking::for_tile::<T>();
+    vec![(&GEMM_A, mc * kc), (&GEMM_B, kc * nc)]
 }
 
-/// The loop nest of [`sgemm`] over its packing buffers (`apack` MC×KC, `bpack` KC×NC floats).
+/// The blocks for one product: each dimension split into equal blocks no larger than `most`'s, so a product
+/// slightly deeper than kc does not end in a sliver of a block (rows and columns rounded up to whole tiles,
+/// depth to multiples of 8 for the 8×8 transposes; never above `most`, whose sizes are whole multiples).
+fn balanced(most: Blocking, (m, k, n): (usize, usize, usize), mr: usize, nr: usize) -> Blocking {
+    let even = |len: usize, most: usize, unit: usize| {
+        let blocks = len.div_ceil(most).max(1);
+        len.div_ceil(blocks).next_multiple_of(unit).min(most)
+    };
+    Blocking {
+        kc: even(k, most.kc, 8),
+        mc: even(m, most.mc, mr),
+        nc: even(n, most.nc, nr),
+    }
+}
+
+/// The loop nest of [`sgemm`] over its packing buffers (`apack` mc×kc, `bpack` kc×nc floats).
 #[allow(clippy::too_many_arguments)]
 unsafe fn blocks<T: Tile>(
     (m, k, n): (usize, usize, usize),
+    (kc_most, mc_most, nc_most): (usize, usize, usize),
     alpha: f32,
     a: Strided<*const f32>,
     b: Strided<*const f32>,
@@ -112,27 +171,27 @@ unsafe fn blocks<T: Tile>(
 ) {
     // With few rows, each B element is used by at most one A block: packing B would copy it once to read it
     // once. Row-contiguous B is then read in place (masked loads cover the last, partial panel).
-    let direct_b = m <= MC && b.cs == 1;
+    let direct_b = m <= DIRECT_B_ROWS.min(mc_most) && b.cs == 1 && b.rs % 1024 != 0;
     // Row-contiguous A is read in place: the tile broadcasts its elements from memory either way, and packing
     // would cost as much as the multiply-adds it feeds when there are few columns. Not when the row stride is a
     // multiple of 4 KiB, where the tile's rows would share L1 sets.
     let direct_a = a.cs == 1 && a.rs % 1024 != 0;
-    for jc in (0..n).step_by(NC) {
-        let nc = NC.min(n - jc);
-        for pc in (0..k).step_by(KC) {
-            let kc = KC.min(k - pc);
+    for jc in (0..n).step_by(nc_most) {
+        let nc = nc_most.min(n - jc);
+        for pc in (0..k).step_by(kc_most) {
+            let kc = kc_most.min(k - pc);
             let b_block = offset(b, pc, jc);
             if !direct_b {
-                // SAFETY: the block lies inside B; `bpack` holds KC×NC floats.
+                // SAFETY: the block lies inside B; `bpack` holds kc×nc floats.
                 unsafe { pack::<T>(kc, nc, T::NR, b_block, bpack) };
             }
             // Later depth blocks add to what the first one wrote.
             let beta = if pc == 0 { beta } else { 1.0 };
-            for ic in (0..m).step_by(MC) {
-                let mc = MC.min(m - ic);
+            for ic in (0..m).step_by(mc_most) {
+                let mc = mc_most.min(m - ic);
                 let a_block = offset(a, ic, pc);
                 if !direct_a {
-                    // SAFETY: the block lies inside A; `apack` holds MC×KC floats.
+                    // SAFETY: the block lies inside A; `apack` holds mc×kc floats.
                     unsafe { pack_a::<T>(mc, kc, a_block, apack) };
                 }
                 for jr in (0..nc).step_by(T::NR) {
@@ -279,5 +338,79 @@ unsafe fn scale(m: usize, n: usize, beta: f32, c: Strided<*mut f32>) {
                 *p = if beta != 0.0 { beta * *p } else { 0.0 };
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KIB: usize = 1 << 10;
+
+    #[test]
+    fn blocking_follows_the_caches() {
+        let zen3 = Caches {
+            l1d: 32 * KIB,
+            l2: 512 * KIB,
+            l3: 32 * KIB * KIB,
+        };
+        // AVX2 6×16: a 384×16 B panel is 24 KiB (¾ of L1d); 168×384 of A is 252 KiB (½ of L2).
+        assert_eq!(
+            Blocking::new(6, 16, zen3),
+            Blocking {
+                kc: 384,
+                mc: 168,
+                nc: 2048
+            }
+        );
+        // AVX-512 12×32 with a 48 KiB L1d, 2 MiB L2, no L3: B's block takes a quarter of four L2s' worth
+        // (2 MiB / (288 × 4 bytes) = 1820 columns, whole 32-column panels: 1792).
+        let intel = Caches {
+            l1d: 48 * KIB,
+            l2: 2048 * KIB,
+            l3: 0,
+        };
+        assert_eq!(
+            Blocking::new(12, 32, intel),
+            Blocking {
+                kc: 288,
+                mc: 900,
+                nc: 1792
+            }
+        );
+        // Small caches: every size shrinks, and stays a whole number of tiles.
+        let small = Caches {
+            l1d: 8 * KIB,
+            l2: 64 * KIB,
+            l3: 256 * KIB,
+        };
+        assert_eq!(
+            Blocking::new(6, 16, small),
+            Blocking {
+                kc: 96,
+                mc: 84,
+                nc: 160
+            }
+        );
+    }
+
+    /// Balanced blocks never exceed the most, keep whole tiles, use as few blocks as the most allows, and cover
+    /// the dimension.
+    #[test]
+    fn balanced_blocks_cover_evenly() {
+        let most = Blocking {
+            kc: 384,
+            mc: 168,
+            nc: 2048,
+        };
+        for len in 1..3000 {
+            let got = balanced(most, (len, len, len), 6, 16);
+            for (block, limit, unit) in [(got.kc, 384, 8), (got.mc, 168, 6), (got.nc, 2048, 16)] {
+                assert!(block <= limit && block % unit == 0, "{len}: {got:?}");
+                assert_eq!(len.div_ceil(block), len.div_ceil(limit), "{len}: {got:?}");
+            }
+        }
+        // A depth just past one block splits in two halves, not a block and a sliver.
+        assert_eq!(balanced(most, (1, 400, 1), 6, 16).kc, 200);
     }
 }

@@ -56,8 +56,10 @@ impl Backend {
 /// since it allocates its own.
 pub fn scratch_needs() -> Vec<(&'static super::scratch::Buffer, usize)> {
     #[cfg(target_arch = "x86_64")]
-    if Backend::best() != Backend::Portable {
-        return driver::scratch_needs();
+    match Backend::best() {
+        Backend::Avx512 => return driver::scratch_needs::<avx512::Avx512>(),
+        Backend::Avx2 => return driver::scratch_needs::<avx2::Avx2>(),
+        Backend::Portable => {}
     }
     Vec::new()
 }
@@ -327,8 +329,8 @@ mod tests {
         }
     }
 
-    /// Shapes that cover partial register tiles and every blocking loop (k > KC, m > MC, n > NC), in every
-    /// layout, with and without α/β.
+    /// Shapes that cover partial register tiles and every blocking loop (k > kc, m > mc, n > nc for the block
+    /// sizes this CPU's caches give, at most 512, 1024 and 2048), in every layout, with and without α/β.
     #[test]
     fn backends_match_f64_with_strides_alpha_beta() {
         let sizes = [
@@ -337,6 +339,8 @@ mod tests {
             (100, 7, 1030),
             (12, 256, 32),
             (25, 513, 70),
+            (1030, 9, 20),
+            (3, 4, 2100),
             (5, 0, 9),
         ];
         let mut seed = 100;
