@@ -182,13 +182,14 @@ fn expand_model(
     let name_str = name.to_string();
     let private = format_ident!("__fuse_{}", name_str.to_lowercase());
     let (fused, eager) = timings.time("plan", || (plan(g, Mode::Fused), plan(g, Mode::Eager)));
-    let ((fused_items, fused_program), (eager_items, eager_program)) =
-        timings.time("write cpu", || {
-            (
-                fuse_kernels::back::cpu::write_program(&fused, &name_str),
-                fuse_kernels::back::cpu::write_program(&eager, &name_str),
-            )
-        });
+    let (fused_cpu, eager_cpu) = timings.time("write cpu", || {
+        (
+            fuse_kernels::back::cpu::write_program(&fused, &name_str),
+            fuse_kernels::back::cpu::write_program(&eager, &name_str),
+        )
+    });
+    let (fused_items, fused_program) = (fused_cpu.items, fused_cpu.program);
+    let (eager_items, eager_program) = (eager_cpu.items, eager_cpu.program);
     timings.size("fused kernels", fused.kernels.len());
     timings.size("fused functions", count_functions(&fused_items));
     timings.size("eager kernels", eager.kernels.len());
@@ -255,6 +256,12 @@ fn expand_model(
         .unwrap_or_default();
     let plan_hash = fused.hash;
     let cuda_spec = timings.time("write cuda", || cuda::spec(&fused, &eager, &name_str));
+    // The kernel functions are what rustc compiles; the rest is literals (plan tables, CUDA sources, the source).
+    timings.size(
+        "kernel tokens",
+        count_tokens(&fused_items) + count_tokens(&eager_items),
+    );
+    timings.size("cuda bytes", cuda_spec.to_string().len());
     let vis = quote!(pub);
     quote! {
         #[doc = concat!("The compiled model `", #name_str, "`: weights plus its fused and eager plans.")]
@@ -266,8 +273,8 @@ fn expand_model(
         mod #private {
             #fused_items
             #eager_items
-            pub static FUSED: #rt::Program = #fused_program;
-            pub static EAGER: #rt::Program = #eager_program;
+            pub static FUSED: #rt::EmbeddedProgram = #fused_program;
+            pub static EAGER: #rt::EmbeddedProgram = #eager_program;
             pub static CUDA: #rt::CudaSpec = #cuda_spec;
             pub static SPEC: ::fuse_runtime::ModelSpec = ::fuse_runtime::ModelSpec {
                 name: #name_str,
