@@ -199,7 +199,8 @@ fn expand_model(
         let pname = &p.name;
         let dims = p.ty.shape.0.iter().map(|d| d.as_static().unwrap_or(0));
         let (mean, std) = param_init(g, i);
-        quote!(#rt::ParamSpec { name: #pname, shape: &[#(#dims),*], init: #rt::Init { mean: #mean, std: #std } })
+        // `ParamSpec` is imported in the private module: a deep model has hundreds of parameters.
+        quote!(ParamSpec::new(#pname, &[#(#dims),*], #mean, #std))
     });
     let inputs = g.inputs.iter().enumerate().map(|(i, input)| {
         let iname = &input.name;
@@ -271,6 +272,7 @@ fn expand_model(
 
         #[doc(hidden)]
         mod #private {
+            use ::fuse_runtime::__private::ParamSpec;
             #fused_items
             #eager_items
             pub static FUSED: #rt::EmbeddedProgram = #fused_program;

@@ -13,19 +13,11 @@ use fuse_tables::ProgramTables;
 
 use crate::tensor::{DType, Tensor};
 
-pub use fuse_tables::{BufferKind, BufferSpec, KernelInfo, Mono, OutputSpec};
+pub use fuse_tables::{BufferKind, BufferSpec, KernelCall, KernelInfo, Mono, OutputSpec};
 
 /// A generated kernel function: runs one kernel on the plan buffers its launch lists (output first, then one
 /// per read). Kernels that differ only in their buffers (every layer of a transformer) share one function.
 pub type KernelFn = fn(&Ctx<'_>, &[usize]);
-
-/// One kernel of a plan: the function to run and the buffers to run it on.
-#[derive(Clone, Debug)]
-pub struct KernelCall {
-    pub run: KernelFn,
-    /// Indices into `Program::buffers`.
-    pub buffers: Vec<usize>,
-}
 
 /// One compiled plan (fused or eager) as the macro embeds it: its kernel functions, its report texts, and its
 /// tables (`fuse_tables::ProgramTables`) still encoded. [`EmbeddedProgram::decode`] makes the [`Program`] the
@@ -78,54 +70,50 @@ impl EmbeddedProgram {
     }
 
     fn decode_now(&self) -> std::result::Result<Program, String> {
-        let t: ProgramTables = fuse_tables::decode(self.tables)?;
-        let kernels = t
+        let tables: ProgramTables = fuse_tables::decode(self.tables)?;
+        if let Some(call) = tables
             .kernels
-            .into_iter()
-            .map(|k| match self.functions.get(k.function) {
-                Some(&run) => Ok(KernelCall {
-                    run,
-                    buffers: k.buffers,
-                }),
-                None => Err(format!(
-                    "a kernel calls function {} of {}",
-                    k.function,
-                    self.functions.len()
-                )),
-            })
-            .collect::<std::result::Result<_, _>>()?;
+            .iter()
+            .find(|k| k.function >= self.functions.len())
+        {
+            return Err(format!(
+                "a kernel calls function {} of {}",
+                call.function,
+                self.functions.len()
+            ));
+        }
         Ok(Program {
             model: self.model,
             mode: self.mode,
             plan_hash: self.plan_hash,
-            buffers: t.buffers,
-            slots: t.slots,
-            kernels,
-            kernel_info: t.kernel_info,
-            outputs: t.outputs,
-            refusals: t.refusals,
+            functions: self.functions,
+            tables,
             dump: self.dump,
             dot: self.dot,
         })
     }
 }
 
-/// One compiled plan (fused or eager), decoded: what the executor runs and the report shows.
+/// One compiled plan (fused or eager), decoded: what the executor runs and the report shows. It reads as its
+/// tables (`program.kernels`, `program.buffers`, ...) through `Deref`, plus the code and texts beside them.
 #[derive(Debug)]
 pub struct Program {
     pub model: &'static str,
     pub mode: &'static str,
     pub plan_hash: u64,
-    pub buffers: Vec<BufferSpec>,
-    /// Arena slot sizes in bytes, in layout order.
-    pub slots: Vec<Mono>,
-    /// One call per plan kernel, in order.
-    pub kernels: Vec<KernelCall>,
-    pub kernel_info: Vec<KernelInfo>,
-    pub outputs: Vec<OutputSpec>,
-    pub refusals: Vec<String>,
+    /// The plan's distinct kernel functions; every call's `function` indexes them (checked when decoded).
+    pub functions: &'static [KernelFn],
+    pub tables: ProgramTables,
     pub dump: &'static str,
     pub dot: &'static str,
+}
+
+impl std::ops::Deref for Program {
+    type Target = ProgramTables;
+
+    fn deref(&self) -> &ProgramTables {
+        &self.tables
+    }
 }
 
 /// Arena slots start at multiples of this (the same rule as the compiler's memory plan).
@@ -441,10 +429,10 @@ impl Executor {
             match times.as_deref_mut() {
                 Some(times) => {
                     let start = std::time::Instant::now();
-                    (call.run)(&ctx, &call.buffers);
+                    (p.functions[call.function])(&ctx, &call.buffers);
                     times[i] += start.elapsed().as_secs_f64();
                 }
-                None => (call.run)(&ctx, &call.buffers),
+                None => (p.functions[call.function])(&ctx, &call.buffers),
             }
         }
         self.pool.give_back(arena);
