@@ -146,8 +146,8 @@ fn kernel_limit(plan: &Plan, model: &str, max: usize, tokens: &TokenStream) -> V
                 g.span(k.output),
                 format!(
                     "{head}; this `{}` costs a copy kernel ({}): a reshape of a permuted or sliced view, or a \
-                     model output that is a view, must be made contiguous\nhelp: reshape before permuting or \
-                     slicing, or return a computed value",
+                     model output that is a view, must be made contiguous\nhelp: where the layout allows, reshape \
+                     before permuting or slicing (or return a computed value); else raise the limit",
                     op_name(g, k.output),
                     k.name
                 ),
