@@ -347,7 +347,21 @@ impl Executor {
         inputs: &[&Tensor],
     ) -> Result<Vec<Tensor>> {
         let mut outputs = self.program.fresh_outputs(dims)?;
-        self.execute(dims, weights, inputs, &mut outputs, None)?;
+        self.execute(dims, weights, inputs, &mut outputs, None, None)?;
+        Ok(outputs)
+    }
+
+    /// As [`Executor::run`], handing `observe` each kernel's index (in plan order) and its output, as the kernel
+    /// leaves it, before the next kernel runs: what a drift check compares between plans.
+    pub fn run_observed(
+        &self,
+        dims: &[usize],
+        weights: &[Tensor],
+        inputs: &[&Tensor],
+        observe: &mut dyn FnMut(usize, &[f32]),
+    ) -> Result<Vec<Tensor>> {
+        let mut outputs = self.program.fresh_outputs(dims)?;
+        self.execute(dims, weights, inputs, &mut outputs, None, Some(observe))?;
         Ok(outputs)
     }
 
@@ -363,7 +377,7 @@ impl Executor {
         times: Option<&mut [f64]>,
     ) -> Result<()> {
         self.program.fit_outputs(dims, outputs)?;
-        self.execute(dims, weights, inputs, outputs, times)
+        self.execute(dims, weights, inputs, outputs, times, None)
     }
 
     /// Runs every kernel; `outputs` are f32 tensors of the program's output shapes at `dims`.
@@ -374,6 +388,7 @@ impl Executor {
         inputs: &[&Tensor],
         outputs: &mut [Tensor],
         mut times: Option<&mut [f64]>,
+        mut observe: Option<&mut dyn FnMut(usize, &[f32])>,
     ) -> Result<()> {
         let p = self.program;
         let (offsets, arena_bytes) = p.layout(dims)?;
@@ -412,6 +427,9 @@ impl Executor {
                     times[i] += start.elapsed().as_secs_f64();
                 }
                 None => (call.run)(&ctx, call.buffers),
+            }
+            if let (Some(observe), Some(&out)) = (observe.as_deref_mut(), call.buffers.first()) {
+                observe(i, ctx.f32(out));
             }
         }
         self.pool.give_back(arena);
