@@ -86,17 +86,22 @@ impl fmt::Display for DriftReport {
                 )?;
                 kernel(f, k)
             }
-            None => {
-                writeln!(
-                    f,
-                    "fused and eager agree within the tolerance at all {} kernel outputs compared; the closest to it:",
-                    self.kernels_compared
-                )?;
-                match &self.worst_kernel {
-                    Some(k) => kernel(f, k),
-                    None => Ok(()),
+            None => match &self.worst_kernel {
+                Some(k) if k.stats.max_abs > 0.0 => {
+                    writeln!(
+                        f,
+                        "fused and eager agree within the tolerance at all {} kernel outputs compared; the \
+                         largest difference:",
+                        self.kernels_compared
+                    )?;
+                    kernel(f, k)
                 }
-            }
+                _ => writeln!(
+                    f,
+                    "fused and eager are bit for bit the same at all {} kernel outputs compared",
+                    self.kernels_compared
+                ),
+            },
         }
     }
 }
