@@ -69,6 +69,10 @@ pub struct KernelInfo {
 /// per read). Kernels that differ only in their buffers (every layer of a transformer) share one function.
 pub type KernelFn = fn(&Ctx<'_>, &[usize]);
 
+/// Handed each kernel's index in plan order and its output, right after the kernel ran (see
+/// [`Executor::run_observed`]).
+pub type KernelObserver<'a> = &'a mut dyn FnMut(usize, &[f32]);
+
 /// One kernel of a plan: the function to run and the buffers to run it on.
 #[derive(Clone, Copy, Debug)]
 pub struct KernelCall {
@@ -358,7 +362,7 @@ impl Executor {
         dims: &[usize],
         weights: &[Tensor],
         inputs: &[&Tensor],
-        observe: &mut dyn FnMut(usize, &[f32]),
+        observe: KernelObserver<'_>,
     ) -> Result<Vec<Tensor>> {
         let mut outputs = self.program.fresh_outputs(dims)?;
         self.execute(dims, weights, inputs, &mut outputs, None, Some(observe))?;
@@ -388,7 +392,7 @@ impl Executor {
         inputs: &[&Tensor],
         outputs: &mut [Tensor],
         mut times: Option<&mut [f64]>,
-        mut observe: Option<&mut dyn FnMut(usize, &[f32])>,
+        mut observe: Option<KernelObserver<'_>>,
     ) -> Result<()> {
         let p = self.program;
         let (offsets, arena_bytes) = p.layout(dims)?;

@@ -18,7 +18,7 @@ pub enum ReferenceError {
     Interpret {
         model: String,
         #[source]
-        source: RefError,
+        source: Box<RefError>,
     },
 }
 
@@ -63,7 +63,7 @@ pub fn try_reference_of(
     let params: Vec<RefTensor> = weights.iter().map(to_ref).collect();
     interpret(graph, &inputs, &params).map_err(|source| ReferenceError::Interpret {
         model: spec.name.to_string(),
-        source,
+        source: Box::new(source),
     })
 }
 
