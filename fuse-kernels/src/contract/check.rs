@@ -288,13 +288,14 @@ fn arena_limit(
     vec![syn::Error::new(
         g.span(node),
         format!(
-            "{head}; the largest value in it is this `{}`, {} {} = {} (one of {} arena slots, shared by {} \
-             value(s))\nhelp: a value lives from the kernel that writes it to the last that reads it; fuse it \
+            "{head}; the largest value in it is this `{}`, {} {} = {} (in arena slot {} of {}, which {} \
+             value(s) take in turn)\nhelp: a value lives from the kernel that writes it to the last that reads it; fuse it \
              into its reader or make it smaller, or raise the limit",
             op_name(g, node),
             g.ty(node).dtype.name(),
             g.fmt_shape(&g.ty(node).shape),
             bytes.map_or_else(|| "too large".to_string(), format_bytes),
+            slot + 1,
             slots.len(),
             sharing
         ),
