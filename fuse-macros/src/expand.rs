@@ -4,6 +4,7 @@
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
+use fuse_kernels::contract::{self, Contract};
 use fuse_kernels::front::{capture_with, model_source, CapturedModel};
 use fuse_kernels::ir::{DType, Graph, NodeId, Op};
 use fuse_kernels::plan::{plan, Mode};
@@ -11,8 +12,13 @@ use fuse_kernels::timing::{self, Timings};
 
 mod cuda;
 
-/// Expands a model module whose structs may use those of `libraries` (already collected, in `uses` order).
-pub fn expand(module: &syn::ItemMod, libraries: &[syn::ItemMod]) -> TokenStream {
+/// Expands a model module whose structs may use those of `libraries` (already collected, in `uses` order); every
+/// model must meet `contract` and its `.fused()` promises, or the expansion carries their errors.
+pub fn expand(
+    module: &syn::ItemMod,
+    libraries: &[syn::ItemMod],
+    contract: &Contract,
+) -> TokenStream {
     let mut timings = Timings::default();
     let cap = timings.time("capture", || capture_with(module, libraries));
     if let Some(errors) = cap.errors {
@@ -23,7 +29,7 @@ pub fn expand(module: &syn::ItemMod, libraries: &[syn::ItemMod]) -> TokenStream 
     let models = cap.models.iter().map(|m| {
         // Capture ran once for the module; each model's line repeats it.
         let mut timings = timings.clone();
-        let tokens = expand_model(module, m, &source, &mut timings);
+        let tokens = expand_model(module, m, &source, contract, &mut timings);
         if report {
             timings.size("tokens", count_tokens(&tokens));
             timings.size("bytes", tokens.to_string().len());
@@ -175,6 +181,7 @@ fn expand_model(
     module: &syn::ItemMod,
     m: &CapturedModel,
     source: &str,
+    contract: &Contract,
     timings: &mut Timings,
 ) -> TokenStream {
     let g = &m.graph;
@@ -182,6 +189,9 @@ fn expand_model(
     let name_str = name.to_string();
     let private = format_ident!("__fuse_{}", name_str.to_lowercase());
     let (fused, eager) = timings.time("plan", || (plan(g, Mode::Fused), plan(g, Mode::Eager)));
+    // A broken contract is reported beside a working model, so the user sees only that error.
+    let broken_contract =
+        contract::check(&fused, &name_str, contract).map(|e| e.into_compile_error());
     let (fused_cpu, eager_cpu) = timings.time("write cpu", || {
         (
             fuse_kernels::back::cpu::write_program(&fused, &name_str),
@@ -265,6 +275,7 @@ fn expand_model(
     timings.size("cuda bytes", cuda_spec.to_string().len());
     let vis = quote!(pub);
     quote! {
+        #broken_contract
         #[doc = concat!("The compiled model `", #name_str, "`: weights plus its fused and eager plans.")]
         #vis struct #name {
             core: ::fuse_runtime::CompiledModel,

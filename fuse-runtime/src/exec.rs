@@ -19,6 +19,10 @@ pub use fuse_tables::{BufferKind, BufferSpec, KernelCall, KernelInfo, Mono, Outp
 /// per read). Kernels that differ only in their buffers (every layer of a transformer) share one function.
 pub type KernelFn = fn(&Ctx<'_>, &[usize]);
 
+/// Handed each kernel's index in plan order and its output, right after the kernel ran (see
+/// [`Executor::run_observed`]).
+pub type KernelObserver<'a> = &'a mut dyn FnMut(usize, &[f32]);
+
 /// One compiled plan (fused or eager) as the macro embeds it: its kernel functions, its report texts, and its
 /// tables (`fuse_tables::ProgramTables`) still encoded. [`EmbeddedProgram::decode`] makes the [`Program`] the
 /// executor runs, once per process.
@@ -368,7 +372,21 @@ impl Executor {
         inputs: &[&Tensor],
     ) -> Result<Vec<Tensor>> {
         let mut outputs = self.program.fresh_outputs(dims)?;
-        self.execute(dims, weights, inputs, &mut outputs, None)?;
+        self.execute(dims, weights, inputs, &mut outputs, None, None)?;
+        Ok(outputs)
+    }
+
+    /// As [`Executor::run`], handing `observe` each kernel's index (in plan order) and its output, as the kernel
+    /// leaves it, before the next kernel runs: what a drift check compares between plans.
+    pub fn run_observed(
+        &self,
+        dims: &[usize],
+        weights: &[Tensor],
+        inputs: &[&Tensor],
+        observe: KernelObserver<'_>,
+    ) -> Result<Vec<Tensor>> {
+        let mut outputs = self.program.fresh_outputs(dims)?;
+        self.execute(dims, weights, inputs, &mut outputs, None, Some(observe))?;
         Ok(outputs)
     }
 
@@ -384,7 +402,7 @@ impl Executor {
         times: Option<&mut [f64]>,
     ) -> Result<()> {
         self.program.fit_outputs(dims, outputs)?;
-        self.execute(dims, weights, inputs, outputs, times)
+        self.execute(dims, weights, inputs, outputs, times, None)
     }
 
     /// Runs every kernel; `outputs` are f32 tensors of the program's output shapes at `dims`.
@@ -395,6 +413,7 @@ impl Executor {
         inputs: &[&Tensor],
         outputs: &mut [Tensor],
         mut times: Option<&mut [f64]>,
+        mut observe: Option<KernelObserver<'_>>,
     ) -> Result<()> {
         let p = self.program;
         let (offsets, arena_bytes) = p.layout(dims)?;
@@ -433,6 +452,9 @@ impl Executor {
                     times[i] += start.elapsed().as_secs_f64();
                 }
                 None => (p.functions[call.function])(&ctx, &call.buffers),
+            }
+            if let (Some(observe), Some(&out)) = (observe.as_deref_mut(), call.buffers.first()) {
+                observe(i, ctx.f32(out));
             }
         }
         self.pool.give_back(arena);

@@ -186,6 +186,20 @@ impl CompiledModel {
         self.executor(mode).run(&dims, &self.weights, inputs)
     }
 
+    /// Runs the chosen plan on the CPU (wherever the model is placed), handing `observe` each kernel's index in
+    /// plan order and its output buffer right after the kernel ran (kernel outputs are f32: masks are 0/1). The
+    /// drift check (`fuse_tests::drift`) compares the fused and eager plans kernel by kernel with it.
+    pub fn run_observed(
+        &self,
+        mode: PlanMode,
+        inputs: &[&Tensor],
+        observe: &mut dyn FnMut(usize, &[f32]),
+    ) -> Result<Vec<Tensor>> {
+        let dims = bind_inputs(self.spec.inputs, self.spec.dyn_dims, inputs)?;
+        self.executor(mode)
+            .run_observed(&dims, &self.weights, inputs, observe)
+    }
+
     /// As [`CompiledModel::run`], reusing `outputs` when their shapes fit: no allocation per call.
     pub fn run_into(
         &self,

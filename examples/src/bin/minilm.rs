@@ -1,11 +1,13 @@
 //! Sentence embeddings with all-MiniLM-L6-v2, compiled by fuse. Fetch the checkpoint once with
 //! `scripts/fetch-minilm.sh`, then: `cargo run --release -p fuse-examples --bin minilm -- "A sentence." "Another."`
-//! With no sentences it embeds a few built-in ones; `--bench` times batch 8 × sequence 128 (workload W4).
+//! With no sentences it embeds a few built-in ones; `--bench` times batch 8 × sequence 128 (workload W4);
+//! `--drift` prints the drift report of the sentences' batch (fused and eager plans against the f64 reference).
 
 use fuse_examples::minilm_run::{cosine, inputs, SentenceEmbedder};
 use fuse_examples::timing::median_ms;
 use fuse_examples::tokenize::Batch;
 use fuse_runtime::PlanMode;
+use fuse_tests::drift::{self, Tolerance};
 
 const BUILT_IN: [&str; 4] = [
     "The quick brown fox jumps over the lazy dog.",
@@ -20,11 +22,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if args.iter().any(|a| a == "--bench") {
         return bench(&embedder);
     }
-    let sentences: Vec<&str> = if args.is_empty() {
+    let drift = args.iter().any(|a| a == "--drift");
+    let given: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .filter(|a| *a != "--drift")
+        .collect();
+    let sentences: Vec<&str> = if given.is_empty() {
         BUILT_IN.to_vec()
     } else {
-        args.iter().map(String::as_str).collect()
+        given
     };
+    if drift {
+        let batch = embedder.tokenizer.encode_batch(&sentences)?;
+        let inputs = inputs(&batch)?;
+        let refs: Vec<&fuse_runtime::Tensor> = inputs.iter().collect();
+        let report = drift::check(embedder.model.compiled(), &refs, Tolerance::default())?;
+        println!("{report}");
+        return Ok(());
+    }
     let counted = embedder.embed_with_counts(&sentences)?;
     for (s, e) in sentences.iter().zip(&counted) {
         let head: Vec<String> = e
