@@ -297,7 +297,7 @@ fn capture_all(files: &[PathBuf], warnings: &mut Vec<String>) -> Result<Vec<Mode
     let mut by_name: BTreeMap<String, Model> = BTreeMap::new();
     for ((module, role), file) in modules.iter().zip(file_of) {
         let mut timings = Timings::default();
-        let Role::Model { uses } = role else {
+        let Role::Model { uses, .. } = role else {
             continue;
         };
         let used = match fuse_kernels::front::find_libraries(uses, &modules) {

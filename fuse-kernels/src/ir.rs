@@ -443,6 +443,19 @@ pub struct Graph {
     pub inputs: Vec<InputInfo>,
     pub params: Vec<ParamInfo>,
     pub outputs: Vec<NodeId>,
+    /// The `.fused()` promises of `forward`, checked against the fused plan (`crate::contract`).
+    pub promises: Vec<FusedPromise>,
+}
+
+/// `expr.fused()`: every computing op the front end added while evaluating `expr` (the nodes `first..end`) must
+/// end up in one kernel of the fused plan. Captures to nothing: it only constrains the plan.
+#[derive(Clone, Debug)]
+pub struct FusedPromise {
+    pub first: NodeId,
+    pub end: NodeId,
+    /// From `fused` to the closing parenthesis of `.fused()`.
+    pub start_span: proc_macro2::Span,
+    pub end_span: proc_macro2::Span,
 }
 
 impl Graph {

@@ -1,6 +1,7 @@
 //! The fuse compiler. See `ARCHITECTURE.md` at the repository root for the pipeline and its invariants.
 
 pub mod back;
+pub mod contract;
 pub mod front;
 pub mod infer;
 pub mod ir;

@@ -252,7 +252,7 @@ impl Seed {
         let mut seeds = Vec::new();
         for (module, role) in &modules {
             let libraries = match role {
-                Role::Model { uses } => find_libraries(uses, &modules).unwrap_or_default(),
+                Role::Model { uses, .. } => find_libraries(uses, &modules).unwrap_or_default(),
                 Role::Library => Vec::new(),
             };
             let idents = std::iter::once(module)

@@ -4,6 +4,7 @@
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
+use fuse_kernels::contract::{self, Contract};
 use fuse_kernels::front::{capture_with, model_source, CapturedModel};
 use fuse_kernels::ir::{DType, Graph, NodeId, Op};
 use fuse_kernels::plan::{plan, Mode};
@@ -11,8 +12,13 @@ use fuse_kernels::timing::{self, Timings};
 
 mod cuda;
 
-/// Expands a model module whose structs may use those of `libraries` (already collected, in `uses` order).
-pub fn expand(module: &syn::ItemMod, libraries: &[syn::ItemMod]) -> TokenStream {
+/// Expands a model module whose structs may use those of `libraries` (already collected, in `uses` order); every
+/// model must meet `contract` and its `.fused()` promises, or the expansion carries their errors.
+pub fn expand(
+    module: &syn::ItemMod,
+    libraries: &[syn::ItemMod],
+    contract: &Contract,
+) -> TokenStream {
     let mut timings = Timings::default();
     let cap = timings.time("capture", || capture_with(module, libraries));
     if let Some(errors) = cap.errors {
@@ -23,7 +29,7 @@ pub fn expand(module: &syn::ItemMod, libraries: &[syn::ItemMod]) -> TokenStream 
     let models = cap.models.iter().map(|m| {
         // Capture ran once for the module; each model's line repeats it.
         let mut timings = timings.clone();
-        let tokens = expand_model(module, m, &source, &mut timings);
+        let tokens = expand_model(module, m, &source, contract, &mut timings);
         if report {
             timings.size("tokens", count_tokens(&tokens));
             timings.size("bytes", tokens.to_string().len());
@@ -175,6 +181,7 @@ fn expand_model(
     module: &syn::ItemMod,
     m: &CapturedModel,
     source: &str,
+    contract: &Contract,
     timings: &mut Timings,
 ) -> TokenStream {
     let g = &m.graph;
@@ -182,13 +189,17 @@ fn expand_model(
     let name_str = name.to_string();
     let private = format_ident!("__fuse_{}", name_str.to_lowercase());
     let (fused, eager) = timings.time("plan", || (plan(g, Mode::Fused), plan(g, Mode::Eager)));
-    let ((fused_items, fused_program), (eager_items, eager_program)) =
-        timings.time("write cpu", || {
-            (
-                fuse_kernels::back::cpu::write_program(&fused, &name_str),
-                fuse_kernels::back::cpu::write_program(&eager, &name_str),
-            )
-        });
+    // A broken contract is reported beside a working model, so the user sees only that error.
+    let broken_contract =
+        contract::check(&fused, &name_str, contract).map(|e| e.into_compile_error());
+    let (fused_cpu, eager_cpu) = timings.time("write cpu", || {
+        (
+            fuse_kernels::back::cpu::write_program(&fused, &name_str),
+            fuse_kernels::back::cpu::write_program(&eager, &name_str),
+        )
+    });
+    let (fused_items, fused_program) = (fused_cpu.items, fused_cpu.program);
+    let (eager_items, eager_program) = (eager_cpu.items, eager_cpu.program);
     timings.size("fused kernels", fused.kernels.len());
     timings.size("fused functions", count_functions(&fused_items));
     timings.size("eager kernels", eager.kernels.len());
@@ -198,7 +209,8 @@ fn expand_model(
         let pname = &p.name;
         let dims = p.ty.shape.0.iter().map(|d| d.as_static().unwrap_or(0));
         let (mean, std) = param_init(g, i);
-        quote!(#rt::ParamSpec { name: #pname, shape: &[#(#dims),*], init: #rt::Init { mean: #mean, std: #std } })
+        // `ParamSpec` is imported in the private module: a deep model has hundreds of parameters.
+        quote!(ParamSpec::new(#pname, &[#(#dims),*], #mean, #std))
     });
     let inputs = g.inputs.iter().enumerate().map(|(i, input)| {
         let iname = &input.name;
@@ -255,8 +267,15 @@ fn expand_model(
         .unwrap_or_default();
     let plan_hash = fused.hash;
     let cuda_spec = timings.time("write cuda", || cuda::spec(&fused, &eager, &name_str));
+    // The kernel functions are what rustc compiles; the rest is literals (plan tables, CUDA sources, the source).
+    timings.size(
+        "kernel tokens",
+        count_tokens(&fused_items) + count_tokens(&eager_items),
+    );
+    timings.size("cuda bytes", cuda_spec.to_string().len());
     let vis = quote!(pub);
     quote! {
+        #broken_contract
         #[doc = concat!("The compiled model `", #name_str, "`: weights plus its fused and eager plans.")]
         #vis struct #name {
             core: ::fuse_runtime::CompiledModel,
@@ -264,10 +283,11 @@ fn expand_model(
 
         #[doc(hidden)]
         mod #private {
+            use ::fuse_runtime::__private::ParamSpec;
             #fused_items
             #eager_items
-            pub static FUSED: #rt::Program = #fused_program;
-            pub static EAGER: #rt::Program = #eager_program;
+            pub static FUSED: #rt::EmbeddedProgram = #fused_program;
+            pub static EAGER: #rt::EmbeddedProgram = #eager_program;
             pub static CUDA: #rt::CudaSpec = #cuda_spec;
             pub static SPEC: ::fuse_runtime::ModelSpec = ::fuse_runtime::ModelSpec {
                 name: #name_str,

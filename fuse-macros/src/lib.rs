@@ -12,10 +12,12 @@ use fuse_kernels::front::{parse_role, Role};
 /// Compiles the models of an inline module at build time. See the README for the model language.
 ///
 /// `#[fused_model(library)]` marks a module of sub-models that other modules' models use;
-/// `#[fused_model(uses(layers, ..))]` is a model module that uses them.
+/// `#[fused_model(uses(layers, ..))]` is a model module that uses them. A model module may also state a
+/// contract, `max_kernels = 11, max_arena = "12 MiB", at(batch = 8, seq = 128)`, checked at compile time.
 #[proc_macro_attribute]
 pub fn fused_model(args: TokenStream, input: TokenStream) -> TokenStream {
-    let role = match parse_role(args.into()) {
+    let args: proc_macro2::TokenStream = args.into();
+    let role = match parse_role(args.clone()) {
         Ok(role) => role,
         Err(e) => return e.into_compile_error().into(),
     };
@@ -25,7 +27,7 @@ pub fn fused_model(args: TokenStream, input: TokenStream) -> TokenStream {
     };
     match role {
         Role::Library => library::expand_library(&module).into(),
-        Role::Model { uses } => library::collect_libraries(&uses, &module, &[]).into(),
+        Role::Model { uses, .. } => library::collect_libraries(&uses, &args, &module, &[]).into(),
     }
 }
 

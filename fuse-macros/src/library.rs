@@ -10,7 +10,8 @@ use proc_macro2::{Delimiter, TokenStream, TokenTree};
 use quote::quote;
 use syn::punctuated::Punctuated;
 
-use fuse_kernels::front::{check_library, library_macro_name};
+use fuse_kernels::contract::Contract;
+use fuse_kernels::front::{check_library, library_macro_name, parse_role, Role};
 
 /// `#[fused_model(library)]`: the library's constants and its hand-over macro; its structs become part of the
 /// models that use it.
@@ -35,32 +36,41 @@ pub fn expand_library(module: &syn::ItemMod) -> TokenStream {
     )
 }
 
-/// Hands the model to the first library of `uses`, which appends its source and passes on the rest.
+/// Hands the model to the first library of `uses`, which appends its source and passes on the rest. `args` (the
+/// model's attribute arguments, its contract among them) travel along, read again when the last library is in.
 pub fn collect_libraries(
     uses: &[syn::Path],
+    args: &TokenStream,
     module: &syn::ItemMod,
     libraries: &[syn::ItemMod],
 ) -> TokenStream {
     let Some((first, rest)) = uses.split_first() else {
-        return crate::expand::expand(module, libraries);
+        let contract = match parse_role(args.clone()) {
+            Ok(Role::Model { contract, .. }) => contract,
+            Ok(Role::Library) => Contract::default(),
+            Err(e) => return e.into_compile_error(),
+        };
+        return crate::expand::expand(module, libraries, &contract);
     };
     quote! {
-        #first::__fuse_library! { [#(#rest),*] [#module] #([#libraries])* }
+        #first::__fuse_library! { [#(#rest),*] [#args] [#module] #([#libraries])* }
     }
 }
 
-/// `__fused_model_with!{ [remaining uses] [model module] [library]* }`.
+/// `__fused_model_with!{ [remaining uses] [model attribute arguments] [model module] [library]* }`.
 pub fn continue_with(input: TokenStream) -> TokenStream {
     match parse_handover(input) {
-        Ok((uses, module, libraries)) => collect_libraries(&uses, &module, &libraries),
+        Ok((uses, args, module, libraries)) => collect_libraries(&uses, &args, &module, &libraries),
         Err(e) => e.into_compile_error(),
     }
 }
 
-/// The bracketed groups of a hand-over: the libraries still to collect, the model, the libraries collected.
-fn parse_handover(
-    input: TokenStream,
-) -> syn::Result<(Vec<syn::Path>, syn::ItemMod, Vec<syn::ItemMod>)> {
+/// What a hand-over carries: the libraries still to collect, the model's attribute arguments, the model, the
+/// libraries collected.
+type Handover = (Vec<syn::Path>, TokenStream, syn::ItemMod, Vec<syn::ItemMod>);
+
+/// The bracketed groups of a hand-over.
+fn parse_handover(input: TokenStream) -> syn::Result<Handover> {
     let groups: Vec<TokenStream> = input
         .into_iter()
         .filter_map(|t| match t {
@@ -68,7 +78,7 @@ fn parse_handover(
             _ => None,
         })
         .collect();
-    let [uses, module, libraries @ ..] = groups.as_slice() else {
+    let [uses, args, module, libraries @ ..] = groups.as_slice() else {
         return Err(syn::Error::new(
             proc_macro2::Span::call_site(),
             "__fused_model_with! is internal to #[fused_model(uses(..))]",
@@ -83,5 +93,5 @@ fn parse_handover(
         .iter()
         .map(|l| syn::parse2(l.clone()))
         .collect::<syn::Result<Vec<syn::ItemMod>>>()?;
-    Ok((uses.into_iter().collect(), module, libraries))
+    Ok((uses.into_iter().collect(), args.clone(), module, libraries))
 }

@@ -258,13 +258,12 @@ impl Placement {
 fn cpu_line(model: &CompiledModel) -> String {
     use crate::cpu::gemm::Backend;
 
-    let spec = model.spec();
-    let kernels = spec.fused.kernel_info;
+    let kernels = &model.executor(PlanMode::Fused).program().kernel_info;
     let count = |kind: &str| kernels.iter().filter(|k| k.kind == kind).count();
     let mut line = format!(
         "CPU: fused plan of {} kernel(s) (the eager plan has {})",
         kernels.len(),
-        spec.eager.kernels.len()
+        model.executor(PlanMode::Eager).program().kernels.len()
     );
     let (gemms, attention) = (count("matmul"), count("attention"));
     if gemms > 0 {

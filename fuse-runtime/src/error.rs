@@ -232,6 +232,16 @@ pub enum Error {
     Cuda { message: String },
 
     #[error(
+        "the {plan} plan of `{model}` does not decode ({why}): the crate was built by a fuse-macros of another \
+         version than this fuse-runtime"
+    )]
+    PlanTables {
+        model: String,
+        plan: &'static str,
+        why: String,
+    },
+
+    #[error(
         "stale GPU kernels for `{model}` ({plan} plan): {what} is for plan {found:016x}, the model's plan is \
          {expected:016x}; rebuild the crate so its build script and #[fused_model] see the same source"
     )]

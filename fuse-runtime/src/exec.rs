@@ -7,92 +7,117 @@
 
 use crate::error::{Error, Result};
 use crate::pool::{ArenaPool, PoolLimits, PoolStats};
+use std::sync::OnceLock;
+
+use fuse_tables::ProgramTables;
+
 use crate::tensor::{DType, Tensor};
 
-/// `coeff × Π dims[syms]`: a size that depends on the dynamic dims.
-#[derive(Clone, Copy, Debug)]
-pub struct Mono {
-    pub coeff: usize,
-    pub syms: &'static [usize],
-}
-
-impl Mono {
-    /// The size at `dims`, saturated at `usize::MAX`: sizes that matter for memory are checked first with
-    /// [`Mono::checked_eval`], so a saturated value only ever fails a comparison or an allocation, never wraps
-    /// into a small wrong size.
-    pub fn eval(&self, dims: &[usize]) -> usize {
-        self.syms
-            .iter()
-            .fold(self.coeff, |acc, &s| acc.saturating_mul(dims[s]))
-    }
-
-    /// [`Dim::eval`], or `None` when the product overflows (sizes a user asked for, not yet backed by memory).
-    pub fn checked_eval(&self, dims: &[usize]) -> Option<usize> {
-        self.syms
-            .iter()
-            .try_fold(self.coeff, |acc, &s| acc.checked_mul(dims[s]))
-    }
-}
-
-#[derive(Clone, Copy, Debug)]
-pub enum BufferKind {
-    Input(usize),
-    Param(usize),
-    Arena(usize),
-    Output(usize),
-}
-
-#[derive(Clone, Copy, Debug)]
-pub struct BufferSpec {
-    pub kind: BufferKind,
-    pub dtype: DType,
-    pub numel: Mono,
-}
-
-#[derive(Clone, Copy, Debug)]
-pub struct OutputSpec {
-    pub buffer: usize,
-    pub dims: &'static [Mono],
-}
-
-/// What the report shows of one kernel.
-#[derive(Clone, Copy, Debug)]
-pub struct KernelInfo {
-    pub name: &'static str,
-    pub kind: &'static str,
-    pub ops: &'static [&'static str],
-    /// Bytes read and written, one term per distinct buffer.
-    pub bytes: &'static [Mono],
-}
+pub use fuse_tables::{BufferKind, BufferSpec, KernelCall, KernelInfo, Mono, OutputSpec};
 
 /// A generated kernel function: runs one kernel on the plan buffers its launch lists (output first, then one
 /// per read). Kernels that differ only in their buffers (every layer of a transformer) share one function.
 pub type KernelFn = fn(&Ctx<'_>, &[usize]);
 
-/// One kernel of a plan: the function to run and the buffers to run it on.
-#[derive(Clone, Copy, Debug)]
-pub struct KernelCall {
-    pub run: KernelFn,
-    /// Indices into `Program::buffers`.
-    pub buffers: &'static [usize],
+/// Handed each kernel's index in plan order and its output, right after the kernel ran (see
+/// [`Executor::run_observed`]).
+pub type KernelObserver<'a> = &'a mut dyn FnMut(usize, &[f32]);
+
+/// One compiled plan (fused or eager) as the macro embeds it: its kernel functions, its report texts, and its
+/// tables (`fuse_tables::ProgramTables`) still encoded. [`EmbeddedProgram::decode`] makes the [`Program`] the
+/// executor runs, once per process.
+#[derive(Debug)]
+pub struct EmbeddedProgram {
+    pub model: &'static str,
+    pub mode: &'static str,
+    pub plan_hash: u64,
+    /// The plan's distinct kernel functions; `fuse_tables::KernelCall::function` indexes them.
+    pub functions: &'static [KernelFn],
+    /// `fuse_tables::encode` of the plan's `ProgramTables`.
+    pub tables: &'static str,
+    pub dump: &'static str,
+    pub dot: &'static str,
+    decoded: OnceLock<std::result::Result<Program, String>>,
 }
 
-/// One compiled plan (fused or eager) of a model, as emitted by the macro.
+impl EmbeddedProgram {
+    #[allow(clippy::too_many_arguments)]
+    pub const fn new(
+        model: &'static str,
+        mode: &'static str,
+        plan_hash: u64,
+        functions: &'static [KernelFn],
+        tables: &'static str,
+        dump: &'static str,
+        dot: &'static str,
+    ) -> Self {
+        EmbeddedProgram {
+            model,
+            mode,
+            plan_hash,
+            functions,
+            tables,
+            dump,
+            dot,
+            decoded: OnceLock::new(),
+        }
+    }
+
+    /// The plan, its tables decoded on first use; [`Error::PlanTables`] when they do not decode.
+    pub fn decode(&'static self) -> Result<&'static Program> {
+        let decoded = self.decoded.get_or_init(|| self.decode_now());
+        decoded.as_ref().map_err(|why| Error::PlanTables {
+            model: self.model.into(),
+            plan: self.mode,
+            why: why.clone(),
+        })
+    }
+
+    fn decode_now(&self) -> std::result::Result<Program, String> {
+        let tables: ProgramTables = fuse_tables::decode(self.tables)?;
+        if let Some(call) = tables
+            .kernels
+            .iter()
+            .find(|k| k.function >= self.functions.len())
+        {
+            return Err(format!(
+                "a kernel calls function {} of {}",
+                call.function,
+                self.functions.len()
+            ));
+        }
+        Ok(Program {
+            model: self.model,
+            mode: self.mode,
+            plan_hash: self.plan_hash,
+            functions: self.functions,
+            tables,
+            dump: self.dump,
+            dot: self.dot,
+        })
+    }
+}
+
+/// One compiled plan (fused or eager), decoded: what the executor runs and the report shows. It reads as its
+/// tables (`program.kernels`, `program.buffers`, ...) through `Deref`, plus the code and texts beside them.
 #[derive(Debug)]
 pub struct Program {
     pub model: &'static str,
     pub mode: &'static str,
     pub plan_hash: u64,
-    pub buffers: &'static [BufferSpec],
-    /// Arena slot sizes in bytes, in layout order.
-    pub slots: &'static [Mono],
-    /// One call per plan kernel, in order.
-    pub kernels: &'static [KernelCall],
-    pub kernel_info: &'static [KernelInfo],
-    pub outputs: &'static [OutputSpec],
-    pub refusals: &'static [&'static str],
+    /// The plan's distinct kernel functions; every call's `function` indexes them (checked when decoded).
+    pub functions: &'static [KernelFn],
+    pub tables: ProgramTables,
     pub dump: &'static str,
     pub dot: &'static str,
+}
+
+impl std::ops::Deref for Program {
+    type Target = ProgramTables;
+
+    fn deref(&self) -> &ProgramTables {
+        &self.tables
+    }
 }
 
 /// Arena slots start at multiples of this (the same rule as the compiler's memory plan).
@@ -120,12 +145,12 @@ impl Program {
     /// else replaces them with fresh ones.
     pub(crate) fn fit_outputs(&self, dims: &[usize], outputs: &mut Vec<Tensor>) -> Result<()> {
         let fits = outputs.len() == self.outputs.len()
-            && outputs.iter().zip(self.outputs).all(|(t, o)| {
+            && outputs.iter().zip(&self.outputs).all(|(t, o)| {
                 t.as_f32().is_some()
                     && t.shape().len() == o.dims.len()
                     && t.shape()
                         .iter()
-                        .zip(o.dims)
+                        .zip(&o.dims)
                         .all(|(&n, m)| n == m.eval(dims))
             });
         if !fits {
@@ -143,7 +168,7 @@ impl Program {
         };
         let mut offsets = Vec::with_capacity(self.slots.len());
         let mut end = 0usize;
-        for slot in self.slots {
+        for slot in &self.slots {
             let start = end.checked_next_multiple_of(ALIGN).ok_or_else(overflow)?;
             offsets.push(start);
             let bytes = slot.checked_eval(dims).ok_or_else(overflow)?;
@@ -347,7 +372,21 @@ impl Executor {
         inputs: &[&Tensor],
     ) -> Result<Vec<Tensor>> {
         let mut outputs = self.program.fresh_outputs(dims)?;
-        self.execute(dims, weights, inputs, &mut outputs, None)?;
+        self.execute(dims, weights, inputs, &mut outputs, None, None)?;
+        Ok(outputs)
+    }
+
+    /// As [`Executor::run`], handing `observe` each kernel's index (in plan order) and its output, as the kernel
+    /// leaves it, before the next kernel runs: what a drift check compares between plans.
+    pub fn run_observed(
+        &self,
+        dims: &[usize],
+        weights: &[Tensor],
+        inputs: &[&Tensor],
+        observe: KernelObserver<'_>,
+    ) -> Result<Vec<Tensor>> {
+        let mut outputs = self.program.fresh_outputs(dims)?;
+        self.execute(dims, weights, inputs, &mut outputs, None, Some(observe))?;
         Ok(outputs)
     }
 
@@ -363,7 +402,7 @@ impl Executor {
         times: Option<&mut [f64]>,
     ) -> Result<()> {
         self.program.fit_outputs(dims, outputs)?;
-        self.execute(dims, weights, inputs, outputs, times)
+        self.execute(dims, weights, inputs, outputs, times, None)
     }
 
     /// Runs every kernel; `outputs` are f32 tensors of the program's output shapes at `dims`.
@@ -374,6 +413,7 @@ impl Executor {
         inputs: &[&Tensor],
         outputs: &mut [Tensor],
         mut times: Option<&mut [f64]>,
+        mut observe: Option<KernelObserver<'_>>,
     ) -> Result<()> {
         let p = self.program;
         let (offsets, arena_bytes) = p.layout(dims)?;
@@ -392,7 +432,7 @@ impl Executor {
             })
             .collect();
         let mut ptrs = Vec::with_capacity(p.buffers.len());
-        for spec in p.buffers {
+        for spec in &p.buffers {
             let bytes = spec.numel.eval(dims).saturating_mul(spec.dtype.size());
             let ptr = match spec.kind {
                 BufferKind::Input(i) => inputs[i].data_ptr() as *mut u8,
@@ -408,10 +448,13 @@ impl Executor {
             match times.as_deref_mut() {
                 Some(times) => {
                     let start = std::time::Instant::now();
-                    (call.run)(&ctx, call.buffers);
+                    (p.functions[call.function])(&ctx, &call.buffers);
                     times[i] += start.elapsed().as_secs_f64();
                 }
-                None => (call.run)(&ctx, call.buffers),
+                None => (p.functions[call.function])(&ctx, &call.buffers),
+            }
+            if let (Some(observe), Some(&out)) = (observe.as_deref_mut(), call.buffers.first()) {
+                observe(i, ctx.f32(out));
             }
         }
         self.pool.give_back(arena);
@@ -425,5 +468,37 @@ impl Executor {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nothing(_: &Ctx<'_>, _: &[usize]) {}
+
+    static FOREIGN: EmbeddedProgram =
+        EmbeddedProgram::new("M", "fused", 1, &[nothing], "{\"buffers\": 3}", "", "");
+    static BAD_CALL: EmbeddedProgram = EmbeddedProgram::new(
+        "M",
+        "fused",
+        1,
+        &[nothing],
+        r#"{"buffers":[],"slots":[],"kernels":[{"function":1,"buffers":[]}],"kernel_info":[],"outputs":[],"refusals":[]}"#,
+        "",
+        "",
+    );
+
+    #[test]
+    fn tables_that_do_not_decode_are_a_typed_error() {
+        for (program, what) in [(&FOREIGN, "invalid type"), (&BAD_CALL, "function 1 of 1")] {
+            match program.decode() {
+                Err(Error::PlanTables { model, plan, why }) => {
+                    assert_eq!((model.as_str(), plan), ("M", "fused"));
+                    assert!(why.contains(what), "{why}");
+                }
+                other => panic!("expected PlanTables, got {other:?}"),
+            }
+        }
     }
 }

@@ -38,12 +38,12 @@ pub mod __private {
     };
     pub use crate::cpu::rows;
     pub use crate::cuda::spec::{
-        AotCode, CudaAccess, CudaGemm, CudaKernel, CudaLaunch, CudaProgram, CudaSpec, GridSpec,
-        LaunchRole,
+        AotCode, CudaAccess, CudaGemm, CudaKernel, CudaLaunch, CudaProgram, CudaSpec, EmbeddedCuda,
+        GridSpec, LaunchRole,
     };
     pub use crate::exec::{
-        BufferKind, BufferSpec, Ctx, DimSpec, IdBound, InputSpec, KernelCall, KernelInfo, Mono,
-        OutputSpec, Program,
+        BufferKind, BufferSpec, Ctx, DimSpec, EmbeddedProgram, IdBound, InputSpec, KernelCall,
+        KernelFn, KernelInfo, Mono, OutputSpec, Program,
     };
     pub use crate::weights::{Init, ParamSpec};
 }

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use crate::device::Placement;
 use crate::error::{Error, Result};
-use crate::exec::{bind_inputs, Executor, InputSpec, Program};
+use crate::exec::{bind_inputs, EmbeddedProgram, Executor, InputSpec};
 use crate::pool::{PoolLimits, PoolStats};
 use crate::report::PlanReport;
 use crate::tensor::Tensor;
@@ -27,8 +27,8 @@ pub struct ModelSpec {
     pub dyn_dims: &'static [&'static str],
     pub inputs: &'static [InputSpec],
     pub params: &'static [ParamSpec],
-    pub fused: &'static Program,
-    pub eager: &'static Program,
+    pub fused: &'static EmbeddedProgram,
+    pub eager: &'static EmbeddedProgram,
     /// The `#[fused_model]` module's source, for tools that re-run the front end (tests, the reference).
     pub source: &'static str,
     /// The GPU code of both plans (see [`crate::cuda`]); `None` for a model with no GPU side.
@@ -70,20 +70,21 @@ impl CompiledModel {
                 });
             }
         }
-        Ok(Self::assemble(spec, weights))
+        Self::assemble(spec, weights)
     }
 
     /// The model over weights already checked (or generated) against `spec`. Reserves the kernels' per-thread
     /// scratch and starts the worker pool here, so the first `forward` costs what every later one does.
-    fn assemble(spec: &'static ModelSpec, weights: Vec<Tensor>) -> Self {
+    fn assemble(spec: &'static ModelSpec, weights: Vec<Tensor>) -> Result<Self> {
+        let (fused, eager) = (spec.fused.decode()?, spec.eager.decode()?);
         crate::cpu::reserve_scratch();
-        CompiledModel {
+        Ok(CompiledModel {
             spec,
             weights,
-            fused: Executor::new(spec.fused),
-            eager: Executor::new(spec.eager),
+            fused: Executor::new(fused),
+            eager: Executor::new(eager),
             placement: Placement::default(),
-        }
+        })
     }
 
     /// Loads every parameter from a safetensors file by its checkpoint name.
@@ -109,10 +110,7 @@ impl CompiledModel {
     /// [`CompiledModel::random`], or [`Error::OutOfMemory`] when the weights do not fit in what the process may
     /// still use (checked for all of them before any is allocated) or the allocator refuses them.
     pub fn try_random(spec: &'static ModelSpec, seed: u64) -> Result<Self> {
-        Ok(Self::assemble(
-            spec,
-            crate::weights::try_random_weights(spec.params, seed)?,
-        ))
+        Self::assemble(spec, crate::weights::try_random_weights(spec.params, seed)?)
     }
 
     pub fn spec(&self) -> &'static ModelSpec {
@@ -188,6 +186,20 @@ impl CompiledModel {
         self.executor(mode).run(&dims, &self.weights, inputs)
     }
 
+    /// Runs the chosen plan on the CPU (wherever the model is placed), handing `observe` each kernel's index in
+    /// plan order and its output buffer right after the kernel ran (kernel outputs are f32: masks are 0/1). The
+    /// drift check (`fuse_tests::drift`) compares the fused and eager plans kernel by kernel with it.
+    pub fn run_observed(
+        &self,
+        mode: PlanMode,
+        inputs: &[&Tensor],
+        observe: &mut dyn FnMut(usize, &[f32]),
+    ) -> Result<Vec<Tensor>> {
+        let dims = bind_inputs(self.spec.inputs, self.spec.dyn_dims, inputs)?;
+        self.executor(mode)
+            .run_observed(&dims, &self.weights, inputs, observe)
+    }
+
     /// As [`CompiledModel::run`], reusing `outputs` when their shapes fit: no allocation per call.
     pub fn run_into(
         &self,
@@ -203,7 +215,7 @@ impl CompiledModel {
             .run_into(&dims, &self.weights, inputs, outputs, None)
     }
 
-    fn executor(&self, mode: PlanMode) -> &Executor {
+    pub(crate) fn executor(&self, mode: PlanMode) -> &Executor {
         match mode {
             PlanMode::Fused => &self.fused,
             PlanMode::Eager => &self.eager,
@@ -231,7 +243,7 @@ impl CompiledModel {
             .kernel_info
             .iter()
             .zip(times)
-            .map(|(k, t)| (k.name, t * 1e3 / runs.max(1) as f64))
+            .map(|(k, t)| (k.name.as_str(), t * 1e3 / runs.max(1) as f64))
             .collect())
     }
 
@@ -247,13 +259,7 @@ impl CompiledModel {
     }
 
     pub fn report(&self, mode: PlanMode) -> PlanReport {
-        PlanReport::new(
-            self.spec,
-            match mode {
-                PlanMode::Fused => self.spec.fused,
-                PlanMode::Eager => self.spec.eager,
-            },
-        )
+        PlanReport::new(self.spec, self.executor(mode).program())
     }
 }
 

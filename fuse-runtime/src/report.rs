@@ -116,7 +116,7 @@ impl fmt::Display for PlanReport {
             p.kernels.len(),
             at.join(", ")
         )?;
-        for k in p.kernel_info {
+        for k in &p.kernel_info {
             writeln!(
                 f,
                 "  {:<22} {:>13}  {}",
@@ -133,7 +133,7 @@ impl fmt::Display for PlanReport {
         )?;
         if !p.refusals.is_empty() {
             writeln!(f, "  not fused:")?;
-            for r in p.refusals {
+            for r in &p.refusals {
                 writeln!(f, "    {r}")?;
             }
         }

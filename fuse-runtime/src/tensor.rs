@@ -3,44 +3,14 @@
 //! Generated models take and return these; they are deliberately dumb (no strides, no views) because the
 //! compiler decides all layouts at build time and only needs owned, contiguous data at the boundary.
 
-use std::fmt;
-
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::error::{Error, Result};
 use crate::memory::check_fits;
 
-/// Element type of a [`Tensor`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DType {
-    F32,
-    I64,
-}
-
-impl DType {
-    /// The lower-case name used in error messages and generated code (`"f32"`, `"i64"`).
-    pub fn name(self) -> &'static str {
-        match self {
-            DType::F32 => "f32",
-            DType::I64 => "i64",
-        }
-    }
-
-    /// Bytes per element.
-    pub fn size(self) -> usize {
-        match self {
-            DType::F32 => 4,
-            DType::I64 => 8,
-        }
-    }
-}
-
-impl fmt::Display for DType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+/// Element type of a [`Tensor`] (defined with the plan tables, whose buffers have one too).
+pub use fuse_tables::DType;
 
 /// The owned element buffer of a [`Tensor`].
 #[derive(Clone, Debug, PartialEq)]

@@ -24,6 +24,18 @@ pub struct ParamSpec {
     pub init: Init,
 }
 
+impl ParamSpec {
+    /// The form the macro writes, one per parameter: positional, because a deep model has hundreds of them and
+    /// field names would be most of their tokens.
+    pub const fn new(name: &'static str, shape: &'static [usize], mean: f32, std: f32) -> Self {
+        ParamSpec {
+            name,
+            shape,
+            init: Init { mean, std },
+        }
+    }
+}
+
 /// A normal distribution `mean + std * N(0, 1)` for random initialisation.
 #[derive(Clone, Copy, Debug)]
 pub struct Init {

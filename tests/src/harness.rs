@@ -1,21 +1,47 @@
 //! Glue between compiled models and the reference: re-capture a model's graph from its embedded source, run the
-//! f64 interpreter on the same weights and inputs, and compare with stated tolerances.
+//! f64 interpreter on the same weights and inputs, and compare with stated tolerances. The drift check
+//! (`crate::drift`) runs on the same functions; the panicking forms here are for tests.
 
 use fuse_kernels::front::capture_str;
 use fuse_kernels::ir::Graph;
 use fuse_runtime::{ModelSpec, Tensor};
 
-use crate::reference::{interpret, RefTensor};
+use crate::drift::{compare, Tolerance};
+use crate::reference::{interpret, RefError, RefTensor};
+
+/// Why a model's reference could not be computed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReferenceError {
+    #[error("the embedded source of `{model}` does not capture: {message}")]
+    Capture { model: String, message: String },
+    #[error("the reference interpreter failed on `{model}`: {source}")]
+    Interpret {
+        model: String,
+        #[source]
+        source: Box<RefError>,
+    },
+}
 
 /// The graph of `spec`'s model, captured again from its source by the compiler's front end.
-pub fn graph_of(spec: &ModelSpec) -> Graph {
-    let cap = capture_str(spec.source).expect("embedded model source parses");
-    assert!(cap.errors.is_none(), "embedded model source captures");
+pub fn try_graph_of(spec: &ModelSpec) -> Result<Graph, ReferenceError> {
+    let fail = |message: String| ReferenceError::Capture {
+        model: spec.name.to_string(),
+        message,
+    };
+    let cap = capture_str(spec.source).map_err(|e| fail(e.to_string()))?;
+    if let Some(errors) = cap.errors {
+        return Err(fail(errors.to_string()));
+    }
     cap.models
         .into_iter()
         .find(|m| m.name == spec.name)
-        .expect("model present in its own source")
-        .graph
+        .map(|m| m.graph)
+        .ok_or_else(|| fail("the model is not in its own source".into()))
+}
+
+/// [`try_graph_of`], panicking on failure (tests).
+pub fn graph_of(spec: &ModelSpec) -> Graph {
+    try_graph_of(spec).unwrap_or_else(|e| panic!("{e}"))
 }
 
 pub fn to_ref(t: &Tensor) -> RefTensor {
@@ -26,29 +52,31 @@ pub fn to_ref(t: &Tensor) -> RefTensor {
     RefTensor::new(t.shape().to_vec(), data)
 }
 
-/// Reference outputs for a model's weights and inputs.
-pub fn reference(spec: &ModelSpec, weights: &[Tensor], inputs: &[&Tensor]) -> Vec<RefTensor> {
-    let g = graph_of(spec);
+/// Reference outputs of `graph` (a model's graph, see [`try_graph_of`]) for its weights and inputs.
+pub fn try_reference_of(
+    graph: &Graph,
+    spec: &ModelSpec,
+    weights: &[Tensor],
+    inputs: &[&Tensor],
+) -> Result<Vec<RefTensor>, ReferenceError> {
     let inputs: Vec<RefTensor> = inputs.iter().map(|t| to_ref(t)).collect();
     let params: Vec<RefTensor> = weights.iter().map(to_ref).collect();
-    interpret(&g, &inputs, &params).expect("reference interpreter runs")
+    interpret(graph, &inputs, &params).map_err(|source| ReferenceError::Interpret {
+        model: spec.name.to_string(),
+        source: Box::new(source),
+    })
+}
+
+/// Reference outputs for a model's weights and inputs (panics on failure: tests).
+pub fn reference(spec: &ModelSpec, weights: &[Tensor], inputs: &[&Tensor]) -> Vec<RefTensor> {
+    try_reference_of(&graph_of(spec), spec, weights, inputs).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Largest `|got - want| / (atol + rtol·|want|)`; ≤ 1 means within tolerance.
 pub fn error_ratio(got: &Tensor, want: &RefTensor, atol: f64, rtol: f64) -> f64 {
     assert_eq!(got.shape(), want.shape.as_slice(), "output shape");
-    got.to_f32_vec()
-        .iter()
-        .zip(&want.data)
-        .map(|(&g, &w)| {
-            let err = (f64::from(g) - w).abs();
-            if err.is_nan() {
-                f64::INFINITY
-            } else {
-                err / (atol + rtol * w.abs())
-            }
-        })
-        .fold(0.0, f64::max)
+    let got = got.to_f32_vec().into_iter().map(f64::from);
+    compare(got, &want.data, &want.shape, Tolerance { atol, rtol }).ratio
 }
 
 /// Asserts every element is within `atol + rtol·|want|`, naming the worst one.

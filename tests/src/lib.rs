@@ -1,6 +1,8 @@
-//! Test support for fuse.
+//! Test support for fuse: the f64 reference interpreter, the harness around it, and the drift check that
+//! compares a model's fused and eager plans with it (`drift`).
 
 pub mod check;
+pub mod drift;
 pub mod golden;
 pub mod harness;
 pub mod op_models;

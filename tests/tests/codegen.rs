@@ -1,6 +1,6 @@
 //! The generated CPU code grows with the distinct kernels of a model, not with its depth: MiniLM captured with 2
 //! and with 6 layers has the same kernel functions (every layer's kernels share them), and each function is what
-//! the CUDA writer, deciding on its own code, also emits once.
+//! the CUDA writer, deciding on its own code, also emits once. The plan's tables, which do grow, are one string.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -41,7 +41,7 @@ fn minilm(layers: usize) -> Graph {
 
 /// The generated kernel functions of `p` and the text of its items.
 fn functions(p: &Plan) -> (usize, usize) {
-    let (items, _) = write_program(p, "MiniLm");
+    let items = write_program(p, "MiniLm").items;
     let file: syn::File = syn::parse2(items.clone()).expect("generated items parse");
     let fns = file
         .items
@@ -49,6 +49,38 @@ fn functions(p: &Plan) -> (usize, usize) {
         .filter(|i| matches!(i, syn::Item::Fn(_)))
         .count();
     (fns, items.to_string().len())
+}
+
+/// Token trees in `tokens`, groups counted with their contents: what rustc has to parse.
+fn count_tokens(tokens: proc_macro2::TokenStream) -> usize {
+    tokens
+        .into_iter()
+        .map(|t| match t {
+            proc_macro2::TokenTree::Group(g) => 1 + count_tokens(g.stream()),
+            _ => 1,
+        })
+        .sum()
+}
+
+#[test]
+fn plan_tables_are_data_not_code() {
+    // The tables (buffers, calls, report lines) grow with depth; embedded as one string, the expression does not.
+    for mode in [Mode::Fused, Mode::Eager] {
+        let (shallow, deep) = (plan(&minilm(2), mode), plan(&minilm(6), mode));
+        let (shallow, deep) = (
+            write_program(&shallow, "MiniLm"),
+            write_program(&deep, "MiniLm"),
+        );
+        assert!(deep.tables.kernels.len() > shallow.tables.kernels.len());
+        assert_eq!(
+            count_tokens(shallow.program),
+            count_tokens(deep.program),
+            "{mode:?}: tokens of the program expression"
+        );
+        let back: fuse_tables::ProgramTables =
+            fuse_tables::decode(&fuse_tables::encode(&deep.tables)).expect("tables decode");
+        assert_eq!(back, deep.tables, "{mode:?}");
+    }
 }
 
 /// Kernels the CUDA writer gives distinct code: a kernel launches one or two functions (a matmul's epilogue and

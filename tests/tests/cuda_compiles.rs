@@ -104,7 +104,7 @@ fn examples() -> Vec<Example> {
     let all: Vec<(syn::ItemMod, Role)> = modules.iter().map(|(_, m)| m.clone()).collect();
     let mut out = Vec::new();
     for (stem, (module, role)) in &modules {
-        let Role::Model { uses } = role else {
+        let Role::Model { uses, .. } = role else {
             continue;
         };
         let libraries = find_libraries(uses, &all).unwrap_or_else(|e| panic!("{stem}: {e}"));

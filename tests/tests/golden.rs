@@ -8,15 +8,23 @@ use fuse_runtime::ModelSpec;
 use fuse_tests::golden::check_golden;
 use fuse_tests::harness::graph_of;
 
+/// The kernel functions, then the plan's tables as the runtime decodes them (pretty-printed: embedded, they are
+/// one line).
 fn generated_rust(spec: &ModelSpec, mode: Mode) -> String {
     let p = plan(&graph_of(spec), mode);
-    let (items, program) = write_program(&p, spec.name);
+    let written = write_program(&p, spec.name);
+    let items = written.items;
+    let program = written.program;
     let file: syn::File = syn::parse2(quote::quote! {
         #items
-        static PROGRAM: ::fuse_runtime::__private::Program = #program;
+        static PROGRAM: ::fuse_runtime::__private::EmbeddedProgram = #program;
     })
     .expect("generated code parses");
-    prettyplease::unparse(&file)
+    let code = prettyplease::unparse(&file);
+    // The static's line holds the encoded tables (and the dump): the golden keeps the functions and the tables.
+    let functions = code.split("static PROGRAM").next().unwrap_or_default();
+    let tables = serde_json::to_string_pretty(&written.tables).expect("tables print");
+    format!("{functions}// tables\n{tables}\n")
 }
 
 fn check_model(spec: &ModelSpec, stem: &str) {

@@ -21,7 +21,7 @@ use fuse_examples::models::{
 };
 use fuse_kernels::back::cuda::{launches, write_cuda, Grid, Role};
 use fuse_kernels::plan::{plan, Mode};
-use fuse_runtime::cuda::spec::{CudaProgram, GridSpec, LaunchRole};
+use fuse_runtime::cuda::spec::{CudaProgram, EmbeddedCuda, GridSpec, LaunchRole};
 use fuse_runtime::{
     CompiledModel, Device, Error, GpuOptions, ModelSpec, PlanMode, Precision, Tensor,
 };
@@ -293,7 +293,7 @@ fn check_program(spec: &ModelSpec, mode: Mode, code: &CudaProgram) {
     let dim_sets: [&[usize]; 4] = [&[1, 1, 1], &[3, 17, 2], &[64, 128, 5], &[100_000, 7, 3]];
     for (got, w) in code.launches.iter().zip(&want) {
         assert_eq!(
-            (got.kernel, got.symbol, got.role),
+            (got.kernel, got.symbol.as_str(), got.role),
             (w.kernel, w.symbol.as_str(), role(w.role))
         );
         assert_eq!(got.block, w.block, "{what} {}", w.symbol);
@@ -337,8 +337,16 @@ fn check_program(spec: &ModelSpec, mode: Mode, code: &CudaProgram) {
 fn embedded_gpu_tables_match_the_cuda_writer() {
     for spec in specs() {
         let code = spec.cuda.expect("every model embeds its GPU code");
-        check_program(spec, Mode::Fused, &code.fused);
-        check_program(spec, Mode::Eager, &code.eager);
+        check_program(
+            spec,
+            Mode::Fused,
+            code.fused.decode(spec.name, "fused").unwrap(),
+        );
+        check_program(
+            spec,
+            Mode::Eager,
+            code.eager.decode(spec.name, "eager").unwrap(),
+        );
     }
 }
 
@@ -628,13 +636,8 @@ fn stale_kernels_are_refused() {
     let Some(device) = gpu() else { return };
     let real = Mlp::spec();
     let code = real.cuda.expect("GPU code");
-    let stale = |p: &CudaProgram| CudaProgram {
-        plan_hash: p.plan_hash ^ 1,
-        source: p.source,
-        source_bf16: p.source_bf16,
-        launches: p.launches,
-        kernels: p.kernels,
-        aot: None,
+    let stale = |p: &EmbeddedCuda| {
+        EmbeddedCuda::new(p.plan_hash ^ 1, p.source, p.source_bf16, p.tables, None)
     };
     let cuda = Box::leak(Box::new(fuse_runtime::cuda::CudaSpec {
         fused: stale(&code.fused),
@@ -667,19 +670,13 @@ fn a_broken_generated_kernel_is_caught_on_the_simulator() {
     let off_by_one = "for (long long i4 = first; i4 <= n / 4; i4 += step)";
     let real = Elementwise::spec();
     let code = real.cuda.expect("GPU code");
-    let broken = |p: &CudaProgram| {
+    let broken = |p: &EmbeddedCuda| {
         assert!(
             p.source.contains(guard),
             "the writer's elementwise loop changed"
         );
-        CudaProgram {
-            plan_hash: p.plan_hash,
-            source: Box::leak(p.source.replacen(guard, off_by_one, 1).into_boxed_str()),
-            source_bf16: p.source_bf16,
-            launches: p.launches,
-            kernels: p.kernels,
-            aot: None,
-        }
+        let source = Box::leak(p.source.replacen(guard, off_by_one, 1).into_boxed_str());
+        EmbeddedCuda::new(p.plan_hash, source, p.source_bf16, p.tables, None)
     };
     let cuda = Box::leak(Box::new(fuse_runtime::cuda::CudaSpec {
         fused: broken(&code.fused),

@@ -142,7 +142,12 @@ fn in_cgroup(dir: &str) {
     std::fs::write(&procs, std::process::id().to_string()).expect("joins the test cgroup");
     let model = Widen::random(1);
     let rows = 2 << 20;
-    let (_, arena) = Widen::spec().fused.layout(&[rows]).unwrap();
+    let (_, arena) = Widen::spec()
+        .fused
+        .decode()
+        .unwrap()
+        .layout(&[rows])
+        .unwrap();
     assert!(
         arena >= 2 * GIB,
         "the arena at {rows} rows is only {arena} bytes"

@@ -247,21 +247,16 @@ fn device_report_on_the_cpu_says_what_runs_and_why() {
         "{report}"
     );
     let spec = EncoderLayer::spec();
-    let kernels = spec.fused.kernels.len();
-    let count = |kind: &str| {
-        spec.fused
-            .kernel_info
-            .iter()
-            .filter(|k| k.kind == kind)
-            .count()
-    };
+    let (fused, eager) = (spec.fused.decode().unwrap(), spec.eager.decode().unwrap());
+    let kernels = fused.kernels.len();
+    let count = |kind: &str| fused.kernel_info.iter().filter(|k| k.kind == kind).count();
     let (gemms, attention) = (count("matmul"), count("attention"));
     assert!(gemms > 0 && attention > 0);
     let what = lines.get(1).copied().unwrap_or_default();
     let head = format!(
         "CPU: fused plan of {kernels} kernel(s) (the eager plan has {}), {gemms} of them GEMMs, \
          {attention} fused attention; ",
-        spec.eager.kernels.len()
+        eager.kernels.len()
     );
     assert!(what.starts_with(&head), "{what}\nwanted {head}");
     let isa = match Backend::best() {

@@ -14,6 +14,7 @@ fn ui() {
         "dtypes",
         "signatures",
         "libraries",
+        "contracts",
     ] {
         t.compile_fail(format!("ui/{category}/*.rs"));
     }

@@ -1,13 +1,16 @@
 //! The README's main command: one transformer encoder layer (hidden 384, 12 heads, FFN 1536) on seeded random
 //! weights, batch 8 × sequence 128 with padding. Prints an output checksum, the fused plan, and eager vs fused time.
+//! With `--drift`, prints the drift report instead: fused and eager plans against the f64 reference on the same
+//! inputs, and the first kernel where the two plans part, if any.
 
 use std::time::Instant;
 
 use fuse_examples::models::encoder::encoder::EncoderLayer;
 use fuse_examples::timing::median_ms;
 use fuse_runtime::Tensor;
+use fuse_tests::drift::{self, Tolerance};
 
-fn main() -> fuse_runtime::Result<()> {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (batch, seq) = (8, 128);
     let model = EncoderLayer::random(42);
     let x = Tensor::randn(&[batch, seq, 384], 1);
@@ -22,6 +25,12 @@ fn main() -> fuse_runtime::Result<()> {
         })
         .collect();
     let mask = Tensor::from_f32(&[batch, seq], mask)?;
+    if std::env::args().skip(1).any(|a| a == "--drift") {
+        let report = drift::check(model.compiled(), &[&x, &mask], Tolerance::default())
+            .map_err(|e| format!("drift check: {e}"))?;
+        println!("{report}");
+        return Ok(());
+    }
 
     let start = Instant::now();
     let fused = model.forward(&x, &mask)?;

@@ -1,12 +1,14 @@
 //! Sentence embeddings with all-MiniLM-L6-v2, compiled by fuse. Fetch the checkpoint once with
 //! `scripts/fetch-minilm.sh`, then: `cargo run --release -p fuse-examples --bin minilm -- "A sentence." "Another."`
 //! With no sentences it embeds a few built-in ones; `--bench` times batch 8 × sequence 128 (workload W4), and
-//! `--bench --json` prints its figures as one JSON object per plan mode.
+//! `--bench --json` prints its figures as one JSON object per plan mode; `--drift` prints the drift report of the
+//! sentences' batch (fused and eager plans against the f64 reference).
 
 use fuse_examples::minilm_run::{cosine, inputs, SentenceEmbedder};
 use fuse_examples::timing::{cpu_line, sample_ms, threads};
 use fuse_examples::tokenize::Batch;
 use fuse_runtime::PlanMode;
+use fuse_tests::drift::{self, Tolerance};
 
 /// Timed calls per figure of `--bench`.
 const RUNS: usize = 10;
@@ -24,11 +26,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if args.iter().any(|a| a == "--bench") {
         return bench(&embedder, args.iter().any(|a| a == "--json"));
     }
-    let sentences: Vec<&str> = if args.is_empty() {
+    let drift = args.iter().any(|a| a == "--drift");
+    let given: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .filter(|a| *a != "--drift")
+        .collect();
+    let sentences: Vec<&str> = if given.is_empty() {
         BUILT_IN.to_vec()
     } else {
-        args.iter().map(String::as_str).collect()
+        given
     };
+    if drift {
+        let batch = embedder.tokenizer.encode_batch(&sentences)?;
+        let inputs = inputs(&batch)?;
+        let refs: Vec<&fuse_runtime::Tensor> = inputs.iter().collect();
+        let report = drift::check(embedder.model.compiled(), &refs, Tolerance::default())?;
+        println!("{report}");
+        return Ok(());
+    }
     let counted = embedder.embed_with_counts(&sentences)?;
     for (s, e) in sentences.iter().zip(&counted) {
         let head: Vec<String> = e

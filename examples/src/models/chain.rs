@@ -3,7 +3,8 @@
 
 use fuse_runtime::fused_model;
 
-#[fused_model]
+// One kernel, and nothing in memory between the input and the output.
+#[fused_model(max_kernels = 1, max_arena = 0)]
 pub mod chain {
     pub const N: usize = 4096;
 
@@ -20,7 +21,9 @@ pub mod chain {
 
     impl Chain {
         pub fn forward(&self, #[shape(rows, N)] x: Tensor) -> Tensor {
-            ((x * &self.a + &self.b).gelu() + &x).layer_norm(&self.gamma, &self.beta, 1e-5)
+            ((x * &self.a + &self.b).gelu() + &x)
+                .layer_norm(&self.gamma, &self.beta, 1e-5)
+                .fused()
         }
     }
 }

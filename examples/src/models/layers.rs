@@ -15,7 +15,8 @@ pub mod layers {
 
     impl<const IN: usize, const OUT: usize> Linear<IN, OUT> {
         pub fn forward(&self, x: Tensor) -> Tensor {
-            x.matmul(&self.weight.t()) + &self.bias
+            // The bias is the matmul's epilogue, never a pass of its own.
+            (x.matmul(&self.weight.t()) + &self.bias).fused()
         }
     }
 }

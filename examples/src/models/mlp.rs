@@ -2,7 +2,13 @@
 
 use fuse_runtime::fused_model;
 
-#[fused_model(uses(crate::models::layers::layers))]
+// Three GEMMs, each with its bias and GELU as the epilogue; 2 MiB of intermediates at batch 64.
+#[fused_model(
+    uses(crate::models::layers::layers),
+    max_kernels = 3,
+    max_arena = "2 MiB",
+    at(batch = 64)
+)]
 pub mod mlp {
     pub const D_IN: usize = 1024;
     pub const D_HIDDEN: usize = 4096;

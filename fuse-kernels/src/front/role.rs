@@ -10,52 +10,93 @@ use proc_macro2::TokenStream;
 use syn::parse::Parser;
 use syn::punctuated::Punctuated;
 
+use crate::contract::Contract;
+
 /// The role of a `#[fused_model]` module.
 #[derive(Clone, Debug)]
 pub enum Role {
-    /// Compiled models; `uses` are paths (from the module that holds this one) to library modules.
-    Model { uses: Vec<syn::Path> },
+    /// Compiled models; `uses` are paths (from the module that holds this one) to library modules, and
+    /// `contract` the limits every model of the module must meet (see [`crate::contract`]).
+    Model {
+        uses: Vec<syn::Path>,
+        contract: Contract,
+    },
     /// `#[fused_model(library)]`: sub-models for other modules' models; compiles no model itself.
     Library,
 }
 
 const USAGE: &str =
-    "#[fused_model] takes no arguments, `library`, or `uses(module, ..)` naming library modules";
+    "#[fused_model] takes no arguments, `library`, or any of `uses(module, ..)` naming library \
+     modules, `max_kernels = N`, `max_arena = \"12 MiB\"` and `at(dim = N, ..)`";
 
 /// Parses the attribute's arguments (the tokens inside `#[fused_model(...)]`).
 pub fn parse_role(args: TokenStream) -> syn::Result<Role> {
     if args.is_empty() {
-        return Ok(Role::Model { uses: Vec::new() });
+        return Ok(Role::Model {
+            uses: Vec::new(),
+            contract: Contract::default(),
+        });
     }
-    let meta: syn::Meta =
-        syn::parse2(args.clone()).map_err(|_| syn::Error::new_spanned(&args, USAGE))?;
-    match meta {
-        syn::Meta::Path(p) if p.is_ident("library") => Ok(Role::Library),
-        syn::Meta::List(list) if list.path.is_ident("uses") => {
-            let paths = Punctuated::<syn::Path, syn::Token![,]>::parse_terminated
-                .parse2(list.tokens.clone())
-                .map_err(|_| syn::Error::new_spanned(&list.tokens, USAGE))?;
-            if paths.is_empty() {
+    let metas = Punctuated::<syn::Meta, syn::Token![,]>::parse_terminated
+        .parse2(args.clone())
+        .map_err(|_| syn::Error::new_spanned(&args, USAGE))?;
+    if metas.len() == 1 {
+        if let Some(syn::Meta::Path(p)) = metas.first() {
+            if p.is_ident("library") {
+                return Ok(Role::Library);
+            }
+        }
+    }
+    let mut uses: Option<Vec<syn::Path>> = None;
+    let mut contract = Contract::default();
+    for meta in metas {
+        match meta {
+            syn::Meta::List(list) if list.path.is_ident("uses") => {
+                if uses.is_some() {
+                    return Err(syn::Error::new_spanned(list, "`uses(..)` is given twice"));
+                }
+                uses = Some(parse_uses(&list)?);
+            }
+            syn::Meta::Path(p) if p.is_ident("library") => {
                 return Err(syn::Error::new_spanned(
-                    list,
-                    "`uses()` names no library module",
+                    p,
+                    "a library compiles no model of its own, so it takes no `uses(..)` or contract; write \
+                     `#[fused_model(library)]` alone",
                 ));
             }
-            let text = |p: &syn::Path| quote::quote!(#p).to_string();
-            for (i, p) in paths.iter().enumerate() {
-                if paths.iter().take(i).any(|q| text(q) == text(p)) {
-                    return Err(syn::Error::new_spanned(
-                        p,
-                        "this library is already named in `uses(..)`",
-                    ));
+            other => {
+                if !contract.parse_item(&other)? {
+                    return Err(syn::Error::new_spanned(other, USAGE));
                 }
             }
-            Ok(Role::Model {
-                uses: paths.into_iter().collect(),
-            })
         }
-        other => Err(syn::Error::new_spanned(other, USAGE)),
     }
+    Ok(Role::Model {
+        uses: uses.unwrap_or_default(),
+        contract,
+    })
+}
+
+fn parse_uses(list: &syn::MetaList) -> syn::Result<Vec<syn::Path>> {
+    let paths = Punctuated::<syn::Path, syn::Token![,]>::parse_terminated
+        .parse2(list.tokens.clone())
+        .map_err(|_| syn::Error::new_spanned(&list.tokens, USAGE))?;
+    if paths.is_empty() {
+        return Err(syn::Error::new_spanned(
+            list,
+            "`uses()` names no library module",
+        ));
+    }
+    let text = |p: &syn::Path| quote::quote!(#p).to_string();
+    for (i, p) in paths.iter().enumerate() {
+        if paths.iter().take(i).any(|q| text(q) == text(p)) {
+            return Err(syn::Error::new_spanned(
+                p,
+                "this library is already named in `uses(..)`",
+            ));
+        }
+    }
+    Ok(paths.into_iter().collect())
 }
 
 /// The `macro_rules!` through which the library module `module` hands over its source.
@@ -132,9 +173,9 @@ mod tests {
 
     #[test]
     fn reads_the_three_forms_and_refuses_the_rest() {
-        assert!(matches!(role(""), Ok(Role::Model { uses }) if uses.is_empty()));
+        assert!(matches!(role(""), Ok(Role::Model { uses, .. }) if uses.is_empty()));
         assert!(matches!(role("library"), Ok(Role::Library)));
-        let Ok(Role::Model { uses }) = role("uses(layers, crate::nn::blocks)") else {
+        let Ok(Role::Model { uses, .. }) = role("uses(layers, crate::nn::blocks)") else {
             panic!("uses(..) should parse");
         };
         let names: Vec<String> = uses
@@ -165,7 +206,7 @@ mod tests {
         let modules = fused_modules(&file.items);
         let names: Vec<String> = modules.iter().map(|(m, _)| m.ident.to_string()).collect();
         assert_eq!(names, ["a", "layers", "twin", "twin"]);
-        let Role::Model { uses } = &modules[0].1 else {
+        let Role::Model { uses, .. } = &modules[0].1 else {
             panic!("`a` is a model");
         };
         let found = find_libraries(uses, &modules).expect("layers is found");

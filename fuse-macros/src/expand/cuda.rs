@@ -1,6 +1,7 @@
 //! The GPU half of a model's `ModelSpec`: for each plan, the CUDA source from `fuse_kernels::back::cuda` (so a
-//! binary built without nvcc can still JIT it with NVRTC), its launch table, and the AOT fatbin `fuse_build`
-//! wrote when the crate's `build.rs` ran it. Data only: the runtime (`fuse_runtime::cuda`) does the rest.
+//! binary built without nvcc can still JIT it with NVRTC), its launch table (encoded, see `fuse_tables`), and the
+//! AOT fatbin `fuse_build` wrote when the crate's `build.rs` ran it. Data only: the runtime (`fuse_runtime::cuda`)
+//! does the rest.
 
 use std::path::Path;
 
@@ -8,18 +9,12 @@ use proc_macro2::TokenStream;
 use quote::quote;
 
 use fuse_kernels::back::cuda::{self, Grid, Options, Role, StorageType};
-use fuse_kernels::ir::Dim;
+use fuse_kernels::back::mono;
 use fuse_kernels::plan::{Access, Kernel, Plan};
+use fuse_tables::{CudaAccess, CudaGemm, CudaKernel, CudaLaunch, CudaTables, GridSpec, LaunchRole};
 
 fn rt() -> TokenStream {
     quote!(::fuse_runtime::__private)
-}
-
-fn mono(d: &Dim) -> TokenStream {
-    let rt = rt();
-    let coeff = d.coeff;
-    let syms = d.syms.iter().map(|&s| s as usize);
-    quote!(#rt::Mono { coeff: #coeff, syms: &[#(#syms),*] })
 }
 
 /// `CudaSpec { fused, eager }` for the model's two plans.
@@ -30,6 +25,7 @@ pub fn spec(fused: &Plan, eager: &Plan, model: &str) -> TokenStream {
     quote!(#rt::CudaSpec { fused: #fused, eager: #eager })
 }
 
+/// `EmbeddedCuda::new(..)`: the sources and the AOT fatbin as literals, the launch and kernel tables encoded.
 fn program(plan: &Plan, model: &str, suffix: &str) -> TokenStream {
     let rt = rt();
     let hash = plan.hash;
@@ -38,76 +34,67 @@ fn program(plan: &Plan, model: &str, suffix: &str) -> TokenStream {
         storage: StorageType::Bf16,
     };
     let source_bf16 = cuda::write_cuda_with(plan, model, &bf16);
-    let launches = cuda::launches(plan, model).into_iter().map(|l| {
-        let (kernel, symbol) = (l.kernel, &l.symbol);
-        let role = match l.role {
-            Role::Kernel => quote!(Kernel),
-            Role::GemmEpilogue => quote!(GemmEpilogue),
-            Role::GemmFallback => quote!(GemmFallback),
-        };
-        let [bx, by, bz] = l.block;
-        let grid = match &l.grid {
-            Grid::Elements(n) => {
-                let n = mono(n);
-                quote!(#rt::GridSpec::Elements(#n))
-            }
-            Grid::Rows { rows, per_block } => {
-                let rows = mono(rows);
-                quote!(#rt::GridSpec::Rows { rows: #rows, per_block: #per_block })
-            }
-            Grid::Tiles { m, n, batch } => {
-                let (m, n, batch) = (mono(m), mono(n), mono(batch));
-                quote!(#rt::GridSpec::Tiles { m: #m, n: #n, batch: #batch })
-            }
-        };
-        quote!(#rt::CudaLaunch {
-            kernel: #kernel,
-            symbol: #symbol,
-            role: #rt::LaunchRole::#role,
-            block: [#bx, #by, #bz],
-            grid: #grid,
-        })
-    });
-    let kernels = plan.kernels.iter().map(|k| kernel(plan, k));
+    let tables = fuse_tables::encode(&tables(plan, model));
     let aot = aot(model, suffix);
-    quote!(#rt::CudaProgram {
-        plan_hash: #hash,
-        source: #source,
-        source_bf16: #source_bf16,
-        launches: &[#(#launches),*],
-        kernels: &[#(#kernels),*],
-        aot: #aot,
-    })
+    quote!(#rt::EmbeddedCuda::new(#hash, #source, #source_bf16, #tables, #aot))
 }
 
-fn access(a: &Access) -> TokenStream {
-    let rt = rt();
-    let offset = a.offset.iter().map(mono);
-    let strides = a.strides.iter().map(mono);
-    quote!(#rt::CudaAccess { offset: &[#(#offset),*], strides: &[#(#strides),*] })
+fn tables(plan: &Plan, model: &str) -> CudaTables {
+    let launches = cuda::launches(plan, model)
+        .into_iter()
+        .map(|l| CudaLaunch {
+            kernel: l.kernel,
+            symbol: l.symbol,
+            role: match l.role {
+                Role::Kernel => LaunchRole::Kernel,
+                Role::GemmEpilogue => LaunchRole::GemmEpilogue,
+                Role::GemmFallback => LaunchRole::GemmFallback,
+            },
+            block: l.block,
+            grid: match &l.grid {
+                Grid::Elements(n) => GridSpec::Elements(mono(n)),
+                Grid::Rows { rows, per_block } => GridSpec::Rows {
+                    rows: mono(rows),
+                    per_block: *per_block,
+                },
+                Grid::Tiles { m, n, batch } => GridSpec::Tiles {
+                    m: mono(m),
+                    n: mono(n),
+                    batch: mono(batch),
+                },
+            },
+        })
+        .collect();
+    let kernels = plan.kernels.iter().map(|k| kernel(plan, k)).collect();
+    CudaTables { launches, kernels }
 }
 
-fn kernel(plan: &Plan, k: &Kernel) -> TokenStream {
-    let rt = rt();
+fn access(a: &Access) -> CudaAccess {
+    CudaAccess {
+        offset: a.offset.iter().map(mono).collect(),
+        strides: a.strides.iter().map(mono).collect(),
+    }
+}
+
+fn kernel(plan: &Plan, k: &Kernel) -> CudaKernel {
     // A missing buffer cannot come out of the planner; `usize::MAX` makes the runtime refuse the plan at load.
     let buffers = cuda::param_buffers(plan, k)
         .into_iter()
-        .map(|b| b.unwrap_or(usize::MAX));
-    let gemm = match cuda::gemm(plan, k) {
-        Some(g) => {
-            let (a, b, fold) = (g.a, g.b, g.fold_batch);
-            let (m, n, kk) = (mono(&g.m), mono(&g.n), mono(&g.k));
-            let batch = g.batch.iter().map(mono);
-            let epilogue = g.epilogue != cuda::GemmEpilogue::None;
-            let (a_access, b_access) = (access(&k.reads[a].access), access(&k.reads[b].access));
-            quote!(Some(#rt::CudaGemm {
-                a: #a, b: #b, m: #m, n: #n, k: #kk, batch: &[#(#batch),*], fold_batch: #fold,
-                epilogue: #epilogue, a_access: #a_access, b_access: #b_access,
-            }))
-        }
-        None => quote!(None),
-    };
-    quote!(#rt::CudaKernel { buffers: &[#(#buffers),*], gemm: #gemm })
+        .map(|b| b.unwrap_or(usize::MAX))
+        .collect();
+    let gemm = cuda::gemm(plan, k).map(|g| CudaGemm {
+        a: g.a,
+        b: g.b,
+        m: mono(&g.m),
+        n: mono(&g.n),
+        k: mono(&g.k),
+        batch: g.batch.iter().map(mono).collect(),
+        fold_batch: g.fold_batch,
+        epilogue: g.epilogue != cuda::GemmEpilogue::None,
+        a_access: access(&k.reads[g.a].access),
+        b_access: access(&k.reads[g.b].access),
+    });
+    CudaKernel { buffers, gemm }
 }
 
 /// The fatbin `fuse_build::compile()` wrote for this plan, when the crate's build script ran it.

@@ -87,7 +87,7 @@ fn plan_code(
         .map(|l| {
             loaded
                 .module
-                .load_function(l.symbol)
+                .load_function(&l.symbol)
                 .map_err(|e| failed(&format!("finding kernel `{}`", l.symbol), e))
         })
         .collect::<Result<Vec<_>>>()?;
@@ -114,8 +114,10 @@ impl GpuModel {
             .map_err(|e| failed("binding the CUDA context", e))?;
         let mut report = vec![format!("{device}")];
         let arch = device.arch();
-        let fused = plan_code(&ctx, spec.fused, &cuda.fused, options, arch, &mut report)?;
-        let eager = plan_code(&ctx, spec.eager, &cuda.eager, options, arch, &mut report)?;
+        let (fused, fused_code) = (spec.fused.decode()?, cuda.fused.decode(spec.name, "fused")?);
+        let (eager, eager_code) = (spec.eager.decode()?, cuda.eager.decode(spec.name, "eager")?);
+        let fused = plan_code(&ctx, fused, fused_code, options, arch, &mut report)?;
+        let eager = plan_code(&ctx, eager, eager_code, options, arch, &mut report)?;
         let stream = ctx
             .new_stream()
             .map_err(|e| failed("creating a CUDA stream", e))?;

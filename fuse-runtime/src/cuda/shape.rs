@@ -58,7 +58,7 @@ impl ShapeState {
         let arena_ptr = arena.ptr(stream);
         let mut owned = Vec::with_capacity(p.buffers.len());
         let mut ptrs = Vec::with_capacity(p.buffers.len());
-        for spec in p.buffers {
+        for spec in &p.buffers {
             let ptr = match spec.kind {
                 BufferKind::Input(_) | BufferKind::Output(_) => {
                     let numel = spec.numel.eval(dims);
@@ -217,7 +217,7 @@ fn steps(
             .ok_or_else(|| bad_table(format!("kernel {kernel} has no {role:?} launch")))?;
         let (l, func) = (&code.launches[i], &plan.functions[i]);
         Ok(Step::Kernel(KernelStep {
-            symbol: l.symbol,
+            symbol: l.symbol.as_str(),
             func: func.clone(),
             grid: l.grid.dims(dims),
             block: l.block,

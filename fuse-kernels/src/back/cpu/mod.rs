@@ -14,26 +14,32 @@ mod kernels;
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
-use crate::ir::{DType, Dim};
+use fuse_tables::{BufferKind, BufferSpec, KernelCall, KernelInfo, OutputSpec, ProgramTables};
+
+use super::mono;
+use crate::ir::DType;
 use crate::plan::{kernel_bytes, Kernel, Mode, Plan, Storage};
 
-fn mono(d: &Dim) -> TokenStream {
-    let coeff = d.coeff;
-    let syms = d.syms.iter().map(|&s| s as usize);
-    quote!(::fuse_runtime::__private::Mono { coeff: #coeff, syms: &[#(#syms),*] })
-}
-
-fn dtype(d: DType) -> TokenStream {
+fn dtype(d: DType) -> fuse_tables::DType {
     match d {
-        DType::I64 => quote!(::fuse_runtime::DType::I64),
-        DType::F32 | DType::Bool => quote!(::fuse_runtime::DType::F32),
+        DType::I64 => fuse_tables::DType::I64,
+        DType::F32 | DType::Bool => fuse_tables::DType::F32,
     }
 }
 
-/// Items (kernel functions) and an expression of type `fuse_runtime::__private::Program` for `plan`.
-/// `model` names the model in reports; kernel functions are prefixed with the plan mode.
-pub fn write_program(plan: &Plan, model: &str) -> (TokenStream, TokenStream) {
-    let g = &plan.graph;
+/// What the CPU writer makes of one plan.
+pub struct CpuProgram {
+    /// One kernel function per distinct kernel.
+    pub items: TokenStream,
+    /// An expression of type `fuse_runtime::__private::EmbeddedProgram` naming `items`, with `tables` in it as one
+    /// encoded string.
+    pub program: TokenStream,
+    /// The plan's data for the runtime: buffers, arena slots, kernel calls, report data.
+    pub tables: ProgramTables,
+}
+
+/// Writes `plan`. `model` names the model in reports; kernel functions are prefixed with the plan mode.
+pub fn write_program(plan: &Plan, model: &str) -> CpuProgram {
     let rt = quote!(::fuse_runtime::__private);
     let prefix = match plan.mode {
         Mode::Fused => "fused",
@@ -59,53 +65,71 @@ pub fn write_program(plan: &Plan, model: &str) -> (TokenStream, TokenStream) {
             }
         }
     });
-    let mut calls = Vec::new();
-    let mut infos = Vec::new();
-    for (k, &f) in plan.kernels.iter().zip(&function_of) {
-        let name = &names[f];
-        let buffers = launch_buffers(plan, k);
-        calls.push(quote!(#rt::KernelCall { run: #name, buffers: &[#(#buffers),*] }));
-        let kname = &k.name;
-        let kind = k.kind.name();
+    let tables = tables(plan, &function_of);
+    let encoded = fuse_tables::encode(&tables);
+    let mode = prefix;
+    let hash = plan.hash;
+    let dump = crate::plan::dump(plan);
+    let dot = crate::plan::dot(plan);
+    let program = quote! {
+        #rt::EmbeddedProgram::new(#model, #mode, #hash, &[#(#names),*], #encoded, #dump, #dot)
+    };
+    CpuProgram {
+        items: quote!(#(#items)*),
+        program,
+        tables,
+    }
+}
+
+/// The plan's data for the runtime; `function_of[k]` is the distinct function kernel `k` runs.
+fn tables(plan: &Plan, function_of: &[usize]) -> ProgramTables {
+    let g = &plan.graph;
+    let mut kernels = Vec::new();
+    let mut kernel_info = Vec::new();
+    for (k, &function) in plan.kernels.iter().zip(function_of) {
+        kernels.push(KernelCall {
+            function,
+            buffers: launch_buffers(plan, k),
+        });
         // A kernel that computes nothing materialises a view: call it what it is.
         let ops: Vec<String> = if k.nodes.is_empty() {
             vec!["copy".to_string()]
         } else {
             k.nodes.iter().map(|&n| g.node(n).op.name()).collect()
         };
-        let bytes = kernel_bytes(g, k).iter().map(mono).collect::<Vec<_>>();
-        infos.push(quote!(#rt::KernelInfo { name: #kname, kind: #kind, ops: &[#(#ops),*], bytes: &[#(#bytes),*] }));
+        kernel_info.push(KernelInfo {
+            name: k.name.clone(),
+            kind: k.kind.name().to_string(),
+            ops,
+            bytes: kernel_bytes(g, k).iter().map(mono).collect(),
+        });
     }
-    let buffers = (0..plan.buffers.len()).map(|b| {
-        let (node, _) = plan.buffers[b];
-        let ty = g.ty(node);
-        let kind = match plan.storage_of(b) {
-            Storage::Input(i) => {
-                let i = i as usize;
-                quote!(#rt::BufferKind::Input(#i))
+    let buffers = (0..plan.buffers.len())
+        .map(|b| {
+            let (node, _) = plan.buffers[b];
+            let ty = g.ty(node);
+            let kind = match plan.storage_of(b) {
+                Storage::Input(i) => BufferKind::Input(i as usize),
+                Storage::Param(i) => BufferKind::Param(i as usize),
+                Storage::Arena(s) => BufferKind::Arena(s),
+                Storage::Output(i) => BufferKind::Output(i),
+            };
+            BufferSpec {
+                kind,
+                dtype: dtype(ty.dtype),
+                numel: mono(&ty.shape.numel()),
             }
-            Storage::Param(i) => {
-                let i = i as usize;
-                quote!(#rt::BufferKind::Param(#i))
-            }
-            Storage::Arena(s) => quote!(#rt::BufferKind::Arena(#s)),
-            Storage::Output(i) => quote!(#rt::BufferKind::Output(#i)),
-        };
-        let dt = dtype(ty.dtype);
-        let numel = mono(&ty.shape.numel());
-        quote!(#rt::BufferSpec { kind: #kind, dtype: #dt, numel: #numel })
-    });
-    let slots = plan.memory.slots.iter().map(|s| mono(&s.bytes()));
-    let outputs = g.outputs.iter().map(|&o| {
-        let buffer = plan.buffer_of(o).unwrap_or(usize::MAX);
-        let dims = g.ty(o).shape.0.iter().map(mono);
-        quote!(#rt::OutputSpec { buffer: #buffer, dims: &[#(#dims),*] })
-    });
-    let mode = prefix;
-    let hash = plan.hash;
-    let dump = crate::plan::dump(plan);
-    let dot = crate::plan::dot(plan);
-    let refusals: Vec<String> = plan
+        })
+        .collect();
+    let outputs = g
+        .outputs
+        .iter()
+        .map(|&o| OutputSpec {
+            buffer: plan.buffer_of(o).unwrap_or(usize::MAX),
+            dims: g.ty(o).shape.0.iter().map(mono).collect(),
+        })
+        .collect();
+    let refusals = plan
         .refusals
         .iter()
         .map(|r| {
@@ -119,22 +143,14 @@ pub fn write_program(plan: &Plan, model: &str) -> (TokenStream, TokenStream) {
             )
         })
         .collect();
-    let program = quote! {
-        #rt::Program {
-            model: #model,
-            mode: #mode,
-            plan_hash: #hash,
-            buffers: &[#(#buffers),*],
-            slots: &[#(#slots),*],
-            kernels: &[#(#calls),*],
-            kernel_info: &[#(#infos),*],
-            outputs: &[#(#outputs),*],
-            refusals: &[#(#refusals),*],
-            dump: #dump,
-            dot: #dot,
-        }
-    };
-    (quote!(#(#items)*), program)
+    ProgramTables {
+        buffers,
+        slots: plan.memory.slots.iter().map(|s| mono(&s.bytes())).collect(),
+        kernels,
+        kernel_info,
+        outputs,
+        refusals,
+    }
 }
 
 /// The plan buffers a kernel's function reads through its `bufs` table: the output, then the base buffer of

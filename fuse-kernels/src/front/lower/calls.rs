@@ -17,9 +17,15 @@ impl Lowerer<'_> {
             );
             return Value::Poison;
         }
+        let first = NodeId(self.g.nodes.len() as u32);
         let receiver = self.eval(&m.receiver);
         let method = m.method.to_string();
         let call_at = At::until(&m.method, m.paren_token.span.close());
+        if method == "fused" {
+            if let Value::Tensor(id) = receiver {
+                return self.promise_fused(id, first, m, call_at);
+            }
+        }
         match receiver {
             Value::Tensor(id) => self.tensor_method(id, m),
             Value::Model(inst) => {
@@ -74,6 +80,31 @@ impl Lowerer<'_> {
                 Value::Poison
             }
         }
+    }
+
+    /// `expr.fused()`: the value of `expr`, plus the promise that the ops just added for it share one kernel.
+    fn promise_fused(
+        &mut self,
+        value: NodeId,
+        first: NodeId,
+        m: &syn::ExprMethodCall,
+        call_at: At,
+    ) -> Value {
+        if !m.args.is_empty() {
+            self.eval_args_for_errors(&m.args);
+            self.diags.error(
+                call_at,
+                "`fused` is called as `expr.fused()`, with no arguments",
+            );
+            return Value::Poison;
+        }
+        self.g.promises.push(crate::ir::FusedPromise {
+            first,
+            end: NodeId(self.g.nodes.len() as u32),
+            start_span: call_at.start,
+            end_span: call_at.end,
+        });
+        Value::Tensor(value)
     }
 
     /// Inlines `inst.method(args)`: the callee sees only `self` and its arguments.

@@ -22,6 +22,7 @@ const METHODS: &[(&str, &str)] = &[
     ("silu", "x.silu()"),
     ("square", "x.square()"),
     ("clone", "x.clone()"),
+    ("fused", "expr.fused()"),
     ("to_f32", "ids.to_f32()"),
     ("add", "a.add(&b)"),
     ("sub", "a.sub(&b)"),

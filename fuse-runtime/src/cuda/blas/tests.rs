@@ -5,20 +5,15 @@ use super::*;
 use crate::cuda::spec::CudaAccess;
 use crate::exec::Mono;
 
-const fn fixed(n: usize) -> Mono {
+fn fixed(n: usize) -> Mono {
     Mono {
         coeff: n,
-        syms: &[],
+        syms: vec![],
     }
 }
 
-fn leak(v: Vec<usize>) -> &'static [Mono] {
-    Box::leak(
-        v.into_iter()
-            .map(fixed)
-            .collect::<Vec<_>>()
-            .into_boxed_slice(),
-    )
+fn monos(v: Vec<usize>) -> Vec<Mono> {
+    v.into_iter().map(fixed).collect()
 }
 
 /// A GEMM over fixed sizes with the given strides (`[batch.., rows, cols]` for each operand).
@@ -37,16 +32,16 @@ fn gemm(
         m: fixed(m),
         n: fixed(n),
         k: fixed(k),
-        batch: leak(batch.to_vec()),
+        batch: monos(batch.to_vec()),
         fold_batch: fold,
         epilogue: false,
         a_access: CudaAccess {
-            offset: leak(vec![3]),
-            strides: leak(sa.to_vec()),
+            offset: monos(vec![3]),
+            strides: monos(sa.to_vec()),
         },
         b_access: CudaAccess {
-            offset: leak(vec![]),
-            strides: leak(sb.to_vec()),
+            offset: monos(vec![]),
+            strides: monos(sb.to_vec()),
         },
     }
 }

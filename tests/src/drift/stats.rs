@@ -1,0 +1,160 @@
+//! How far one tensor is from another: absolute, relative and ULP error, and where the worst element is. The
+//! tests' tolerance checks (`harness::error_ratio`) and the drift report both measure with [`compare`].
+
+/// A tolerance: element `got` is close to `want` when `|got − want| ≤ atol + rtol·|want|`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Tolerance {
+    pub atol: f64,
+    pub rtol: f64,
+}
+
+impl Default for Tolerance {
+    /// What the example models' tests hold their f32 plans to against the f64 reference.
+    fn default() -> Self {
+        Tolerance {
+            atol: 1e-4,
+            rtol: 1e-4,
+        }
+    }
+}
+
+/// Errors of `got` against `want` over every element.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ErrorStats {
+    /// Largest `|got − want|`.
+    pub max_abs: f64,
+    /// Largest `|got − want| / max(|want|, atol)`: relative error, floored where `want` is about zero.
+    pub max_rel: f64,
+    /// Median and largest distance in units in the last place, between `got` and `want` rounded to f32.
+    pub ulp_median: u64,
+    pub ulp_max: u64,
+    /// Largest `|got − want| / (atol + rtol·|want|)`: at most 1 means within tolerance (NaN counts as infinite).
+    pub ratio: f64,
+    /// The element with the largest ratio: its index in each axis, and both values.
+    pub worst_at: Vec<usize>,
+    pub worst_got: f64,
+    pub worst_want: f64,
+}
+
+impl ErrorStats {
+    pub fn within(&self) -> bool {
+        self.ratio <= 1.0
+    }
+}
+
+/// Measures `got` against `want`, both row-major over `shape`. Panics if their lengths differ from the shape's.
+pub fn compare(
+    got: impl IntoIterator<Item = f64>,
+    want: &[f64],
+    shape: &[usize],
+    tol: Tolerance,
+) -> ErrorStats {
+    let mut stats = ErrorStats {
+        max_abs: 0.0,
+        max_rel: 0.0,
+        ulp_median: 0,
+        ulp_max: 0,
+        ratio: 0.0,
+        worst_at: vec![0; shape.len()],
+        worst_got: want.first().copied().unwrap_or(0.0),
+        worst_want: want.first().copied().unwrap_or(0.0),
+    };
+    let mut ulps: Vec<u64> = Vec::with_capacity(want.len());
+    let mut worst = 0;
+    let mut count = 0;
+    for (i, (g, &w)) in got.into_iter().zip(want).enumerate() {
+        count += 1;
+        let err = (g - w).abs();
+        let ratio = if err.is_nan() {
+            f64::INFINITY
+        } else {
+            err / (tol.atol + tol.rtol * w.abs())
+        };
+        stats.max_abs = stats
+            .max_abs
+            .max(if err.is_nan() { f64::INFINITY } else { err });
+        stats.max_rel = stats.max_rel.max(err / w.abs().max(tol.atol));
+        ulps.push(ulp_distance(g as f32, w as f32));
+        if i == 0 || ratio > stats.ratio {
+            stats.ratio = ratio;
+            worst = i;
+            stats.worst_got = g;
+            stats.worst_want = w;
+        }
+    }
+    assert_eq!(count, want.len(), "compare: got and want differ in length");
+    assert_eq!(
+        count,
+        shape.iter().product::<usize>(),
+        "compare: values do not fill shape {shape:?}"
+    );
+    stats.worst_at = unravel(worst, shape);
+    if !ulps.is_empty() {
+        let mid = ulps.len() / 2;
+        stats.ulp_median = *ulps.select_nth_unstable(mid).1;
+        stats.ulp_max = ulps.iter().copied().max().unwrap_or(0);
+    }
+    stats
+}
+
+/// Floats apart, counting every representable f32 between them (+0 and −0 are one value; NaN is infinitely far).
+pub fn ulp_distance(a: f32, b: f32) -> u64 {
+    if a.is_nan() || b.is_nan() {
+        return u64::MAX;
+    }
+    // Map the bit patterns onto a line where consecutive floats are consecutive integers.
+    let ordered = |x: f32| {
+        let bits = x.to_bits() as i32;
+        if bits < 0 {
+            i64::from(i32::MIN) - i64::from(bits)
+        } else {
+            i64::from(bits)
+        }
+    };
+    ordered(a).abs_diff(ordered(b))
+}
+
+/// The multi-index of row-major element `flat` in `shape`.
+pub fn unravel(mut flat: usize, shape: &[usize]) -> Vec<usize> {
+    let mut index = vec![0; shape.len()];
+    for (axis, &n) in shape.iter().enumerate().rev() {
+        if n > 0 {
+            index[axis] = flat % n;
+            flat /= n;
+        }
+    }
+    index
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ulps_count_representable_floats() {
+        assert_eq!(ulp_distance(1.0, 1.0), 0);
+        assert_eq!(ulp_distance(1.0, f32::from_bits(1.0f32.to_bits() + 3)), 3);
+        assert_eq!(ulp_distance(0.0, -0.0), 0);
+        assert_eq!(ulp_distance(-f32::from_bits(1), f32::from_bits(1)), 2);
+        assert_eq!(ulp_distance(f32::NAN, 1.0), u64::MAX);
+    }
+
+    #[test]
+    fn finds_the_worst_element_and_its_index() {
+        let want = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let got = [1.0, 2.0, 3.0, 4.0, 5.5, 6.0];
+        let tol = Tolerance {
+            atol: 1e-3,
+            rtol: 0.0,
+        };
+        let s = compare(got, &want, &[2, 3], tol);
+        assert_eq!(s.worst_at, vec![1, 1]);
+        assert_eq!((s.worst_got, s.worst_want), (5.5, 5.0));
+        assert!((s.max_abs - 0.5).abs() < 1e-12 && (s.max_rel - 0.1).abs() < 1e-12);
+        assert!(!s.within() && (s.ratio - 500.0).abs() < 1e-9);
+        assert_eq!(s.ulp_median, 0);
+        assert_eq!(s.ulp_max, ulp_distance(5.5, 5.0));
+        assert!(compare(want, &want, &[6], tol).within());
+        assert!(!compare([f64::NAN], &[1.0], &[1], tol).within());
+    }
+}
