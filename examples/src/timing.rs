@@ -35,6 +35,22 @@ pub fn sample_ms<E>(runs: usize, mut f: impl FnMut() -> Result<(), E>) -> Result
     })
 }
 
+/// The JSON line of one workload's timings in one plan mode (`bench --json`, `minilm --bench --json`); callers
+/// add the fields only they have.
+pub fn json_line(workload: &str, mode: &str, sample: Sample, runs: usize) -> serde_json::Value {
+    serde_json::json!({
+        "workload": workload,
+        "precision": "f32",
+        "mode": mode,
+        "median_ms": sample.median,
+        "min_ms": sample.min,
+        "max_ms": sample.max,
+        "runs": runs,
+        "threads": threads(),
+        "cpu": cpu_line(),
+    })
+}
+
 /// The processor's model, cache sizes and vector instruction sets, for the head of every benchmark's output
 /// (and the `cpu` field of its JSON lines).
 pub fn cpu_line() -> String {

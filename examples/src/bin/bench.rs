@@ -6,7 +6,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use fuse_examples::models::{chain::chain::Chain, encoder::encoder::EncoderLayer, mlp::mlp::Mlp};
-use fuse_examples::timing::{cpu_line, median_ms, sample_ms, threads};
+use fuse_examples::timing::{cpu_line, json_line, median_ms, sample_ms, threads};
 use fuse_runtime::{CompiledModel, PlanMode, Result, Tensor};
 use serde_json::json;
 
@@ -139,18 +139,8 @@ fn main() -> Result<()> {
             for (mode, sample, reuse) in
                 [("fused", fused, fused_reuse), ("eager", eager, eager_reuse)]
             {
-                let mut line = json!({
-                    "workload": id,
-                    "precision": "f32",
-                    "mode": mode,
-                    "median_ms": sample.median,
-                    "min_ms": sample.min,
-                    "max_ms": sample.max,
-                    "runs": RUNS,
-                    "reused_output_median_ms": reuse,
-                    "threads": threads(),
-                    "cpu": cpu,
-                });
+                let mut line = json_line(id, mode, sample, RUNS);
+                line["reused_output_median_ms"] = json!(reuse);
                 if mode == "fused" {
                     // Fresh processes run the fused plan: the first-call figures belong to it. NaN (a failed
                     // child process) becomes null.

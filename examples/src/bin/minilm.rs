@@ -5,7 +5,7 @@
 //! sentences' batch (fused and eager plans against the f64 reference).
 
 use fuse_examples::minilm_run::{cosine, inputs, SentenceEmbedder};
-use fuse_examples::timing::{cpu_line, sample_ms, threads};
+use fuse_examples::timing::{cpu_line, json_line, sample_ms, threads};
 use fuse_examples::tokenize::Batch;
 use fuse_runtime::PlanMode;
 use fuse_tests::drift::{self, Tolerance};
@@ -106,17 +106,7 @@ fn bench(embedder: &SentenceEmbedder, as_json: bool) -> Result<(), Box<dyn std::
     let cpu = cpu_line();
     if as_json {
         for (mode, sample) in [("fused", fused), ("eager", eager)] {
-            let mut line = serde_json::json!({
-                "workload": "W4",
-                "precision": "f32",
-                "mode": mode,
-                "median_ms": sample.median,
-                "min_ms": sample.min,
-                "max_ms": sample.max,
-                "runs": RUNS,
-                "threads": threads(),
-                "cpu": cpu,
-            });
+            let mut line = json_line("W4", mode, sample, RUNS);
             if mode == "fused" {
                 // The process's first call ran the fused plan.
                 line["first_call_ms"] = serde_json::json!(first);
