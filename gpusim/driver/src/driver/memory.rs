@@ -5,7 +5,7 @@ use std::ffi::{c_uchar, c_void};
 
 use cudarc::driver::sys::{CUdeviceptr, CUresult, CUstream};
 
-use super::{code, put, ready, stream_key};
+use super::{code, put, stream_key, with_state};
 use crate::ops::{enqueue, memory_fault, Op};
 use crate::state::{fail, State, TOTAL_MEMORY};
 
@@ -26,47 +26,48 @@ fn refuse_if_capturing(state: &State, stream: usize, call: &str) -> Result<(), C
     }
 }
 
-fn alloc(out: *mut CUdeviceptr, bytes: usize, stream: Option<CUstream>, call: &str) -> CUresult {
-    let mut state = match ready(call) {
-        Ok(s) => s,
-        Err(c) => return c,
-    };
-    let checked = match stream {
-        Some(s) => stream_key(&state, s, call).and_then(|k| refuse_if_capturing(&state, k, call)),
-        None => forbid(&mut state, call),
-    };
-    if let Err(c) = checked {
-        return c;
-    }
-    if bytes as u64 > TOTAL_MEMORY.saturating_sub(state.memory.allocated_bytes()) {
-        return fail(
-            CUresult::CUDA_ERROR_OUT_OF_MEMORY,
-            format!("{call}: {bytes} bytes exceed the simulated device's free memory"),
-        );
-    }
-    match state.memory.alloc(bytes) {
-        // SAFETY: the caller passes a valid out-pointer (or null, refused).
-        Ok(ptr) => unsafe { put(out, ptr, call) },
-        Err(e) => fail(CUresult::CUDA_ERROR_OUT_OF_MEMORY, format!("{call}: {e}")),
+/// What an allocation, a free or a host copy checks first: on a stream, that it exists and is not being
+/// captured; on none (the synchronous forms), that no capture is under way at all.
+fn host_side_allowed(
+    state: &mut State,
+    stream: Option<CUstream>,
+    call: &str,
+) -> Result<(), CUresult> {
+    match stream {
+        Some(s) => stream_key(state, s, call).and_then(|k| refuse_if_capturing(state, k, call)),
+        None => forbid(state, call),
     }
 }
 
+fn alloc(out: *mut CUdeviceptr, bytes: usize, stream: Option<CUstream>, call: &str) -> CUresult {
+    with_state(call, |state| {
+        if let Err(c) = host_side_allowed(state, stream, call) {
+            return c;
+        }
+        if bytes as u64 > TOTAL_MEMORY.saturating_sub(state.memory.allocated_bytes()) {
+            return fail(
+                CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+                format!("{call}: {bytes} bytes exceed the simulated device's free memory"),
+            );
+        }
+        match state.memory.alloc(bytes) {
+            // SAFETY: the caller passes a valid out-pointer (or null, refused).
+            Ok(ptr) => unsafe { put(out, ptr, call) },
+            Err(e) => fail(CUresult::CUDA_ERROR_OUT_OF_MEMORY, format!("{call}: {e}")),
+        }
+    })
+}
+
 fn free(ptr: CUdeviceptr, stream: Option<CUstream>, call: &str) -> CUresult {
-    let mut state = match ready(call) {
-        Ok(s) => s,
-        Err(c) => return c,
-    };
-    let checked = match stream {
-        Some(s) => stream_key(&state, s, call).and_then(|k| refuse_if_capturing(&state, k, call)),
-        None => forbid(&mut state, call),
-    };
-    if let Err(c) = checked {
-        return c;
-    }
-    match state.memory.free(ptr) {
-        Ok(()) => CUresult::CUDA_SUCCESS,
-        Err(e) => fail(CUresult::CUDA_ERROR_INVALID_VALUE, format!("{call}: {e}")),
-    }
+    with_state(call, |state| {
+        if let Err(c) = host_side_allowed(state, stream, call) {
+            return c;
+        }
+        match state.memory.free(ptr) {
+            Ok(()) => CUresult::CUDA_SUCCESS,
+            Err(e) => fail(CUresult::CUDA_ERROR_INVALID_VALUE, format!("{call}: {e}")),
+        }
+    })
 }
 
 #[no_mangle]
@@ -96,19 +97,17 @@ pub unsafe extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, hStream: CUstream) ->
 #[no_mangle]
 pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
     let call = "cuMemGetInfo_v2";
-    let state = match ready(call) {
-        Ok(s) => s,
-        Err(c) => return c,
-    };
-    let used = state.memory.allocated_bytes();
-    // SAFETY: the caller passes valid out-pointers (or null, refused).
-    unsafe {
-        let r = put(free, TOTAL_MEMORY.saturating_sub(used) as usize, call);
-        if r != CUresult::CUDA_SUCCESS {
-            return r;
+    with_state(call, |state| {
+        let used = state.memory.allocated_bytes();
+        // SAFETY: the caller passes valid out-pointers (or null, refused).
+        unsafe {
+            let r = put(free, TOTAL_MEMORY.saturating_sub(used) as usize, call);
+            if r != CUresult::CUDA_SUCCESS {
+                return r;
+            }
+            put(total, TOTAL_MEMORY as usize, call)
         }
-        put(total, TOTAL_MEMORY as usize, call)
-    }
+    })
 }
 
 /// Host → device, at once. `sync`: the blocking variant, which capture forbids.
@@ -122,32 +121,26 @@ unsafe fn htod(
     stream: Option<CUstream>,
     call: &str,
 ) -> CUresult {
-    let mut state = match ready(call) {
-        Ok(s) => s,
-        Err(c) => return c,
-    };
-    let checked = match stream {
-        Some(s) => stream_key(&state, s, call).and_then(|k| refuse_if_capturing(&state, k, call)),
-        None => forbid(&mut state, call),
-    };
-    if let Err(c) = checked {
-        return c;
-    }
-    if len == 0 {
-        return CUresult::CUDA_SUCCESS;
-    }
-    if src.is_null() {
-        return fail(
-            CUresult::CUDA_ERROR_INVALID_VALUE,
-            format!("{call}: null host pointer"),
-        );
-    }
-    // SAFETY: the caller's contract.
-    let data = unsafe { std::slice::from_raw_parts(src.cast::<u8>(), len) };
-    match state.memory.write(dst, data) {
-        Ok(()) => CUresult::CUDA_SUCCESS,
-        Err(f) => memory_fault(call, dst, len, f).report(),
-    }
+    with_state(call, |state| {
+        if let Err(c) = host_side_allowed(state, stream, call) {
+            return c;
+        }
+        if len == 0 {
+            return CUresult::CUDA_SUCCESS;
+        }
+        if src.is_null() {
+            return fail(
+                CUresult::CUDA_ERROR_INVALID_VALUE,
+                format!("{call}: null host pointer"),
+            );
+        }
+        // SAFETY: the caller's contract.
+        let data = unsafe { std::slice::from_raw_parts(src.cast::<u8>(), len) };
+        match state.memory.write(dst, data) {
+            Ok(()) => CUresult::CUDA_SUCCESS,
+            Err(f) => memory_fault(call, dst, len, f).report(),
+        }
+    })
 }
 
 /// Device → host, at once.
@@ -161,33 +154,27 @@ unsafe fn dtoh(
     stream: Option<CUstream>,
     call: &str,
 ) -> CUresult {
-    let mut state = match ready(call) {
-        Ok(s) => s,
-        Err(c) => return c,
-    };
-    let checked = match stream {
-        Some(s) => stream_key(&state, s, call).and_then(|k| refuse_if_capturing(&state, k, call)),
-        None => forbid(&mut state, call),
-    };
-    if let Err(c) = checked {
-        return c;
-    }
-    if len == 0 {
-        return CUresult::CUDA_SUCCESS;
-    }
-    if dst.is_null() {
-        return fail(
-            CUresult::CUDA_ERROR_INVALID_VALUE,
-            format!("{call}: null host pointer"),
-        );
-    }
-    // SAFETY: the caller's contract.
-    let out = unsafe { std::slice::from_raw_parts_mut(dst.cast::<u8>(), len) };
-    // A download of bytes no copy, memset or kernel ever wrote is a defect the GPU would hide behind garbage.
-    match state.memory.read(src, out, true) {
-        Ok(()) => CUresult::CUDA_SUCCESS,
-        Err(f) => memory_fault(call, src, len, f).report(),
-    }
+    with_state(call, |state| {
+        if let Err(c) = host_side_allowed(state, stream, call) {
+            return c;
+        }
+        if len == 0 {
+            return CUresult::CUDA_SUCCESS;
+        }
+        if dst.is_null() {
+            return fail(
+                CUresult::CUDA_ERROR_INVALID_VALUE,
+                format!("{call}: null host pointer"),
+            );
+        }
+        // SAFETY: the caller's contract.
+        let out = unsafe { std::slice::from_raw_parts_mut(dst.cast::<u8>(), len) };
+        // A download of bytes no copy, memset or kernel ever wrote is a defect the GPU would hide behind garbage.
+        match state.memory.read(src, out, true) {
+            Ok(()) => CUresult::CUDA_SUCCESS,
+            Err(f) => memory_fault(call, src, len, f).report(),
+        }
+    })
 }
 
 #[no_mangle]
@@ -250,15 +237,13 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
 
 /// A device-side operation on `stream` (`None`: the blocking variant on the default stream).
 fn device_op(op: Op, stream: Option<CUstream>, call: &str) -> CUresult {
-    let mut state = match ready(call) {
-        Ok(s) => s,
-        Err(c) => return c,
-    };
-    let key = match stream {
-        Some(s) => stream_key(&state, s, call),
-        None => forbid(&mut state, call).map(|()| crate::state::DEFAULT_STREAM),
-    };
-    code(key.and_then(|k| enqueue(&mut state, k, op).map_err(|e| e.report())))
+    with_state(call, |state| {
+        let key = match stream {
+            Some(s) => stream_key(state, s, call),
+            None => forbid(state, call).map(|()| crate::state::DEFAULT_STREAM),
+        };
+        code(key.and_then(|k| enqueue(state, k, op).map_err(|e| e.report())))
+    })
 }
 
 #[no_mangle]

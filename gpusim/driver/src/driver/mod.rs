@@ -20,6 +20,27 @@ fn ready(call: &str) -> Result<std::sync::MutexGuard<'static, State>, CUresult> 
     }
 }
 
+/// Runs an exported function's body on the state, or returns `CUDA_ERROR_NOT_INITIALIZED` before `cuInit`.
+fn with_state(call: &str, body: impl FnOnce(&mut State) -> CUresult) -> CUresult {
+    match ready(call) {
+        Ok(mut state) => body(&mut state),
+        Err(c) => c,
+    }
+}
+
+/// [`with_state`] for a body that acts on a stream: also `CUDA_ERROR_INVALID_HANDLE` for a stream that does not
+/// exist; the body gets the stream's key.
+fn with_stream(
+    call: &str,
+    stream: CUstream,
+    body: impl FnOnce(&mut State, usize) -> CUresult,
+) -> CUresult {
+    with_state(call, |state| match stream_key(state, stream, call) {
+        Ok(key) => body(state, key),
+        Err(c) => c,
+    })
+}
+
 /// The key of a stream handle, or `CUDA_ERROR_INVALID_HANDLE` naming the call.
 fn stream_key(state: &State, stream: CUstream, call: &str) -> Result<usize, CUresult> {
     let handle = from_handle(stream);

@@ -8,7 +8,7 @@ use cudarc::driver::sys::{
 };
 use gpusim::{LaunchConfig, Module};
 
-use super::{code, put, ready, stream_key};
+use super::{code, put, ready, stream_key, with_state};
 use crate::fatbin::{self, FATBIN_MAGIC, FILE_HEADER_BYTES, WRAPPER_MAGIC};
 use crate::ops::{code_of, enqueue, Op};
 use crate::state::{
@@ -96,32 +96,28 @@ pub unsafe extern "C" fn cuModuleLoadData(module: *mut CUmodule, image: *const c
             )
         }
     };
-    let mut state = match ready(call) {
-        Ok(s) => s,
-        Err(c) => return c,
-    };
-    let id = state.new_handle();
-    state.modules.insert(id, Arc::new(decoded));
-    // SAFETY: the caller passes a valid out-pointer (or null, refused).
-    unsafe { put(module, to_handle(id), call) }
+    with_state(call, |state| {
+        let id = state.new_handle();
+        state.modules.insert(id, Arc::new(decoded));
+        // SAFETY: the caller passes a valid out-pointer (or null, refused).
+        unsafe { put(module, to_handle(id), call) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuModuleUnload(hmod: CUmodule) -> CUresult {
     let call = "cuModuleUnload";
-    let mut state = match ready(call) {
-        Ok(s) => s,
-        Err(c) => return c,
-    };
-    let id = from_handle(hmod);
-    if state.modules.remove(&id).is_none() {
-        return fail(
-            CUresult::CUDA_ERROR_INVALID_HANDLE,
-            format!("{call}: module 0x{id:x} does not exist"),
-        );
-    }
-    state.functions.retain(|_, f| f.module != id);
-    CUresult::CUDA_SUCCESS
+    with_state(call, |state| {
+        let id = from_handle(hmod);
+        if state.modules.remove(&id).is_none() {
+            return fail(
+                CUresult::CUDA_ERROR_INVALID_HANDLE,
+                format!("{call}: module 0x{id:x} does not exist"),
+            );
+        }
+        state.functions.retain(|_, f| f.module != id);
+        CUresult::CUDA_SUCCESS
+    })
 }
 
 #[no_mangle]
@@ -131,43 +127,42 @@ pub unsafe extern "C" fn cuModuleGetFunction(
     name: *const c_char,
 ) -> CUresult {
     let call = "cuModuleGetFunction";
-    let mut state = match ready(call) {
-        Ok(s) => s,
-        Err(c) => return c,
-    };
-    if name.is_null() {
-        return fail(
-            CUresult::CUDA_ERROR_INVALID_VALUE,
-            format!("{call}: null name"),
+    with_state(call, |state| {
+        if name.is_null() {
+            return fail(
+                CUresult::CUDA_ERROR_INVALID_VALUE,
+                format!("{call}: null name"),
+            );
+        }
+        // SAFETY: a NUL-terminated name, by the caller's contract.
+        let name = unsafe { CStr::from_ptr(name) }
+            .to_string_lossy()
+            .into_owned();
+        let id = from_handle(hmod);
+        let Some(module) = state.modules.get(&id) else {
+            return fail(
+                CUresult::CUDA_ERROR_INVALID_HANDLE,
+                format!("{call}: module 0x{id:x} does not exist"),
+            );
+        };
+        let kernel = match module.kernel(&name) {
+            Ok(k) => k,
+            Err(e) => return fail(CUresult::CUDA_ERROR_NOT_FOUND, format!("{call}: {e}")),
+        };
+        let max_dynamic_shared =
+            DEFAULT_SHARED_PER_BLOCK.saturating_sub(kernel.static_shared_bytes);
+        let f = state.new_handle();
+        state.functions.insert(
+            f,
+            Function {
+                module: id,
+                kernel,
+                max_dynamic_shared,
+            },
         );
-    }
-    // SAFETY: a NUL-terminated name, by the caller's contract.
-    let name = unsafe { CStr::from_ptr(name) }
-        .to_string_lossy()
-        .into_owned();
-    let id = from_handle(hmod);
-    let Some(module) = state.modules.get(&id) else {
-        return fail(
-            CUresult::CUDA_ERROR_INVALID_HANDLE,
-            format!("{call}: module 0x{id:x} does not exist"),
-        );
-    };
-    let kernel = match module.kernel(&name) {
-        Ok(k) => k,
-        Err(e) => return fail(CUresult::CUDA_ERROR_NOT_FOUND, format!("{call}: {e}")),
-    };
-    let max_dynamic_shared = DEFAULT_SHARED_PER_BLOCK.saturating_sub(kernel.static_shared_bytes);
-    let f = state.new_handle();
-    state.functions.insert(
-        f,
-        Function {
-            module: id,
-            kernel,
-            max_dynamic_shared,
-        },
-    );
-    // SAFETY: as above.
-    unsafe { put(hfunc, to_handle(f), call) }
+        // SAFETY: as above.
+        unsafe { put(hfunc, to_handle(f), call) }
+    })
 }
 
 fn function<'s>(
@@ -192,31 +187,29 @@ pub unsafe extern "C" fn cuFuncGetAttribute(
 ) -> CUresult {
     use CUfunction_attribute as A;
     let call = "cuFuncGetAttribute";
-    let mut state = match ready(call) {
-        Ok(s) => s,
-        Err(c) => return c,
-    };
-    let f = match function(&mut state, hfunc, call) {
-        Ok(f) => f,
-        Err(c) => return c,
-    };
-    let value = match attrib {
-        A::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK => 1024,
-        A::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES => f.kernel.static_shared_bytes as c_int,
-        A::CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES | A::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES => 0,
-        // Registers are not allocated by the simulator; this is what fits 1024 threads in 64 K.
-        A::CU_FUNC_ATTRIBUTE_NUM_REGS => 64,
-        A::CU_FUNC_ATTRIBUTE_PTX_VERSION | A::CU_FUNC_ATTRIBUTE_BINARY_VERSION => 90,
-        A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES => f.max_dynamic_shared as c_int,
-        other => {
-            return fail(
-                CUresult::CUDA_ERROR_NOT_SUPPORTED,
-                format!("{call}: the simulator does not model {other:?}"),
-            )
-        }
-    };
-    // SAFETY: the caller passes a valid out-pointer (or null, refused).
-    unsafe { put(pi, value, call) }
+    with_state(call, |state| {
+        let f = match function(state, hfunc, call) {
+            Ok(f) => f,
+            Err(c) => return c,
+        };
+        let value = match attrib {
+            A::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK => 1024,
+            A::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES => f.kernel.static_shared_bytes as c_int,
+            A::CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES | A::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES => 0,
+            // Registers are not allocated by the simulator; this is what fits 1024 threads in 64 K.
+            A::CU_FUNC_ATTRIBUTE_NUM_REGS => 64,
+            A::CU_FUNC_ATTRIBUTE_PTX_VERSION | A::CU_FUNC_ATTRIBUTE_BINARY_VERSION => 90,
+            A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES => f.max_dynamic_shared as c_int,
+            other => {
+                return fail(
+                    CUresult::CUDA_ERROR_NOT_SUPPORTED,
+                    format!("{call}: the simulator does not model {other:?}"),
+                )
+            }
+        };
+        // SAFETY: the caller passes a valid out-pointer (or null, refused).
+        unsafe { put(pi, value, call) }
+    })
 }
 
 #[no_mangle]
@@ -227,39 +220,37 @@ pub unsafe extern "C" fn cuFuncSetAttribute(
 ) -> CUresult {
     use CUfunction_attribute as A;
     let call = "cuFuncSetAttribute";
-    let mut state = match ready(call) {
-        Ok(s) => s,
-        Err(c) => return c,
-    };
-    let f = match function(&mut state, hfunc, call) {
-        Ok(f) => f,
-        Err(c) => return c,
-    };
-    match attrib {
-        A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES => {
-            let limit = OPTIN_SHARED_PER_BLOCK.saturating_sub(f.kernel.static_shared_bytes);
-            match u32::try_from(value) {
-                Ok(v) if v <= limit => {
-                    f.max_dynamic_shared = v;
-                    CUresult::CUDA_SUCCESS
-                }
-                _ => fail(
-                    CUresult::CUDA_ERROR_INVALID_VALUE,
-                    format!(
-                        "{call}: {value} bytes of dynamic shared memory for `{}` exceed the {limit} left by its \
-                         static shared memory under the 227 KiB opt-in limit",
-                        f.kernel.name
+    with_state(call, |state| {
+        let f = match function(state, hfunc, call) {
+            Ok(f) => f,
+            Err(c) => return c,
+        };
+        match attrib {
+            A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES => {
+                let limit = OPTIN_SHARED_PER_BLOCK.saturating_sub(f.kernel.static_shared_bytes);
+                match u32::try_from(value) {
+                    Ok(v) if v <= limit => {
+                        f.max_dynamic_shared = v;
+                        CUresult::CUDA_SUCCESS
+                    }
+                    _ => fail(
+                        CUresult::CUDA_ERROR_INVALID_VALUE,
+                        format!(
+                            "{call}: {value} bytes of dynamic shared memory for `{}` exceed the {limit} left by its \
+                             static shared memory under the 227 KiB opt-in limit",
+                            f.kernel.name
+                        ),
                     ),
-                ),
+                }
             }
+            // A hint only.
+            A::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT => CUresult::CUDA_SUCCESS,
+            other => fail(
+                CUresult::CUDA_ERROR_NOT_SUPPORTED,
+                format!("{call}: the simulator does not model setting {other:?}"),
+            ),
         }
-        // A hint only.
-        A::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT => CUresult::CUDA_SUCCESS,
-        other => fail(
-            CUresult::CUDA_ERROR_NOT_SUPPORTED,
-            format!("{call}: the simulator does not model setting {other:?}"),
-        ),
-    }
+    })
 }
 
 /// A hint only.
@@ -269,11 +260,7 @@ pub unsafe extern "C" fn cuFuncSetCacheConfig(
     _config: CUfunc_cache,
 ) -> CUresult {
     let call = "cuFuncSetCacheConfig";
-    let mut state = match ready(call) {
-        Ok(s) => s,
-        Err(c) => return c,
-    };
-    code(function(&mut state, hfunc, call).map(drop))
+    with_state(call, |state| code(function(state, hfunc, call).map(drop)))
 }
 
 /// The launch limits an sm_90 driver enforces before running anything.
@@ -364,42 +351,40 @@ pub unsafe extern "C" fn cuLaunchKernel(
     extra: *mut *mut c_void,
 ) -> CUresult {
     let call = "cuLaunchKernel";
-    let mut state = match ready(call) {
-        Ok(s) => s,
-        Err(c) => return c,
-    };
-    let stream = match stream_key(&state, hStream, call) {
-        Ok(s) => s,
-        Err(c) => return c,
-    };
-    if !extra.is_null() {
-        return fail(
-            CUresult::CUDA_ERROR_NOT_SUPPORTED,
-            format!("{call}: the `extra` argument is not simulated"),
-        );
-    }
-    let func = match function(&mut state, f, call) {
-        Ok(func) => func,
-        Err(c) => return c,
-    };
-    let grid = [gridDimX, gridDimY, gridDimZ];
-    let block = [blockDimX, blockDimY, blockDimZ];
-    if let Err(m) = check_launch(func, grid, block, sharedMemBytes) {
-        return fail(CUresult::CUDA_ERROR_INVALID_VALUE, format!("{call}: {m}"));
-    }
-    // SAFETY: the caller's contract.
-    let params = match unsafe { pack(func, kernelParams) } {
-        Ok(p) => p,
-        Err(m) => return fail(CUresult::CUDA_ERROR_INVALID_VALUE, format!("{call}: {m}")),
-    };
-    let op = Op::Launch {
-        kernel: func.kernel.clone(),
-        config: LaunchConfig {
-            grid,
-            block,
-            dynamic_shared_bytes: sharedMemBytes,
-        },
-        params,
-    };
-    code(enqueue(&mut state, stream, op).map_err(|e| e.report()))
+    with_state(call, |state| {
+        let stream = match stream_key(state, hStream, call) {
+            Ok(s) => s,
+            Err(c) => return c,
+        };
+        if !extra.is_null() {
+            return fail(
+                CUresult::CUDA_ERROR_NOT_SUPPORTED,
+                format!("{call}: the `extra` argument is not simulated"),
+            );
+        }
+        let func = match function(state, f, call) {
+            Ok(func) => func,
+            Err(c) => return c,
+        };
+        let grid = [gridDimX, gridDimY, gridDimZ];
+        let block = [blockDimX, blockDimY, blockDimZ];
+        if let Err(m) = check_launch(func, grid, block, sharedMemBytes) {
+            return fail(CUresult::CUDA_ERROR_INVALID_VALUE, format!("{call}: {m}"));
+        }
+        // SAFETY: the caller's contract.
+        let params = match unsafe { pack(func, kernelParams) } {
+            Ok(p) => p,
+            Err(m) => return fail(CUresult::CUDA_ERROR_INVALID_VALUE, format!("{call}: {m}")),
+        };
+        let op = Op::Launch {
+            kernel: func.kernel.clone(),
+            config: LaunchConfig {
+                grid,
+                block,
+                dynamic_shared_bytes: sharedMemBytes,
+            },
+            params,
+        };
+        code(enqueue(state, stream, op).map_err(|e| e.report()))
+    })
 }

@@ -12,19 +12,17 @@ use cudarc::driver::sys::{
     CUevent, CUgraph, CUgraphExec, CUresult, CUstream, CUstreamCaptureMode, CUstreamCaptureStatus,
 };
 
-use super::{code, put, ready, stream_key};
+use super::{code, put, stream_key, with_state, with_stream};
 use crate::ops::{enqueue, Op};
 use crate::state::{fail, from_handle, to_handle, Capture, State, Stream, DEFAULT_STREAM};
 
 fn new_stream(out: *mut CUstream, call: &str) -> CUresult {
-    let mut state = match ready(call) {
-        Ok(s) => s,
-        Err(c) => return c,
-    };
-    let id = state.new_handle();
-    state.streams.insert(id, Stream::default());
-    // SAFETY: the caller passes a valid out-pointer (or null, refused).
-    unsafe { put(out, to_handle(id), call) }
+    with_state(call, |state| {
+        let id = state.new_handle();
+        state.streams.insert(id, Stream::default());
+        // SAFETY: the caller passes a valid out-pointer (or null, refused).
+        unsafe { put(out, to_handle(id), call) }
+    })
 }
 
 #[no_mangle]
@@ -44,46 +42,34 @@ pub unsafe extern "C" fn cuStreamCreateWithPriority(
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamDestroy_v2(hStream: CUstream) -> CUresult {
     let call = "cuStreamDestroy_v2";
-    let mut state = match ready(call) {
-        Ok(s) => s,
-        Err(c) => return c,
-    };
-    let key = match stream_key(&state, hStream, call) {
-        Ok(k) => k,
-        Err(c) => return c,
-    };
-    if key == DEFAULT_STREAM {
-        return fail(
-            CUresult::CUDA_ERROR_INVALID_HANDLE,
-            format!("{call}: the default stream cannot be destroyed"),
-        );
-    }
-    state.streams.remove(&key);
-    CUresult::CUDA_SUCCESS
+    with_stream(call, hStream, |state, key| {
+        if key == DEFAULT_STREAM {
+            return fail(
+                CUresult::CUDA_ERROR_INVALID_HANDLE,
+                format!("{call}: the default stream cannot be destroyed"),
+            );
+        }
+        state.streams.remove(&key);
+        CUresult::CUDA_SUCCESS
+    })
 }
 
 fn synchronise(stream: CUstream, call: &str) -> CUresult {
-    let mut state = match ready(call) {
-        Ok(s) => s,
-        Err(c) => return c,
-    };
-    let key = match stream_key(&state, stream, call) {
-        Ok(k) => k,
-        Err(c) => return c,
-    };
-    if let Some(capture) = state.streams.get_mut(&key).and_then(|s| s.capture.as_mut()) {
-        capture
-            .invalidated
-            .get_or_insert_with(|| format!("{call} on the capturing stream"));
-        return fail(
-            CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
-            format!("{call} on a stream being captured (the capture is invalidated)"),
-        );
-    }
-    match state.forbid_during_capture(call) {
-        Ok(()) => CUresult::CUDA_SUCCESS,
-        Err((c, m)) => fail(c, m),
-    }
+    with_stream(call, stream, |state, key| {
+        if let Some(capture) = state.streams.get_mut(&key).and_then(|s| s.capture.as_mut()) {
+            capture
+                .invalidated
+                .get_or_insert_with(|| format!("{call} on the capturing stream"));
+            return fail(
+                CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+                format!("{call} on a stream being captured (the capture is invalidated)"),
+            );
+        }
+        match state.forbid_during_capture(call) {
+            Ok(()) => CUresult::CUDA_SUCCESS,
+            Err((c, m)) => fail(c, m),
+        }
+    })
 }
 
 #[no_mangle]
@@ -103,11 +89,9 @@ pub unsafe extern "C" fn cuStreamWaitEvent(
     _Flags: c_uint,
 ) -> CUresult {
     let call = "cuStreamWaitEvent";
-    let state = match ready(call) {
-        Ok(s) => s,
-        Err(c) => return c,
-    };
-    code(stream_key(&state, hStream, call).and_then(|_| event_exists(&state, hEvent, call)))
+    with_state(call, |state| {
+        code(stream_key(state, hStream, call).and_then(|_| event_exists(state, hEvent, call)))
+    })
 }
 
 #[no_mangle]
@@ -116,80 +100,68 @@ pub unsafe extern "C" fn cuStreamBeginCapture_v2(
     mode: CUstreamCaptureMode,
 ) -> CUresult {
     let call = "cuStreamBeginCapture_v2";
-    let mut state = match ready(call) {
-        Ok(s) => s,
-        Err(c) => return c,
-    };
-    let key = match stream_key(&state, hStream, call) {
-        Ok(k) => k,
-        Err(c) => return c,
-    };
-    if key == DEFAULT_STREAM {
-        return fail(
-            CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
-            format!("{call}: the legacy default stream cannot be captured"),
-        );
-    }
-    let Some(stream) = state.streams.get_mut(&key) else {
-        return fail(
-            CUresult::CUDA_ERROR_INVALID_HANDLE,
-            format!("{call}: no stream"),
-        );
-    };
-    if stream.capture.is_some() {
-        return fail(
-            CUresult::CUDA_ERROR_ILLEGAL_STATE,
-            format!("{call}: the stream is already being captured"),
-        );
-    }
-    stream.capture = Some(Capture {
-        ops: Vec::new(),
-        mode,
-        thread: std::thread::current().id(),
-        invalidated: None,
-    });
-    CUresult::CUDA_SUCCESS
+    with_stream(call, hStream, |state, key| {
+        if key == DEFAULT_STREAM {
+            return fail(
+                CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+                format!("{call}: the legacy default stream cannot be captured"),
+            );
+        }
+        let Some(stream) = state.streams.get_mut(&key) else {
+            return fail(
+                CUresult::CUDA_ERROR_INVALID_HANDLE,
+                format!("{call}: no stream"),
+            );
+        };
+        if stream.capture.is_some() {
+            return fail(
+                CUresult::CUDA_ERROR_ILLEGAL_STATE,
+                format!("{call}: the stream is already being captured"),
+            );
+        }
+        stream.capture = Some(Capture {
+            ops: Vec::new(),
+            mode,
+            thread: std::thread::current().id(),
+            invalidated: None,
+        });
+        CUresult::CUDA_SUCCESS
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamEndCapture(hStream: CUstream, phGraph: *mut CUgraph) -> CUresult {
     let call = "cuStreamEndCapture";
-    let mut state = match ready(call) {
-        Ok(s) => s,
-        Err(c) => return c,
-    };
-    let key = match stream_key(&state, hStream, call) {
-        Ok(k) => k,
-        Err(c) => return c,
-    };
-    let Some(capture) = state.streams.get_mut(&key).and_then(|s| s.capture.take()) else {
-        return fail(
-            CUresult::CUDA_ERROR_ILLEGAL_STATE,
-            format!("{call}: the stream is not being captured"),
-        );
-    };
-    if capture.mode == CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-        && capture.thread != std::thread::current().id()
-    {
-        return fail(
-            CUresult::CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD,
-            format!("{call}: a thread-local capture was ended by another thread"),
-        );
-    }
-    if let Some(why) = capture.invalidated {
-        if !phGraph.is_null() {
-            // SAFETY: non-null out-pointer, valid by the caller's contract.
-            unsafe { phGraph.write(std::ptr::null_mut()) };
+    with_stream(call, hStream, |state, key| {
+        let Some(capture) = state.streams.get_mut(&key).and_then(|s| s.capture.take()) else {
+            return fail(
+                CUresult::CUDA_ERROR_ILLEGAL_STATE,
+                format!("{call}: the stream is not being captured"),
+            );
+        };
+        if capture.mode == CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+            && capture.thread != std::thread::current().id()
+        {
+            return fail(
+                CUresult::CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD,
+                format!("{call}: a thread-local capture was ended by another thread"),
+            );
         }
-        return fail(
-            CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
-            format!("{call}: {why}"),
-        );
-    }
-    let id = state.new_handle();
-    state.graphs.insert(id, Arc::new(capture.ops));
-    // SAFETY: the caller passes a valid out-pointer (or null, refused).
-    unsafe { put(phGraph, to_handle(id), call) }
+        if let Some(why) = capture.invalidated {
+            if !phGraph.is_null() {
+                // SAFETY: non-null out-pointer, valid by the caller's contract.
+                unsafe { phGraph.write(std::ptr::null_mut()) };
+            }
+            return fail(
+                CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+                format!("{call}: {why}"),
+            );
+        }
+        let id = state.new_handle();
+        state.graphs.insert(id, Arc::new(capture.ops));
+        // SAFETY: the caller passes a valid out-pointer (or null, refused).
+        unsafe { put(phGraph, to_handle(id), call) }
+    })
 }
 
 #[no_mangle]
@@ -198,23 +170,17 @@ pub unsafe extern "C" fn cuStreamIsCapturing(
     captureStatus: *mut CUstreamCaptureStatus,
 ) -> CUresult {
     let call = "cuStreamIsCapturing";
-    let state = match ready(call) {
-        Ok(s) => s,
-        Err(c) => return c,
-    };
-    let key = match stream_key(&state, hStream, call) {
-        Ok(k) => k,
-        Err(c) => return c,
-    };
-    let status = match state.streams.get(&key).and_then(|s| s.capture.as_ref()) {
-        None => CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE,
-        Some(c) if c.invalidated.is_some() => {
-            CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED
-        }
-        Some(_) => CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE,
-    };
-    // SAFETY: as above.
-    unsafe { put(captureStatus, status, call) }
+    with_stream(call, hStream, |state, key| {
+        let status = match state.streams.get(&key).and_then(|s| s.capture.as_ref()) {
+            None => CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE,
+            Some(c) if c.invalidated.is_some() => {
+                CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED
+            }
+            Some(_) => CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE,
+        };
+        // SAFETY: as above.
+        unsafe { put(captureStatus, status, call) }
+    })
 }
 
 fn event_exists(state: &State, event: CUevent, call: &str) -> Result<(), CUresult> {
@@ -232,67 +198,53 @@ fn event_exists(state: &State, event: CUevent, call: &str) -> Result<(), CUresul
 #[no_mangle]
 pub unsafe extern "C" fn cuEventCreate(phEvent: *mut CUevent, _Flags: c_uint) -> CUresult {
     let call = "cuEventCreate";
-    let mut state = match ready(call) {
-        Ok(s) => s,
-        Err(c) => return c,
-    };
-    let id = state.new_handle();
-    state.events.insert(id, None);
-    // SAFETY: as above.
-    unsafe { put(phEvent, to_handle(id), call) }
+    with_state(call, |state| {
+        let id = state.new_handle();
+        state.events.insert(id, None);
+        // SAFETY: as above.
+        unsafe { put(phEvent, to_handle(id), call) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuEventDestroy_v2(hEvent: CUevent) -> CUresult {
     let call = "cuEventDestroy_v2";
-    let mut state = match ready(call) {
-        Ok(s) => s,
-        Err(c) => return c,
-    };
-    if let Err(c) = event_exists(&state, hEvent, call) {
-        return c;
-    }
-    state.events.remove(&from_handle(hEvent));
-    CUresult::CUDA_SUCCESS
+    with_state(call, |state| {
+        if let Err(c) = event_exists(state, hEvent, call) {
+            return c;
+        }
+        state.events.remove(&from_handle(hEvent));
+        CUresult::CUDA_SUCCESS
+    })
 }
 
 /// Stamps the event with the time now; inside a capture it orders nothing here (one device, run at enqueue).
 #[no_mangle]
 pub unsafe extern "C" fn cuEventRecord(hEvent: CUevent, hStream: CUstream) -> CUresult {
     let call = "cuEventRecord";
-    let mut state = match ready(call) {
-        Ok(s) => s,
-        Err(c) => return c,
-    };
-    let checked =
-        stream_key(&state, hStream, call).and_then(|_| event_exists(&state, hEvent, call));
-    if let Err(c) = checked {
-        return c;
-    }
-    state
-        .events
-        .insert(from_handle(hEvent), Some(Instant::now()));
-    CUresult::CUDA_SUCCESS
+    with_state(call, |state| {
+        let checked =
+            stream_key(state, hStream, call).and_then(|_| event_exists(state, hEvent, call));
+        if let Err(c) = checked {
+            return c;
+        }
+        state
+            .events
+            .insert(from_handle(hEvent), Some(Instant::now()));
+        CUresult::CUDA_SUCCESS
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuEventSynchronize(hEvent: CUevent) -> CUresult {
     let call = "cuEventSynchronize";
-    let state = match ready(call) {
-        Ok(s) => s,
-        Err(c) => return c,
-    };
-    code(event_exists(&state, hEvent, call))
+    with_state(call, |state| code(event_exists(state, hEvent, call)))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuEventQuery(hEvent: CUevent) -> CUresult {
     let call = "cuEventQuery";
-    let state = match ready(call) {
-        Ok(s) => s,
-        Err(c) => return c,
-    };
-    code(event_exists(&state, hEvent, call))
+    with_state(call, |state| code(event_exists(state, hEvent, call)))
 }
 
 /// Host time between the two records: the simulator's, nothing like a GPU's.
@@ -303,26 +255,24 @@ pub unsafe extern "C" fn cuEventElapsedTime_v2(
     hEnd: CUevent,
 ) -> CUresult {
     let call = "cuEventElapsedTime_v2";
-    let state = match ready(call) {
-        Ok(s) => s,
-        Err(c) => return c,
-    };
-    let stamp = |e: CUevent| state.events.get(&from_handle(e)).copied();
-    match (stamp(hStart), stamp(hEnd)) {
-        (Some(Some(a)), Some(Some(b))) => {
-            let ms = b.saturating_duration_since(a).as_secs_f64() * 1e3;
-            // SAFETY: as above.
-            unsafe { put(pMilliseconds, ms as f32, call) }
+    with_state(call, |state| {
+        let stamp = |e: CUevent| state.events.get(&from_handle(e)).copied();
+        match (stamp(hStart), stamp(hEnd)) {
+            (Some(Some(a)), Some(Some(b))) => {
+                let ms = b.saturating_duration_since(a).as_secs_f64() * 1e3;
+                // SAFETY: as above.
+                unsafe { put(pMilliseconds, ms as f32, call) }
+            }
+            (Some(_), Some(_)) => fail(
+                CUresult::CUDA_ERROR_INVALID_HANDLE,
+                format!("{call}: an event was never recorded"),
+            ),
+            _ => fail(
+                CUresult::CUDA_ERROR_INVALID_HANDLE,
+                format!("{call}: an event does not exist"),
+            ),
         }
-        (Some(_), Some(_)) => fail(
-            CUresult::CUDA_ERROR_INVALID_HANDLE,
-            format!("{call}: an event was never recorded"),
-        ),
-        _ => fail(
-            CUresult::CUDA_ERROR_INVALID_HANDLE,
-            format!("{call}: an event does not exist"),
-        ),
-    }
+    })
 }
 
 #[no_mangle]
@@ -332,98 +282,84 @@ pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
     _flags: c_ulonglong,
 ) -> CUresult {
     let call = "cuGraphInstantiateWithFlags";
-    let mut state = match ready(call) {
-        Ok(s) => s,
-        Err(c) => return c,
-    };
-    let id = from_handle(hGraph);
-    let Some(ops) = state.graphs.get(&id).cloned() else {
-        return fail(
-            CUresult::CUDA_ERROR_INVALID_HANDLE,
-            format!("{call}: graph 0x{id:x} does not exist"),
-        );
-    };
-    let exec = state.new_handle();
-    state.execs.insert(exec, ops);
-    // SAFETY: as above.
-    unsafe { put(phGraphExec, to_handle(exec), call) }
+    with_state(call, |state| {
+        let id = from_handle(hGraph);
+        let Some(ops) = state.graphs.get(&id).cloned() else {
+            return fail(
+                CUresult::CUDA_ERROR_INVALID_HANDLE,
+                format!("{call}: graph 0x{id:x} does not exist"),
+            );
+        };
+        let exec = state.new_handle();
+        state.execs.insert(exec, ops);
+        // SAFETY: as above.
+        unsafe { put(phGraphExec, to_handle(exec), call) }
+    })
 }
 
 /// Runs the graph's operations in capture order (or records them, when `hStream` is itself being captured).
 #[no_mangle]
 pub unsafe extern "C" fn cuGraphLaunch(hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult {
     let call = "cuGraphLaunch";
-    let mut state = match ready(call) {
-        Ok(s) => s,
-        Err(c) => return c,
-    };
-    let key = match stream_key(&state, hStream, call) {
-        Ok(k) => k,
-        Err(c) => return c,
-    };
-    let id = from_handle(hGraphExec);
-    let Some(ops) = state.execs.get(&id).cloned() else {
-        return fail(
-            CUresult::CUDA_ERROR_INVALID_HANDLE,
-            format!("{call}: graph exec 0x{id:x} does not exist"),
-        );
-    };
-    for (i, op) in ops.iter().enumerate() {
-        if let Err(mut e) = enqueue(&mut state, key, Op::clone(op)) {
-            e.message = format!("{call}: node {i} of {}: {}", ops.len(), e.message);
-            return e.report();
+    with_stream(call, hStream, |state, key| {
+        let id = from_handle(hGraphExec);
+        let Some(ops) = state.execs.get(&id).cloned() else {
+            return fail(
+                CUresult::CUDA_ERROR_INVALID_HANDLE,
+                format!("{call}: graph exec 0x{id:x} does not exist"),
+            );
+        };
+        for (i, op) in ops.iter().enumerate() {
+            if let Err(mut e) = enqueue(state, key, Op::clone(op)) {
+                e.message = format!("{call}: node {i} of {}: {}", ops.len(), e.message);
+                return e.report();
+            }
         }
-    }
-    CUresult::CUDA_SUCCESS
+        CUresult::CUDA_SUCCESS
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuGraphUpload(hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult {
     let call = "cuGraphUpload";
-    let state = match ready(call) {
-        Ok(s) => s,
-        Err(c) => return c,
-    };
-    let id = from_handle(hGraphExec);
-    if !state.execs.contains_key(&id) {
-        return fail(
-            CUresult::CUDA_ERROR_INVALID_HANDLE,
-            format!("{call}: graph exec 0x{id:x} does not exist"),
-        );
-    }
-    code(stream_key(&state, hStream, call).map(drop))
+    with_state(call, |state| {
+        let id = from_handle(hGraphExec);
+        if !state.execs.contains_key(&id) {
+            return fail(
+                CUresult::CUDA_ERROR_INVALID_HANDLE,
+                format!("{call}: graph exec 0x{id:x} does not exist"),
+            );
+        }
+        code(stream_key(state, hStream, call).map(drop))
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuGraphExecDestroy(hGraphExec: CUgraphExec) -> CUresult {
     let call = "cuGraphExecDestroy";
-    let mut state = match ready(call) {
-        Ok(s) => s,
-        Err(c) => return c,
-    };
-    let id = from_handle(hGraphExec);
-    match state.execs.remove(&id) {
-        Some(_) => CUresult::CUDA_SUCCESS,
-        None => fail(
-            CUresult::CUDA_ERROR_INVALID_HANDLE,
-            format!("{call}: graph exec 0x{id:x} does not exist"),
-        ),
-    }
+    with_state(call, |state| {
+        let id = from_handle(hGraphExec);
+        match state.execs.remove(&id) {
+            Some(_) => CUresult::CUDA_SUCCESS,
+            None => fail(
+                CUresult::CUDA_ERROR_INVALID_HANDLE,
+                format!("{call}: graph exec 0x{id:x} does not exist"),
+            ),
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuGraphDestroy(hGraph: CUgraph) -> CUresult {
     let call = "cuGraphDestroy";
-    let mut state = match ready(call) {
-        Ok(s) => s,
-        Err(c) => return c,
-    };
-    let id = from_handle(hGraph);
-    match state.graphs.remove(&id) {
-        Some(_) => CUresult::CUDA_SUCCESS,
-        None => fail(
-            CUresult::CUDA_ERROR_INVALID_HANDLE,
-            format!("{call}: graph 0x{id:x} does not exist"),
-        ),
-    }
+    with_state(call, |state| {
+        let id = from_handle(hGraph);
+        match state.graphs.remove(&id) {
+            Some(_) => CUresult::CUDA_SUCCESS,
+            None => fail(
+                CUresult::CUDA_ERROR_INVALID_HANDLE,
+                format!("{call}: graph 0x{id:x} does not exist"),
+            ),
+        }
+    })
 }
