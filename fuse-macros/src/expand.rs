@@ -29,7 +29,7 @@ pub fn expand(
     let models = cap.models.iter().map(|m| {
         // Capture ran once for the module; each model's line repeats it.
         let mut timings = timings.clone();
-        let tokens = expand_model(module, m, &source, contract, &mut timings);
+        let tokens = expand_model(module, m, &source, contract, &mut timings, report);
         if report {
             timings.size("tokens", count_tokens(&tokens));
             timings.size("bytes", tokens.to_string().len());
@@ -183,6 +183,7 @@ fn expand_model(
     source: &str,
     contract: &Contract,
     timings: &mut Timings,
+    report: bool,
 ) -> TokenStream {
     let g = &m.graph;
     let name = &m.name;
@@ -200,10 +201,6 @@ fn expand_model(
     });
     let (fused_items, fused_program) = (fused_cpu.items, fused_cpu.program);
     let (eager_items, eager_program) = (eager_cpu.items, eager_cpu.program);
-    timings.size("fused kernels", fused.kernels.len());
-    timings.size("fused functions", count_functions(&fused_items));
-    timings.size("eager kernels", eager.kernels.len());
-    timings.size("eager functions", count_functions(&eager_items));
     let rt = quote!(::fuse_runtime::__private);
     let params = g.params.iter().enumerate().map(|(i, p)| {
         let pname = &p.name;
@@ -267,12 +264,19 @@ fn expand_model(
         .unwrap_or_default();
     let plan_hash = fused.hash;
     let cuda_spec = timings.time("write cuda", || cuda::spec(&fused, &eager, &name_str));
-    // The kernel functions are what rustc compiles; the rest is literals (plan tables, CUDA sources, the source).
-    timings.size(
-        "kernel tokens",
-        count_tokens(&fused_items) + count_tokens(&eager_items),
-    );
-    timings.size("cuda bytes", cuda_spec.to_string().len());
+    // Measuring walks (and prints) everything generated: only when asked.
+    if report {
+        timings.size("fused kernels", fused.kernels.len());
+        timings.size("fused functions", count_functions(&fused_items));
+        timings.size("eager kernels", eager.kernels.len());
+        timings.size("eager functions", count_functions(&eager_items));
+        // The kernel functions are what rustc compiles; the rest is literals (tables, CUDA sources, the source).
+        timings.size(
+            "kernel tokens",
+            count_tokens(&fused_items) + count_tokens(&eager_items),
+        );
+        timings.size("cuda bytes", cuda_spec.to_string().len());
+    }
     let vis = quote!(pub);
     quote! {
         #broken_contract
