@@ -5,7 +5,7 @@
 use rayon::prelude::*;
 
 use super::gemm::{sgemm, Strided};
-use super::par::{batch_offsets, simd_run, RowTask};
+use super::par::{batch_offsets, SimdTask};
 use super::scratch::{with_buffer, SCORES};
 
 /// Where a matrix operand's element `(row, col)` of one batch is: `offset + row·rs + col·cs` (plus the batch's
@@ -17,14 +17,14 @@ pub struct Operand {
     pub cs: usize,
 }
 
-/// `out[b] = softmax(f(Q[b] · K[b])) · V[b]` with `B_DIMS` batch dims: Q is m×d, K (already transposed) d×n,
-/// V n×dv; `out` is contiguous `[batch.., m, dv]`. Batch strides are per operand (0 broadcasts).
+/// `out[b] = softmax(f(Q[b] · K[b])) · V[b]` with `batch` dims: Q is m×d, K (already transposed) d×n, V n×dv;
+/// `out` is contiguous `[batch.., m, dv]`. Batch strides are per operand (0 broadcasts).
 #[derive(Clone, Copy, Debug)]
-pub struct AttentionSpec<const B_DIMS: usize> {
-    pub batch: [usize; B_DIMS],
-    pub q_batch: [usize; B_DIMS],
-    pub k_batch: [usize; B_DIMS],
-    pub v_batch: [usize; B_DIMS],
+pub struct AttentionSpec<'s> {
+    pub batch: &'s [usize],
+    pub q_batch: &'s [usize],
+    pub k_batch: &'s [usize],
+    pub v_batch: &'s [usize],
     pub m: usize,
     pub n: usize,
     pub d: usize,
@@ -42,13 +42,13 @@ const PARALLEL_MIN_FLOPS: usize = 1 << 20;
 
 /// Runs the attention of `spec`; `scores.run(first_row, block)` turns a block of raw scores (rows of `n`,
 /// `first_row` counted over `[batch.., m]`) into probabilities in place.
-pub fn attention<const B_DIMS: usize, S: RowTask + Sync>(
-    spec: &AttentionSpec<B_DIMS>,
+pub fn attention(
+    spec: &AttentionSpec<'_>,
     q: &[f32],
     k: &[f32],
     v: &[f32],
     out: &mut [f32],
-    scores: &S,
+    scores: &dyn SimdTask,
 ) {
     let batches: usize = spec.batch.iter().product();
     let (m, n, dv) = (spec.m, spec.n, spec.dv);
@@ -87,24 +87,20 @@ pub fn attention<const B_DIMS: usize, S: RowTask + Sync>(
 
 /// One block: rows `row0..` of batch `b`, written to `block` (`rows × dv`); `probs` (`rows × n`) holds its scores.
 #[allow(clippy::too_many_arguments)]
-fn block_attention<const B_DIMS: usize, S: RowTask>(
-    spec: &AttentionSpec<B_DIMS>,
+fn block_attention(
+    spec: &AttentionSpec<'_>,
     q: &[f32],
     k: &[f32],
     v: &[f32],
     b: usize,
     row0: usize,
     block: &mut [f32],
-    scores: &S,
+    scores: &dyn SimdTask,
     probs: &mut [f32],
 ) {
     let (n, d, dv) = (spec.n, spec.d, spec.dv);
     let rows = block.len() / dv;
-    let [qb, kb, vb] = batch_offsets(
-        &spec.batch,
-        [&spec.q_batch, &spec.k_batch, &spec.v_batch],
-        b,
-    );
+    let [qb, kb, vb] = batch_offsets(spec.batch, [spec.q_batch, spec.k_batch, spec.v_batch], b);
     let (qo, ko, vo) = (
         spec.q.offset + qb + row0 * spec.q.rs,
         spec.k.offset + kb,
@@ -129,7 +125,7 @@ fn block_attention<const B_DIMS: usize, S: RowTask>(
                 Strided::new(probs.as_mut_ptr(), n as isize, 1),
             );
         }
-        simd_run(scores, b * spec.m + row0, probs);
+        scores.run_simd(b * spec.m + row0, probs);
     }
     // SAFETY: the last element read from V is in bounds (checked above); `block` is rows × dv, row-major.
     unsafe {
@@ -147,6 +143,7 @@ fn block_attention<const B_DIMS: usize, S: RowTask>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu::par::RowTask;
     use crate::cpu::rows::softmax_in_place;
     use crate::tensor::Tensor;
 
@@ -174,11 +171,11 @@ mod tests {
             // K stored as [heads, n, d]: Kᵀ's (row = c, col = j) is at j·d + c.
             let kv = Tensor::randn(&[heads * n * d], 2).to_f32_vec();
             let vv = Tensor::randn(&[n * dv], 3).to_f32_vec();
-            let spec = AttentionSpec::<1> {
-                batch: [heads],
-                q_batch: [m * d],
-                k_batch: [n * d],
-                v_batch: [0],
+            let spec = AttentionSpec {
+                batch: &[heads],
+                q_batch: &[m * d],
+                k_batch: &[n * d],
+                v_batch: &[0],
                 m,
                 n,
                 d,

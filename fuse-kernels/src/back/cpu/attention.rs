@@ -34,7 +34,7 @@ pub fn attention(plan: &Plan, k: &Kernel, att: &Attention) -> TokenStream {
     let batch_dims = (0..batch).map(|i| quote!(shape[#i]));
     let strides = |st: &proc_macro2::Ident| {
         let s = (0..batch).map(move |i| quote!(#st[#i]));
-        quote!([#(#s),*])
+        quote!(&[#(#s),*])
     };
     let (q_batch, k_batch, v_batch) = (strides(&sq), strides(&sk), strides(&sv));
     let (rows, cols) = (batch, batch + 1);
@@ -47,8 +47,8 @@ pub fn attention(plan: &Plan, k: &Kernel, att: &Attention) -> TokenStream {
         #shape
         #setup
         let out = ctx.out_f32(#out);
-        let spec = #rt::AttentionSpec::<#batch> {
-            batch: [#(#batch_dims),*],
+        let spec = #rt::AttentionSpec {
+            batch: &[#(#batch_dims),*],
             q_batch: #q_batch,
             k_batch: #k_batch,
             v_batch: #v_batch,

@@ -398,7 +398,7 @@ fn matmul(plan: &Plan, k: &Kernel, anchor: NodeId) -> TokenStream {
     let b_batch = (0..batch).map(|i| quote!(#sb[#i]));
     let (am, ak) = (batch, batch + 1);
     let (epilogue_task, epilogue_arg) = if epilogue.is_empty() {
-        (quote!(), quote!(None::<&#rt::NoEpilogue>))
+        (quote!(), quote!(None))
     } else {
         let task = in_place_task(plan, k, anchor, &epilogue, k.output, rank, quote!());
         (task, quote!(Some(&task)))
@@ -407,10 +407,10 @@ fn matmul(plan: &Plan, k: &Kernel, anchor: NodeId) -> TokenStream {
         #shape
         #setup
         let out = ctx.out_f32(#out);
-        let spec = #rt::GemmSpec::<#batch> {
-            batch: [#(#batch_dims),*],
-            a_batch: [#(#a_batch),*],
-            b_batch: [#(#b_batch),*],
+        let spec = #rt::GemmSpec {
+            batch: &[#(#batch_dims),*],
+            a_batch: &[#(#a_batch),*],
+            b_batch: &[#(#b_batch),*],
             m: shape[#rank - 2],
             k: #kdim,
             n: shape[#rank - 1],
