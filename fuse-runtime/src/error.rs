@@ -252,6 +252,10 @@ pub enum Error {
         expected: u64,
         found: u64,
     },
+
+    /// Generation options out of range, or logits that are not a distribution (`generate`).
+    #[error("generation: {0}")]
+    Generation(String),
 }
 
 /// The runtime's result type.

@@ -9,6 +9,7 @@ pub mod cuda;
 pub mod device;
 pub mod error;
 pub mod exec;
+pub mod generate;
 pub mod memory;
 pub mod model;
 pub mod pool;

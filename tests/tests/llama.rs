@@ -7,8 +7,10 @@
 //! model has no KV cache yet: each step runs the whole prefix again (positions, rotary tables and the causal mask
 //! are inputs), which is what the reference's logits were computed with too.
 
+use std::ops::ControlFlow;
 use std::path::Path;
 
+use fuse_runtime::generate::{generate_batch, Decoding, Finish, GenerateOptions};
 use fuse_runtime::{fused_model, PlanMode, Tensor};
 
 #[fused_model]
@@ -295,14 +297,6 @@ fn last_logits(model: &Llama, mode: PlanMode, tokens: &[i64], theta: f64) -> Vec
     logits[(seq - 1) * VOCAB..].to_vec()
 }
 
-fn argmax(values: &[f32]) -> i64 {
-    let best = values
-        .iter()
-        .enumerate()
-        .fold(0, |best, (i, &v)| if v > values[best] { i } else { best });
-    best as i64
-}
-
 #[test]
 fn the_configuration_is_the_references() {
     let r = reference();
@@ -332,36 +326,57 @@ fn the_configuration_is_the_references() {
     }
 }
 
-/// Greedy decoding, fused and eager plans, token for token against transformers for 32 new tokens; the logits
-/// at the recorded steps within f32 tolerance.
+/// Greedy decoding through `fuse_runtime::generate`, all prompts in one batch, fused and eager plans: token for
+/// token against transformers for 32 new tokens, and the logits at the recorded steps within f32 tolerance.
 #[test]
 fn greedy_continuation_matches_transformers() {
     let r = reference();
     let model = model();
     let theta = r.config["rope_theta"].as_f64().expect("rope_theta");
+    let prompts: Vec<Vec<i64>> = r.cases.iter().map(|c| c.prompt.clone()).collect();
+    let options = GenerateOptions {
+        decoding: Decoding::Greedy,
+        max_new_tokens: 32,
+        stop_tokens: vec![],
+    };
     for mode in [PlanMode::Fused, PlanMode::Eager] {
-        for case in &r.cases {
-            let mut tokens = case.prompt.clone();
-            for (step, &want) in case.tokens.iter().enumerate() {
-                let logits = last_logits(&model, mode, &tokens, theta);
-                if let Some((_, reference)) = case.logits.iter().find(|(s, _)| *s == step) {
-                    for (i, (&got, &want)) in logits.iter().zip(reference).enumerate() {
-                        assert!(
-                            (f64::from(got) - want).abs() <= 2e-4 + 2e-4 * want.abs(),
-                            "{mode:?} prompt {:?} step {step} logit {i}: {got} vs transformers {want}",
-                            case.prompt
-                        );
+        let mut streamed = vec![Vec::new(); prompts.len()];
+        let generated = generate_batch(
+            &prompts,
+            &options,
+            |sequences| {
+                let mut rows = Vec::new();
+                for seq in sequences {
+                    let logits = last_logits(&model, mode, seq, theta);
+                    let case = r.cases.iter().find(|c| seq.starts_with(&c.prompt)).expect("a prompt");
+                    let step = seq.len() - case.prompt.len();
+                    if let Some((_, reference)) = case.logits.iter().find(|(s, _)| *s == step) {
+                        for (i, (&got, &want)) in logits.iter().zip(reference).enumerate() {
+                            assert!(
+                                (f64::from(got) - want).abs() <= 2e-4 + 2e-4 * want.abs(),
+                                "{mode:?} prompt {:?} step {step} logit {i}: {got} vs transformers {want}",
+                                case.prompt
+                            );
+                        }
                     }
+                    rows.push(logits);
                 }
-                let got = argmax(&logits);
-                assert_eq!(
-                    got, want,
-                    "{mode:?} prompt {:?} step {step}: token {got}, transformers chose {want} (the reference's \
-                     smallest top-2 margin is {})",
-                    case.prompt, r.min_margin
-                );
-                tokens.push(got);
-            }
+                Ok(rows)
+            },
+            |i, token| {
+                streamed[i].push(token);
+                ControlFlow::Continue(())
+            },
+        )
+        .expect("generation runs");
+        for ((case, g), streamed) in r.cases.iter().zip(&generated).zip(&streamed) {
+            assert_eq!(
+                g.tokens, case.tokens,
+                "{mode:?} prompt {:?}: fuse's greedy tokens, then transformers' (the reference's smallest top-2 \
+                 margin is {})",
+                case.prompt, r.min_margin
+            );
+            assert_eq!((g.finish, streamed), (Finish::Length, &g.tokens));
         }
     }
 }
