@@ -5,7 +5,8 @@
 //! The reference is `tests/data/llama_greedy.json`, made by `scripts/llama_reference.py` (which says how); the
 //! weights come from the generator that script uses, repeated in [`weight`], so no checkpoint is committed. The
 //! model has no KV cache yet: each step runs the whole prefix again (positions, rotary tables and the causal mask
-//! are inputs), which is what the reference's logits were computed with too.
+//! are inputs), which is what the reference's logits were computed with too. The prompts run as one left-padded
+//! batch, so the test also shows that a batch of prompts of different lengths gives each its own tokens.
 
 use std::ops::ControlFlow;
 use std::path::Path;
@@ -75,7 +76,8 @@ pub mod llama {
             x.reshape([b, s, heads, HEAD_DIM]).permute([0, 2, 1, 3])
         }
 
-        /// Hugging Face's `x * cos + rotate_half(x) * sin`, `rotate_half(x) = [-x2, x1]`.
+        /// Hugging Face's `x * cos + rotate_half(x) * sin`, `rotate_half(x) = [-x2, x1]`; `cos`/`sin` are
+        /// `[batch, 1, seq, HEAD_DIM]`.
         fn rope(&self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor {
             let x1 = x.slice(3, 0, HALF);
             let x2 = x.slice(3, HALF, HEAD_DIM);
@@ -85,6 +87,11 @@ pub mod llama {
 
         pub fn forward(&self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor) -> Tensor {
             let (b, s) = (x.dim(0), x.dim(1));
+            let (cos, sin) = (
+                cos.reshape([b, 1, s, HEAD_DIM]),
+                sin.reshape([b, 1, s, HEAD_DIM]),
+            );
+            let mask = mask.reshape([b, 1, 1, s, s]);
             let q = self.rope(self.heads(self.q_proj.forward(x), HEADS), cos, sin);
             let k = self.rope(self.heads(self.k_proj.forward(x), KV_HEADS), cos, sin);
             let v = self.heads(self.v_proj.forward(x), KV_HEADS);
@@ -150,14 +157,14 @@ pub mod llama {
     }
 
     impl Llama {
-        /// `cos`/`sin`: the rotary tables at the positions of `ids`; `mask`: 0 where a position may attend, a large
-        /// negative number where it may not (the causal mask). Returns the logits `[batch, seq, VOCAB]`.
+        /// `cos`/`sin`: the rotary tables at each token's position; `mask`: 0 where a token may attend, a large
+        /// negative number where it may not (later tokens, padding). Returns the logits `[batch, seq, VOCAB]`.
         pub fn forward(
             &self,
             #[shape(batch, seq)] ids: Tensor<i64>,
-            #[shape(seq, HEAD_DIM)] cos: Tensor,
-            #[shape(seq, HEAD_DIM)] sin: Tensor,
-            #[shape(seq, seq)] mask: Tensor,
+            #[shape(batch, seq, HEAD_DIM)] cos: Tensor,
+            #[shape(batch, seq, HEAD_DIM)] sin: Tensor,
+            #[shape(batch, seq, seq)] mask: Tensor,
         ) -> Tensor {
             self.lm_head
                 .forward(self.model.forward(ids, cos, sin, mask))
@@ -261,40 +268,54 @@ fn model() -> Llama {
     Llama::from_weights(weights).expect("weights fit the model")
 }
 
-/// Rotary tables for positions `0..seq` (Hugging Face's layout: the frequencies twice) and the causal mask.
-fn position_inputs(seq: usize, theta: f64) -> (Tensor, Tensor, Tensor) {
-    let (mut cos, mut sin) = (Vec::new(), Vec::new());
-    for pos in 0..seq {
-        for i in 0..HEAD_DIM {
-            let j = i % HALF;
-            let inv_freq = 1.0 / theta.powf((2 * j) as f64 / HEAD_DIM as f64);
-            let angle = pos as f64 * inv_freq;
-            cos.push(angle.cos() as f32);
-            sin.push(angle.sin() as f32);
+/// The inputs for a batch of sequences of different lengths, left-padded to the longest (as Hugging Face pads for
+/// generation): ids (0 in the padding), the rotary tables at each token's position (counted from its first real
+/// token) and a mask that lets a token see itself and the real tokens before it. Every sequence's last token is in
+/// the last column.
+fn batch_inputs(sequences: &[&[i64]], theta: f64) -> [Tensor; 4] {
+    let batch = sequences.len();
+    let seq = sequences.iter().map(|s| s.len()).max().unwrap_or(0);
+    let (mut ids, mut cos, mut sin, mut mask) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for tokens in sequences {
+        let pad = seq - tokens.len();
+        ids.extend(std::iter::repeat_n(0, pad).chain(tokens.iter().copied()));
+        for col in 0..seq {
+            let pos = col.saturating_sub(pad);
+            for i in 0..HEAD_DIM {
+                let inv_freq = 1.0 / theta.powf((2 * (i % HALF)) as f64 / HEAD_DIM as f64);
+                let angle = pos as f64 * inv_freq;
+                cos.push(angle.cos() as f32);
+                sin.push(angle.sin() as f32);
+            }
+        }
+        for row in 0..seq {
+            for col in 0..seq {
+                let visible = col == row || (col >= pad && col < row);
+                mask.push(if visible { 0.0 } else { -1e9 });
+            }
         }
     }
-    let mask = (0..seq * seq)
-        .map(|i| if i % seq > i / seq { -1e9 } else { 0.0 })
-        .collect();
-    let shape = [seq, HEAD_DIM];
-    (
-        Tensor::from_f32(&shape, cos).expect("cos"),
-        Tensor::from_f32(&shape, sin).expect("sin"),
-        Tensor::from_f32(&[seq, seq], mask).expect("mask"),
-    )
+    let table = [batch, seq, HEAD_DIM];
+    [
+        Tensor::from_i64(&[batch, seq], ids).expect("ids"),
+        Tensor::from_f32(&table, cos).expect("cos"),
+        Tensor::from_f32(&table, sin).expect("sin"),
+        Tensor::from_f32(&[batch, seq, seq], mask).expect("mask"),
+    ]
 }
 
-/// The last position's logits for `tokens` (one sequence), recomputing the whole prefix.
-fn last_logits(model: &Llama, mode: PlanMode, tokens: &[i64], theta: f64) -> Vec<f32> {
-    let seq = tokens.len();
-    let ids = Tensor::from_i64(&[1, seq], tokens.to_vec()).expect("ids");
-    let (cos, sin, mask) = position_inputs(seq, theta);
+/// Each sequence's next-token logits, the whole batch in one run (recomputing every prefix).
+fn next_logits(model: &Llama, mode: PlanMode, sequences: &[&[i64]], theta: f64) -> Vec<Vec<f32>> {
+    let inputs = batch_inputs(sequences, theta);
+    let seq = inputs[0].shape()[1];
     let logits = model
         .compiled()
-        .run_one(mode, &[&ids, &cos, &sin, &mask])
+        .run_one(mode, &inputs.iter().collect::<Vec<_>>())
         .expect("the model runs")
         .to_f32_vec();
-    logits[(seq - 1) * VOCAB..].to_vec()
+    (0..sequences.len())
+        .map(|b| logits[((b + 1) * seq - 1) * VOCAB..(b + 1) * seq * VOCAB].to_vec())
+        .collect()
 }
 
 #[test]
@@ -326,8 +347,9 @@ fn the_configuration_is_the_references() {
     }
 }
 
-/// Greedy decoding through `fuse_runtime::generate`, all prompts in one batch, fused and eager plans: token for
-/// token against transformers for 32 new tokens, and the logits at the recorded steps within f32 tolerance.
+/// Greedy decoding through `fuse_runtime::generate`, the three prompts (5, 2 and 9 tokens) left-padded into one
+/// batch, fused and eager plans: each prompt's 32 new tokens equal what transformers generates for it alone, and
+/// its logits at the recorded steps agree within f32 tolerance.
 #[test]
 fn greedy_continuation_matches_transformers() {
     let r = reference();
@@ -345,9 +367,8 @@ fn greedy_continuation_matches_transformers() {
             &prompts,
             &options,
             |sequences| {
-                let mut rows = Vec::new();
-                for seq in sequences {
-                    let logits = last_logits(&model, mode, seq, theta);
+                let rows = next_logits(&model, mode, sequences, theta);
+                for (seq, logits) in sequences.iter().zip(&rows) {
                     let case = r.cases.iter().find(|c| seq.starts_with(&c.prompt)).expect("a prompt");
                     let step = seq.len() - case.prompt.len();
                     if let Some((_, reference)) = case.logits.iter().find(|(s, _)| *s == step) {
@@ -359,7 +380,6 @@ fn greedy_continuation_matches_transformers() {
                             );
                         }
                     }
-                    rows.push(logits);
                 }
                 Ok(rows)
             },
