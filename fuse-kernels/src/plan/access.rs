@@ -44,6 +44,70 @@ impl Access {
     }
 }
 
+/// The strides that read a strided view (`shape`, `strides`) as `new_shape` (same element count, row-major order
+/// kept), or `None` when no strides can: PyTorch's rule for `view` (`computeStride`). The old dims are cut into
+/// chunks that are contiguous with respect to each other (dim i's stride is dim i+1's stride times its length);
+/// each chunk must be covered exactly by consecutive new dims, which then stride through it contiguously. So a
+/// reshape that inserts or removes unit dims, or splits or merges dims inside a chunk, is a view even of a
+/// permuted or sliced value (a head split `[b, kv, s, d] → [b, kv, 1, s, d]` for grouped-query attention), and
+/// only one that merges across a chunk boundary needs a copy. Dims are monomials, so "covered exactly" is
+/// structural equality; a dynamic dim that happens to be 1 at run time keeps the strides valid.
+pub fn reshape_strides(shape: &[Dim], strides: &[Dim], new_shape: &[Dim]) -> Option<Vec<Dim>> {
+    let mut new_strides = vec![zero(); new_shape.len()];
+    let mut view_d = new_shape.len();
+    let Some(mut chunk_base) = strides.last().cloned() else {
+        // A scalar: every new dim is 1.
+        return new_shape.iter().all(Dim::is_one).then_some(new_strides);
+    };
+    let (mut tensor_numel, mut view_numel) = (Dim::fixed(1), Dim::fixed(1));
+    for d in (0..shape.len()).rev() {
+        tensor_numel = tensor_numel.mul(&shape[d]);
+        let chunk_ends =
+            d == 0 || (!shape[d - 1].is_one() && strides[d - 1] != tensor_numel.mul(&chunk_base));
+        if !chunk_ends {
+            continue;
+        }
+        while view_d > 0
+            && ((view_numel != tensor_numel && divides(&view_numel, &tensor_numel))
+                || new_shape[view_d - 1].is_one())
+        {
+            let next = view_numel.mul(&new_shape[view_d - 1]);
+            if !divides(&next, &tensor_numel) && !new_shape[view_d - 1].is_one() {
+                return None;
+            }
+            new_strides[view_d - 1] = view_numel.mul(&chunk_base);
+            view_numel = next;
+            view_d -= 1;
+        }
+        if view_numel != tensor_numel {
+            return None;
+        }
+        if d > 0 {
+            chunk_base = strides[d - 1].clone();
+            tensor_numel = Dim::fixed(1);
+            view_numel = Dim::fixed(1);
+        }
+    }
+    (view_d == 0).then_some(new_strides)
+}
+
+/// Whether monomial `part` divides `whole` (its coefficient divides, and its symbols are among `whole`'s).
+fn divides(part: &Dim, whole: &Dim) -> bool {
+    if part.coeff == 0 || whole.coeff % part.coeff != 0 {
+        return false;
+    }
+    let mut syms = whole.syms.clone();
+    part.syms
+        .iter()
+        .all(|s| match syms.iter().position(|t| t == s) {
+            Some(i) => {
+                syms.remove(i);
+                true
+            }
+            None => false,
+        })
+}
+
 /// Why a view cannot be read in place.
 #[derive(Debug)]
 pub struct NeedsCopy(pub NodeId);
@@ -87,13 +151,15 @@ pub fn view_access(
         }
         Op::Reshape { input, shape } => {
             let inner = view_access(g, *input, materialized)?;
-            if !inner.is_contiguous() {
-                return Err(NeedsCopy(*input));
-            }
+            let strides = if inner.is_contiguous() {
+                contiguous_strides(&shape.0)
+            } else {
+                reshape_strides(&inner.shape, &inner.strides, &shape.0).ok_or(NeedsCopy(*input))?
+            };
             Ok(Access {
                 base: inner.base,
                 offset: inner.offset,
-                strides: contiguous_strides(&shape.0),
+                strides,
                 shape: shape.0.clone(),
             })
         }
@@ -113,3 +179,7 @@ pub fn broadcast_to(mut a: Access, target: &Shape) -> Access {
     a.strides = strides;
     a
 }
+
+#[cfg(test)]
+#[path = "access_tests.rs"]
+mod tests;
