@@ -90,6 +90,23 @@ impl Dim {
         }
     }
 
+    /// `self / part` when `part` divides it as a monomial (its coefficient divides, its symbols are among
+    /// `self`'s), else `None`.
+    pub fn divide(&self, part: &Dim) -> Option<Dim> {
+        if part.coeff == 0 || !self.coeff.is_multiple_of(part.coeff) {
+            return None;
+        }
+        let mut syms = self.syms.clone();
+        for s in &part.syms {
+            let i = syms.iter().position(|t| t == s)?;
+            syms.remove(i);
+        }
+        Some(Dim {
+            coeff: self.coeff / part.coeff,
+            syms,
+        })
+    }
+
     /// Value of this dim once the dynamic dims are known.
     pub fn eval(&self, dyn_values: &[usize]) -> usize {
         self.syms

@@ -68,11 +68,11 @@ pub fn reshape_strides(shape: &[Dim], strides: &[Dim], new_shape: &[Dim]) -> Opt
             continue;
         }
         while view_d > 0
-            && ((view_numel != tensor_numel && divides(&view_numel, &tensor_numel))
+            && ((view_numel != tensor_numel && tensor_numel.divide(&view_numel).is_some())
                 || new_shape[view_d - 1].is_one())
         {
             let next = view_numel.mul(&new_shape[view_d - 1]);
-            if !divides(&next, &tensor_numel) && !new_shape[view_d - 1].is_one() {
+            if tensor_numel.divide(&next).is_none() && !new_shape[view_d - 1].is_one() {
                 return None;
             }
             new_strides[view_d - 1] = view_numel.mul(&chunk_base);
@@ -89,23 +89,6 @@ pub fn reshape_strides(shape: &[Dim], strides: &[Dim], new_shape: &[Dim]) -> Opt
         }
     }
     (view_d == 0).then_some(new_strides)
-}
-
-/// Whether monomial `part` divides `whole` (its coefficient divides, and its symbols are among `whole`'s).
-fn divides(part: &Dim, whole: &Dim) -> bool {
-    if part.coeff == 0 || whole.coeff % part.coeff != 0 {
-        return false;
-    }
-    let mut syms = whole.syms.clone();
-    part.syms
-        .iter()
-        .all(|s| match syms.iter().position(|t| t == s) {
-            Some(i) => {
-                syms.remove(i);
-                true
-            }
-            None => false,
-        })
 }
 
 /// Why a view cannot be read in place.

@@ -36,7 +36,7 @@ fn reshapes(n: usize, limit: usize) -> Vec<Vec<usize>> {
             return;
         }
         for f in 2..=n {
-            if n % f == 0 {
+            if n.is_multiple_of(f) {
                 prefix.push(f);
                 go(n / f, prefix, out, limit);
                 prefix.pop();

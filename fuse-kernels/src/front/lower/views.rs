@@ -89,7 +89,7 @@ impl Lowerer<'_> {
         }
         if holes == 1 {
             let input = self.g.ty(x).shape.clone();
-            let filled = crate::infer::numel(&input).and_then(|n| divide_dims(&n, &known));
+            let filled = crate::infer::numel(&input).and_then(|n| n.divide(&known));
             let Some(filled) = filled else {
                 let text = self.g.fmt_shape(&input);
                 let count =
@@ -126,20 +126,4 @@ impl Lowerer<'_> {
             }
         }
     }
-}
-
-/// `total / part` as a dim, when `part` divides it exactly (coefficient and dynamic dims).
-fn divide_dims(total: &Dim, part: &Dim) -> Option<Dim> {
-    if part.coeff == 0 || !total.coeff.is_multiple_of(part.coeff) {
-        return None;
-    }
-    let mut syms = total.syms.clone();
-    for s in &part.syms {
-        let i = syms.iter().position(|t| t == s)?;
-        syms.remove(i);
-    }
-    Some(Dim {
-        coeff: total.coeff / part.coeff,
-        syms,
-    })
 }
