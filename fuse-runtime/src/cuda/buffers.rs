@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DeviceRepr, DriverError, ValidAsZeroBits};
 use half::bf16;
 
 use crate::device::Precision;
@@ -31,14 +31,7 @@ impl DeviceBuffer {
         precision: Precision,
         numel: usize,
     ) -> Result<Self> {
-        // cudarc allocates at least one element: a zero-length allocation is not a valid pointer to launch with.
-        let n = numel.max(1);
-        let alloc = |e| failed(&format!("allocating {numel} elements on the GPU"), e);
-        Ok(match (dtype, precision) {
-            (DType::I64, _) => DeviceBuffer::I64(stream.alloc_zeros(n).map_err(alloc)?),
-            (_, Precision::F32) => DeviceBuffer::F32(stream.alloc_zeros(n).map_err(alloc)?),
-            (_, Precision::Bf16) => DeviceBuffer::Bf16(stream.alloc_zeros(n).map_err(alloc)?),
-        })
+        Self::allocate(stream, dtype, precision, numel, true)
     }
 
     /// A buffer of `numel` elements left as the allocator gives it: for outputs, which the plan's kernels write
@@ -50,17 +43,37 @@ impl DeviceBuffer {
         precision: Precision,
         numel: usize,
     ) -> Result<Self> {
+        Self::allocate(stream, dtype, precision, numel, false)
+    }
+
+    fn allocate(
+        stream: &Arc<CudaStream>,
+        dtype: DType,
+        precision: Precision,
+        numel: usize,
+        zeroed: bool,
+    ) -> Result<Self> {
+        fn slice<T: DeviceRepr + ValidAsZeroBits>(
+            stream: &Arc<CudaStream>,
+            n: usize,
+            zeroed: bool,
+        ) -> std::result::Result<CudaSlice<T>, DriverError> {
+            if zeroed {
+                stream.alloc_zeros(n)
+            } else {
+                // SAFETY: f32, bf16 and i64 have no invalid bit patterns, and device memory is only ever read
+                // through copies and kernels, never as a Rust reference.
+                unsafe { stream.alloc(n) }
+            }
+        }
+        // cudarc allocates at least one element: a zero-length allocation is not a valid pointer to launch with.
         let n = numel.max(1);
         let alloc = |e| failed(&format!("allocating {numel} elements on the GPU"), e);
-        // SAFETY: f32, bf16 and i64 have no invalid bit patterns, and device memory is only ever read through
-        // copies and kernels, never as a Rust reference.
-        unsafe {
-            Ok(match (dtype, precision) {
-                (DType::I64, _) => DeviceBuffer::I64(stream.alloc(n).map_err(alloc)?),
-                (_, Precision::F32) => DeviceBuffer::F32(stream.alloc(n).map_err(alloc)?),
-                (_, Precision::Bf16) => DeviceBuffer::Bf16(stream.alloc(n).map_err(alloc)?),
-            })
-        }
+        Ok(match (dtype, precision) {
+            (DType::I64, _) => DeviceBuffer::I64(slice(stream, n, zeroed).map_err(alloc)?),
+            (_, Precision::F32) => DeviceBuffer::F32(slice(stream, n, zeroed).map_err(alloc)?),
+            (_, Precision::Bf16) => DeviceBuffer::Bf16(slice(stream, n, zeroed).map_err(alloc)?),
+        })
     }
 
     /// The arena, left as the allocator gives it: the memory plan writes every slot before a kernel reads it

@@ -4,6 +4,8 @@
 use std::ffi::{c_uchar, c_void};
 
 use cudarc::driver::sys::{CUdeviceptr, CUresult, CUstream};
+use gpusim::memory::Fault;
+use gpusim::DeviceMemory;
 
 use super::{code, put, stream_key, with_state};
 use crate::ops::{enqueue, memory_fault, Op};
@@ -110,7 +112,37 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
     })
 }
 
-/// Host → device, at once. `sync`: the blocking variant, which capture forbids.
+/// What both directions of a host copy share: the capture and stream checks, nothing to do for 0 bytes, a null
+/// host pointer refused; then `copy` on the device memory, a fault reported against `device`.
+fn host_copy(
+    host: *const c_void,
+    device: CUdeviceptr,
+    len: usize,
+    stream: Option<CUstream>,
+    call: &str,
+    copy: impl FnOnce(&mut DeviceMemory) -> Result<(), Fault>,
+) -> CUresult {
+    with_state(call, |state| {
+        if let Err(c) = host_side_allowed(state, stream, call) {
+            return c;
+        }
+        if len == 0 {
+            return CUresult::CUDA_SUCCESS;
+        }
+        if host.is_null() {
+            return fail(
+                CUresult::CUDA_ERROR_INVALID_VALUE,
+                format!("{call}: null host pointer"),
+            );
+        }
+        match copy(&mut state.memory) {
+            Ok(()) => CUresult::CUDA_SUCCESS,
+            Err(f) => memory_fault(call, device, len, f).report(),
+        }
+    })
+}
+
+/// Host → device, at once.
 ///
 /// # Safety
 /// `src` must be valid for `len` bytes.
@@ -121,25 +153,10 @@ unsafe fn htod(
     stream: Option<CUstream>,
     call: &str,
 ) -> CUresult {
-    with_state(call, |state| {
-        if let Err(c) = host_side_allowed(state, stream, call) {
-            return c;
-        }
-        if len == 0 {
-            return CUresult::CUDA_SUCCESS;
-        }
-        if src.is_null() {
-            return fail(
-                CUresult::CUDA_ERROR_INVALID_VALUE,
-                format!("{call}: null host pointer"),
-            );
-        }
-        // SAFETY: the caller's contract.
+    host_copy(src, dst, len, stream, call, |memory| {
+        // SAFETY: the caller's contract; `host_copy` refused a null pointer and calls this only for len > 0.
         let data = unsafe { std::slice::from_raw_parts(src.cast::<u8>(), len) };
-        match state.memory.write(dst, data) {
-            Ok(()) => CUresult::CUDA_SUCCESS,
-            Err(f) => memory_fault(call, dst, len, f).report(),
-        }
+        memory.write(dst, data)
     })
 }
 
@@ -154,26 +171,11 @@ unsafe fn dtoh(
     stream: Option<CUstream>,
     call: &str,
 ) -> CUresult {
-    with_state(call, |state| {
-        if let Err(c) = host_side_allowed(state, stream, call) {
-            return c;
-        }
-        if len == 0 {
-            return CUresult::CUDA_SUCCESS;
-        }
-        if dst.is_null() {
-            return fail(
-                CUresult::CUDA_ERROR_INVALID_VALUE,
-                format!("{call}: null host pointer"),
-            );
-        }
-        // SAFETY: the caller's contract.
+    host_copy(dst.cast_const(), src, len, stream, call, |memory| {
+        // SAFETY: the caller's contract; `host_copy` refused a null pointer and calls this only for len > 0.
         let out = unsafe { std::slice::from_raw_parts_mut(dst.cast::<u8>(), len) };
         // A download of bytes no copy, memset or kernel ever wrote is a defect the GPU would hide behind garbage.
-        match state.memory.read(src, out, true) {
-            Ok(()) => CUresult::CUDA_SUCCESS,
-            Err(f) => memory_fault(call, src, len, f).report(),
-        }
+        memory.read(src, out, true)
     })
 }
 
