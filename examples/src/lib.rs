@@ -8,6 +8,7 @@ pub mod models {
     pub mod chain;
     pub mod encoder;
     pub mod layers;
+    pub mod llama;
     pub mod minilm;
     pub mod mlp;
 }

@@ -1,6 +1,7 @@
-//! A Llama (RMSNorm, rotary embeddings, grouped-query attention, SwiGLU, untied `lm_head`) written as one
-//! `#[fused_model]` with Hugging Face's parameter names, against `transformers`' `LlamaForCausalLM` on the same
-//! weights: the greedy continuation of each prompt, token for token, and the logits at several steps.
+//! The example Llama (`examples/src/models/llama.rs`: RMSNorm, rotary embeddings, grouped-query attention,
+//! SwiGLU, untied `lm_head`, Hugging Face's parameter names) in its `tiny` configuration, against `transformers`'
+//! `LlamaForCausalLM` on the same weights: the greedy continuation of each prompt, token for token, and the
+//! logits at several steps.
 //!
 //! The reference is `tests/data/llama_greedy.json`, made by `scripts/llama_reference.py` (which says how); the
 //! weights come from the generator that script uses, repeated in [`weight`], so no checkpoint is committed. The
@@ -11,168 +12,11 @@
 use std::ops::ControlFlow;
 use std::path::Path;
 
+use fuse_examples::models::llama::{inputs, last_logits, tiny};
 use fuse_runtime::generate::{generate_batch, Decoding, Finish, GenerateOptions};
-use fuse_runtime::{fused_model, PlanMode, Tensor};
+use fuse_runtime::{PlanMode, Tensor};
 
-#[fused_model]
-pub mod llama {
-    pub const VOCAB: usize = 128;
-    pub const HIDDEN: usize = 64;
-    pub const FFN: usize = 160;
-    pub const LAYERS: usize = 2;
-    pub const HEADS: usize = 4;
-    pub const KV_HEADS: usize = 2;
-    pub const GROUPS: usize = HEADS / KV_HEADS;
-    pub const HEAD_DIM: usize = HIDDEN / HEADS;
-    pub const HALF: usize = HEAD_DIM / 2;
-    pub const KV_DIM: usize = KV_HEADS * HEAD_DIM;
-    pub const SCALE: f64 = 0.25; // 1 / sqrt(HEAD_DIM)
-    pub const EPS: f64 = 1e-6;
-
-    pub struct Linear<const IN: usize, const OUT: usize> {
-        #[shape(OUT, IN)]
-        weight: Tensor,
-    }
-
-    impl<const IN: usize, const OUT: usize> Linear<IN, OUT> {
-        pub fn forward(&self, x: Tensor) -> Tensor {
-            x.matmul(&self.weight.t())
-        }
-    }
-
-    pub struct RmsNorm {
-        #[shape(HIDDEN)]
-        weight: Tensor,
-    }
-
-    impl RmsNorm {
-        pub fn forward(&self, x: Tensor) -> Tensor {
-            x.rms_norm(&self.weight, EPS)
-        }
-    }
-
-    pub struct Embedding {
-        #[shape(VOCAB, HIDDEN)]
-        weight: Tensor,
-    }
-
-    impl Embedding {
-        pub fn forward(&self, ids: Tensor) -> Tensor {
-            embedding(&self.weight, &ids)
-        }
-    }
-
-    pub struct Attention {
-        q_proj: Linear<HIDDEN, HIDDEN>,
-        k_proj: Linear<HIDDEN, KV_DIM>,
-        v_proj: Linear<HIDDEN, KV_DIM>,
-        o_proj: Linear<HIDDEN, HIDDEN>,
-    }
-
-    impl Attention {
-        /// `x` is `[batch, seq, HIDDEN]` → `[batch, heads, seq, HEAD_DIM]`.
-        fn heads(&self, x: Tensor, heads: usize) -> Tensor {
-            let (b, s) = (x.dim(0), x.dim(1));
-            x.reshape([b, s, heads, HEAD_DIM]).permute([0, 2, 1, 3])
-        }
-
-        /// Hugging Face's `x * cos + rotate_half(x) * sin`, `rotate_half(x) = [-x2, x1]`; `cos`/`sin` are
-        /// `[batch, 1, seq, HEAD_DIM]`.
-        fn rope(&self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor {
-            let x1 = x.slice(3, 0, HALF);
-            let x2 = x.slice(3, HALF, HEAD_DIM);
-            let rotated = concat([x2.neg(), x1], 3);
-            x * &cos + rotated * &sin
-        }
-
-        pub fn forward(&self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor) -> Tensor {
-            let (b, s) = (x.dim(0), x.dim(1));
-            let (cos, sin) = (
-                cos.reshape([b, 1, s, HEAD_DIM]),
-                sin.reshape([b, 1, s, HEAD_DIM]),
-            );
-            let mask = mask.reshape([b, 1, 1, s, s]);
-            let q = self.rope(self.heads(self.q_proj.forward(x), HEADS), cos, sin);
-            let k = self.rope(self.heads(self.k_proj.forward(x), KV_HEADS), cos, sin);
-            let v = self.heads(self.v_proj.forward(x), KV_HEADS);
-            // Grouped-query attention: the query heads of one KV head share it through a broadcast batch dim.
-            let q = q.reshape([b, KV_HEADS, GROUPS, s, HEAD_DIM]);
-            let k = k.reshape([b, KV_HEADS, 1, s, HEAD_DIM]);
-            let v = v.reshape([b, KV_HEADS, 1, s, HEAD_DIM]);
-            let scores = q.matmul(&k.transpose(3, 4)) * SCALE + &mask;
-            let out = scores.softmax(-1).matmul(&v);
-            let out = out.reshape([b, HEADS, s, HEAD_DIM]).permute([0, 2, 1, 3]);
-            self.o_proj.forward(out.reshape([b, s, HIDDEN]))
-        }
-    }
-
-    pub struct Mlp {
-        gate_proj: Linear<HIDDEN, FFN>,
-        up_proj: Linear<HIDDEN, FFN>,
-        down_proj: Linear<FFN, HIDDEN>,
-    }
-
-    impl Mlp {
-        pub fn forward(&self, x: Tensor) -> Tensor {
-            self.down_proj
-                .forward(self.gate_proj.forward(x).silu() * self.up_proj.forward(x))
-        }
-    }
-
-    pub struct DecoderLayer {
-        input_layernorm: RmsNorm,
-        self_attn: Attention,
-        post_attention_layernorm: RmsNorm,
-        mlp: Mlp,
-    }
-
-    impl DecoderLayer {
-        pub fn forward(&self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor) -> Tensor {
-            let x = x + self
-                .self_attn
-                .forward(self.input_layernorm.forward(x), cos, sin, mask);
-            x + self.mlp.forward(self.post_attention_layernorm.forward(x))
-        }
-    }
-
-    pub struct LlamaModel {
-        embed_tokens: Embedding,
-        layers: [DecoderLayer; LAYERS],
-        norm: RmsNorm,
-    }
-
-    impl LlamaModel {
-        pub fn forward(&self, ids: Tensor, cos: Tensor, sin: Tensor, mask: Tensor) -> Tensor {
-            let mut x = self.embed_tokens.forward(ids);
-            for layer in &self.layers {
-                x = layer.forward(x, cos, sin, mask);
-            }
-            self.norm.forward(x)
-        }
-    }
-
-    pub struct Llama {
-        model: LlamaModel,
-        lm_head: Linear<HIDDEN, VOCAB>,
-    }
-
-    impl Llama {
-        /// `cos`/`sin`: the rotary tables at each token's position; `mask`: 0 where a token may attend, a large
-        /// negative number where it may not (later tokens, padding). Returns the logits `[batch, seq, VOCAB]`.
-        pub fn forward(
-            &self,
-            #[shape(batch, seq)] ids: Tensor<i64>,
-            #[shape(batch, seq, HEAD_DIM)] cos: Tensor,
-            #[shape(batch, seq, HEAD_DIM)] sin: Tensor,
-            #[shape(batch, seq, seq)] mask: Tensor,
-        ) -> Tensor {
-            self.lm_head
-                .forward(self.model.forward(ids, cos, sin, mask))
-        }
-    }
-}
-
-use llama::*;
+use tiny::*;
 
 /// What `tests/data/llama_greedy.json` holds.
 struct Reference {
@@ -247,8 +91,8 @@ fn weight(name: &str, shape: &[usize], scale: f64, offset: f64) -> Tensor {
 }
 
 /// The model with the reference's weights, by Hugging Face's names.
-fn model() -> Llama {
-    let spec = Llama::spec();
+fn model() -> TinyLlama {
+    let spec = TinyLlama::spec();
     let weights = spec
         .params
         .iter()
@@ -265,57 +109,22 @@ fn model() -> Llama {
             weight(p.name, p.shape, scale, offset)
         })
         .collect();
-    Llama::from_weights(weights).expect("weights fit the model")
+    TinyLlama::from_weights(weights).expect("weights fit the model")
 }
 
-/// The inputs for a batch of sequences of different lengths, left-padded to the longest (as Hugging Face pads for
-/// generation): ids (0 in the padding), the rotary tables at each token's position (counted from its first real
-/// token) and a mask that lets a token see itself and the real tokens before it. Every sequence's last token is in
-/// the last column.
-fn batch_inputs(sequences: &[&[i64]], theta: f64) -> [Tensor; 4] {
-    let batch = sequences.len();
-    let seq = sequences.iter().map(|s| s.len()).max().unwrap_or(0);
-    let (mut ids, mut cos, mut sin, mut mask) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for tokens in sequences {
-        let pad = seq - tokens.len();
-        ids.extend(std::iter::repeat_n(0, pad).chain(tokens.iter().copied()));
-        for col in 0..seq {
-            let pos = col.saturating_sub(pad);
-            for i in 0..HEAD_DIM {
-                let inv_freq = 1.0 / theta.powf((2 * (i % HALF)) as f64 / HEAD_DIM as f64);
-                let angle = pos as f64 * inv_freq;
-                cos.push(angle.cos() as f32);
-                sin.push(angle.sin() as f32);
-            }
-        }
-        for row in 0..seq {
-            for col in 0..seq {
-                let visible = col == row || (col >= pad && col < row);
-                mask.push(if visible { 0.0 } else { -1e9 });
-            }
-        }
-    }
-    let table = [batch, seq, HEAD_DIM];
-    [
-        Tensor::from_i64(&[batch, seq], ids).expect("ids"),
-        Tensor::from_f32(&table, cos).expect("cos"),
-        Tensor::from_f32(&table, sin).expect("sin"),
-        Tensor::from_f32(&[batch, seq, seq], mask).expect("mask"),
-    ]
-}
-
-/// Each sequence's next-token logits, the whole batch in one run (recomputing every prefix).
-fn next_logits(model: &Llama, mode: PlanMode, sequences: &[&[i64]], theta: f64) -> Vec<Vec<f32>> {
-    let inputs = batch_inputs(sequences, theta);
-    let seq = inputs[0].shape()[1];
+/// Each sequence's next-token logits, the whole batch left-padded into one run (recomputing every prefix).
+fn next_logits(
+    model: &TinyLlama,
+    mode: PlanMode,
+    sequences: &[&[i64]],
+    theta: f64,
+) -> Vec<Vec<f32>> {
+    let inputs = inputs(sequences, HEAD_DIM, theta).expect("inputs");
     let logits = model
         .compiled()
         .run_one(mode, &inputs.iter().collect::<Vec<_>>())
-        .expect("the model runs")
-        .to_f32_vec();
-    (0..sequences.len())
-        .map(|b| logits[((b + 1) * seq - 1) * VOCAB..(b + 1) * seq * VOCAB].to_vec())
-        .collect()
+        .expect("the model runs");
+    last_logits(&logits, VOCAB)
 }
 
 #[test]
@@ -333,8 +142,8 @@ fn the_configuration_is_the_references() {
         ],
         [VOCAB, HIDDEN, FFN, LAYERS, HEADS, KV_HEADS]
     );
-    // Hugging Face's names, so a real checkpoint loads by `Llama::load`.
-    let names: Vec<&str> = Llama::spec().params.iter().map(|p| p.name).collect();
+    // Hugging Face's names, so a real checkpoint loads by `TinyLlama::load`.
+    let names: Vec<&str> = TinyLlama::spec().params.iter().map(|p| p.name).collect();
     for name in [
         "model.embed_tokens.weight",
         "model.layers.0.self_attn.q_proj.weight",

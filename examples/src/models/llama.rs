@@ -1,0 +1,288 @@
+//! Llama-family decoders (RMSNorm, rotary position embeddings, grouped-query attention, SwiGLU) with Hugging Face's
+//! parameter names (`model.embed_tokens.weight`, `model.layers.N.self_attn.q_proj.weight`, ..., `model.norm.weight`,
+//! `lm_head.weight`), so a `LlamaForCausalLM` checkpoint loads as it is.
+//!
+//! The blocks are one library, generic over the sizes; each configuration is a model of its own: `tiny` (the
+//! configuration `tests/tests/llama.rs` checks token for token against transformers) and `smollm` (SmolLM-135M's
+//! shape, benchmark W5). There is no KV cache yet: each call runs the whole sequence, and the rotary tables and the
+//! attention mask are inputs (`inputs` builds them for a left-padded batch).
+
+use fuse_runtime::{fused_model, Result, Tensor};
+
+#[fused_model(library)]
+pub mod llama_blocks {
+    /// `x · Wᵀ`, PyTorch's `nn.Linear` layout without a bias.
+    pub struct Linear<const IN: usize, const OUT: usize> {
+        #[shape(OUT, IN)]
+        weight: Tensor,
+    }
+
+    impl<const IN: usize, const OUT: usize> Linear<IN, OUT> {
+        pub fn forward(&self, x: Tensor) -> Tensor {
+            x.matmul(&self.weight.t())
+        }
+    }
+
+    pub struct RmsNorm<const H: usize> {
+        #[shape(H)]
+        weight: Tensor,
+    }
+
+    impl<const H: usize> RmsNorm<H> {
+        pub fn forward(&self, x: Tensor) -> Tensor {
+            x.rms_norm(&self.weight, 1e-5)
+        }
+    }
+
+    pub struct Embedding<const V: usize, const H: usize> {
+        #[shape(V, H)]
+        weight: Tensor,
+    }
+
+    impl<const V: usize, const H: usize> Embedding<V, H> {
+        pub fn forward(&self, ids: Tensor) -> Tensor {
+            embedding(&self.weight, &ids)
+        }
+
+        /// Tied embeddings: the output layer is the embedding table.
+        pub fn logits(&self, x: Tensor) -> Tensor {
+            x.matmul(&self.weight.t())
+        }
+    }
+
+    /// `KV_DIM` is `KV_HEADS · D` (a model checks it in its shapes).
+    pub struct Attention<
+        const H: usize,
+        const HEADS: usize,
+        const KV_HEADS: usize,
+        const D: usize,
+        const KV_DIM: usize,
+    > {
+        q_proj: Linear<H, H>,
+        k_proj: Linear<H, KV_DIM>,
+        v_proj: Linear<H, KV_DIM>,
+        o_proj: Linear<H, H>,
+    }
+
+    impl<
+            const H: usize,
+            const HEADS: usize,
+            const KV_HEADS: usize,
+            const D: usize,
+            const KV_DIM: usize,
+        > Attention<H, HEADS, KV_HEADS, D, KV_DIM>
+    {
+        /// Hugging Face's `x * cos + rotate_half(x) * sin`, `rotate_half(x) = [-x2, x1]`.
+        fn rope(&self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor {
+            let x1 = x.slice(3, 0, D / 2);
+            let x2 = x.slice(3, D / 2, D);
+            x * &cos + concat([x2.neg(), x1], 3) * &sin
+        }
+
+        /// `x`: `[batch, seq, H]`; `cos`/`sin`: `[batch, seq, D]`; `mask`: `[batch, seq, seq]`, added to the scores.
+        pub fn forward(&self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor) -> Tensor {
+            let (b, s) = (x.dim(0), x.dim(1));
+            let (cos, sin) = (cos.reshape([b, 1, s, D]), sin.reshape([b, 1, s, D]));
+            let q = self
+                .q_proj
+                .forward(x)
+                .reshape([b, s, HEADS, D])
+                .permute([0, 2, 1, 3]);
+            let k = self
+                .k_proj
+                .forward(x)
+                .reshape([b, s, KV_HEADS, D])
+                .permute([0, 2, 1, 3]);
+            let v = self
+                .v_proj
+                .forward(x)
+                .reshape([b, s, KV_HEADS, D])
+                .permute([0, 2, 1, 3]);
+            let (q, k) = (self.rope(q, cos, sin), self.rope(k, cos, sin));
+            // Grouped-query attention: the query heads of one KV head share it through a broadcast batch dim.
+            let q = q.reshape([b, KV_HEADS, HEADS / KV_HEADS, s, D]);
+            let k = k.reshape([b, KV_HEADS, 1, s, D]);
+            let v = v.reshape([b, KV_HEADS, 1, s, D]);
+            let scale = 1.0 / (D as f64).sqrt();
+            let scores = q.matmul(&k.transpose(3, 4)) * scale + &mask.reshape([b, 1, 1, s, s]);
+            let out = scores.softmax(-1).matmul(&v).reshape([b, HEADS, s, D]);
+            self.o_proj
+                .forward(out.permute([0, 2, 1, 3]).reshape([b, s, H]))
+        }
+    }
+
+    pub struct Mlp<const H: usize, const F: usize> {
+        gate_proj: Linear<H, F>,
+        up_proj: Linear<H, F>,
+        down_proj: Linear<F, H>,
+    }
+
+    impl<const H: usize, const F: usize> Mlp<H, F> {
+        pub fn forward(&self, x: Tensor) -> Tensor {
+            self.down_proj
+                .forward(self.gate_proj.forward(x).silu() * self.up_proj.forward(x))
+        }
+    }
+
+    pub struct DecoderLayer<
+        const H: usize,
+        const HEADS: usize,
+        const KV_HEADS: usize,
+        const D: usize,
+        const KV_DIM: usize,
+        const F: usize,
+    > {
+        input_layernorm: RmsNorm<H>,
+        self_attn: Attention<H, HEADS, KV_HEADS, D, KV_DIM>,
+        post_attention_layernorm: RmsNorm<H>,
+        mlp: Mlp<H, F>,
+    }
+
+    impl<
+            const H: usize,
+            const HEADS: usize,
+            const KV_HEADS: usize,
+            const D: usize,
+            const KV_DIM: usize,
+            const F: usize,
+        > DecoderLayer<H, HEADS, KV_HEADS, D, KV_DIM, F>
+    {
+        pub fn forward(&self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor) -> Tensor {
+            let attended = self
+                .self_attn
+                .forward(self.input_layernorm.forward(x), cos, sin, mask);
+            let x = x + attended;
+            x + self.mlp.forward(self.post_attention_layernorm.forward(x))
+        }
+    }
+}
+
+/// The configuration of `tests/tests/llama.rs` and `scripts/llama_reference.py`: 2 layers, 4 heads over 2 KV
+/// heads, an untied `lm_head`.
+#[fused_model(uses(llama_blocks))]
+pub mod tiny {
+    pub const VOCAB: usize = 128;
+    pub const HIDDEN: usize = 64;
+    pub const FFN: usize = 160;
+    pub const LAYERS: usize = 2;
+    pub const HEADS: usize = 4;
+    pub const KV_HEADS: usize = 2;
+    pub const HEAD_DIM: usize = HIDDEN / HEADS;
+    pub const KV_DIM: usize = KV_HEADS * HEAD_DIM;
+
+    pub struct TinyModel {
+        embed_tokens: Embedding<VOCAB, HIDDEN>,
+        layers: [DecoderLayer<HIDDEN, HEADS, KV_HEADS, HEAD_DIM, KV_DIM, FFN>; LAYERS],
+        norm: RmsNorm<HIDDEN>,
+    }
+
+    pub struct TinyLlama {
+        model: TinyModel,
+        lm_head: Linear<HIDDEN, VOCAB>,
+    }
+
+    impl TinyLlama {
+        /// The logits `[batch, seq, VOCAB]` of every position.
+        pub fn forward(
+            &self,
+            #[shape(batch, seq)] ids: Tensor<i64>,
+            #[shape(batch, seq, HEAD_DIM)] cos: Tensor,
+            #[shape(batch, seq, HEAD_DIM)] sin: Tensor,
+            #[shape(batch, seq, seq)] mask: Tensor,
+        ) -> Tensor {
+            let mut x = self.model.embed_tokens.forward(ids);
+            for layer in &self.model.layers {
+                x = layer.forward(x, cos, sin, mask);
+            }
+            self.lm_head.forward(self.model.norm.forward(x))
+        }
+    }
+}
+
+/// SmolLM-135M's shape (benchmark W5): 30 layers, hidden 576, 9 heads over 3 KV heads, FFN 1536, vocabulary
+/// 49152, tied embeddings.
+#[fused_model(uses(llama_blocks))]
+pub mod smollm {
+    pub const VOCAB: usize = 49152;
+    pub const HIDDEN: usize = 576;
+    pub const FFN: usize = 1536;
+    pub const LAYERS: usize = 30;
+    pub const HEADS: usize = 9;
+    pub const KV_HEADS: usize = 3;
+    pub const HEAD_DIM: usize = HIDDEN / HEADS;
+    pub const KV_DIM: usize = KV_HEADS * HEAD_DIM;
+
+    pub struct SmolModel {
+        embed_tokens: Embedding<VOCAB, HIDDEN>,
+        layers: [DecoderLayer<HIDDEN, HEADS, KV_HEADS, HEAD_DIM, KV_DIM, FFN>; LAYERS],
+        norm: RmsNorm<HIDDEN>,
+    }
+
+    pub struct SmolLm {
+        model: SmolModel,
+    }
+
+    impl SmolLm {
+        /// The logits `[batch, seq, VOCAB]` of every position.
+        pub fn forward(
+            &self,
+            #[shape(batch, seq)] ids: Tensor<i64>,
+            #[shape(batch, seq, HEAD_DIM)] cos: Tensor,
+            #[shape(batch, seq, HEAD_DIM)] sin: Tensor,
+            #[shape(batch, seq, seq)] mask: Tensor,
+        ) -> Tensor {
+            let mut x = self.model.embed_tokens.forward(ids);
+            for layer in &self.model.layers {
+                x = layer.forward(x, cos, sin, mask);
+            }
+            self.model.embed_tokens.logits(self.model.norm.forward(x))
+        }
+    }
+}
+
+/// The inputs for a batch of sequences of different lengths, left-padded to the longest (as Hugging Face pads for
+/// generation): ids (0 in the padding), the rotary tables (`head_dim` wide, base `theta`) at each token's position
+/// counted from its first real token, and a mask that lets a token see itself and the real tokens before it. Every
+/// sequence's last token is in the last column.
+pub fn inputs(sequences: &[&[i64]], head_dim: usize, theta: f64) -> Result<[Tensor; 4]> {
+    let batch = sequences.len();
+    let seq = sequences.iter().map(|s| s.len()).max().unwrap_or(0);
+    let half = head_dim / 2;
+    let (mut ids, mut cos, mut sin, mut mask) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for tokens in sequences {
+        let pad = seq - tokens.len();
+        ids.extend(std::iter::repeat_n(0, pad).chain(tokens.iter().copied()));
+        for col in 0..seq {
+            let pos = col.saturating_sub(pad);
+            for i in 0..head_dim {
+                let inv_freq = 1.0 / theta.powf((2 * (i % half)) as f64 / head_dim as f64);
+                let angle = pos as f64 * inv_freq;
+                cos.push(angle.cos() as f32);
+                sin.push(angle.sin() as f32);
+            }
+        }
+        for row in 0..seq {
+            for col in 0..seq {
+                let visible = col == row || (col >= pad && col < row);
+                mask.push(if visible { 0.0 } else { -1e9 });
+            }
+        }
+    }
+    let table = [batch, seq, head_dim];
+    Ok([
+        Tensor::from_i64(&[batch, seq], ids)?,
+        Tensor::from_f32(&table, cos)?,
+        Tensor::from_f32(&table, sin)?,
+        Tensor::from_f32(&[batch, seq, seq], mask)?,
+    ])
+}
+
+/// Each sequence's next-token logits (`vocab` wide) from a run of the whole left-padded batch, whose output is
+/// `[batch, seq, vocab]`.
+pub fn last_logits(logits: &Tensor, vocab: usize) -> Vec<Vec<f32>> {
+    let (batch, seq) = (logits.shape()[0], logits.shape()[1]);
+    let all = logits.to_f32_vec();
+    (0..batch)
+        .map(|b| all[((b + 1) * seq - 1) * vocab..(b + 1) * seq * vocab].to_vec())
+        .collect()
+}
