@@ -1162,7 +1162,7 @@ extern "C" __global__ void __launch_bounds__(128) fuse_minilm_459ffc62f300d972_k
     const long long o0 = orem;
     const long long b0 = o0 * 384LL;
     const long long b1 = o0;
-    float pr2 = 0.0f;
+    float pv2 = 0.0f;
     {
         float acc = 0.0f;
         for (long long j = tid; j < len; j += 32) {
@@ -1173,23 +1173,23 @@ extern "C" __global__ void __launch_bounds__(128) fuse_minilm_459ffc62f300d972_k
             const float v = v1;
             acc = acc + v;
         }
-        pr2 = fuse_warp_sum(acc);
+        pv2 = fuse_warp_sum(acc);
     }
-    float pr3;
+    float pv3;
     {
-        const float v3 = sqrtf(pr2);
-        pr3 = v3;
+        const float v3 = sqrtf(pv2);
+        pv3 = v3;
     }
-    float pr4;
+    float pv4;
     {
-        const float v4 = fmaxf(pr3, 1e-12f);
-        pr4 = v4;
+        const float v4 = fmaxf(pv3, 1e-12f);
+        pv4 = v4;
     }
     for (long long j = tid; j < len; j += 32) {
         const float er0 = fuse_to_f32(in0[b0 + j]);
         const float er1 = fuse_to_f32(in1[b1]);
         const float v0 = (er0 / er1);
-        const float v5 = (v0 / pr4);
+        const float v5 = (v0 / pv4);
         out[row * len + j] = fuse_from_f32(v5);
     }
 }

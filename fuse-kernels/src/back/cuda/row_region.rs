@@ -89,7 +89,8 @@ pub fn write(w: &mut String, cx: &Ctx, symbol: &str) -> fmt::Result {
             format!("b{i}")
         }
     };
-    let name = |id: NodeId| format!("pr{}", k.nodes.iter().position(|&n| n == id).unwrap_or(0));
+    // Per-row values are `pv{position}`: loads are `{tag}r{read}` and row values `v{position}`, so none collide.
+    let name = |id: NodeId| format!("pv{}", k.nodes.iter().position(|&n| n == id).unwrap_or(0));
     // Per-row values computed so far, by name.
     let mut done: Vec<NodeId> = Vec::new();
     let (sum, max) = if threads == 32 {
