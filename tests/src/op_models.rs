@@ -94,6 +94,55 @@ pub mod ops {
         }
     }
 
+    /// Norms written out with reductions and broadcasts, as users write their own variants: each output must be
+    /// one kernel, like the built-ins of [`BuiltinNorms`].
+    pub struct WrittenNorms {
+        #[shape(D)]
+        gamma: Tensor,
+        #[shape(D)]
+        beta: Tensor,
+    }
+    impl WrittenNorms {
+        pub fn forward(
+            &self,
+            #[shape(batch, seq, D)] x: Tensor,
+            #[shape(batch, seq, D)] y: Tensor,
+        ) -> (Tensor, Tensor, Tensor, Tensor) {
+            let rms = x * (x.square().mean(-1, true) + 1e-6).rsqrt() * &self.gamma;
+            let mean = x.mean(-1, true);
+            let centred = x - mean;
+            let var = centred.square().mean(-1, true);
+            let ln = centred * (var + 1e-5).rsqrt() * &self.gamma + &self.beta;
+            let shifted = (x - x.max(-1, true)).exp();
+            let softmax = shifted / shifted.sum(-1, true);
+            // Gemma's RMSNorm: a residual sum as the row, `(1 + w)` as the weight.
+            let h = x + y;
+            let gemma = h * (h.square().mean(-1, true) + 1e-6).rsqrt() * (&self.gamma + 1.0);
+            (rms, ln, softmax, gemma)
+        }
+    }
+
+    /// The built-in forms of [`WrittenNorms`]' outputs (the Gemma variant with its weight as is).
+    pub struct BuiltinNorms {
+        #[shape(D)]
+        gamma: Tensor,
+        #[shape(D)]
+        beta: Tensor,
+    }
+    impl BuiltinNorms {
+        pub fn forward(
+            &self,
+            #[shape(batch, seq, D)] x: Tensor,
+            #[shape(batch, seq, D)] y: Tensor,
+        ) -> (Tensor, Tensor, Tensor, Tensor) {
+            let rms = x.rms_norm(&self.gamma, 1e-6);
+            let ln = x.layer_norm(&self.gamma, &self.beta, 1e-5);
+            let softmax = x.softmax(-1);
+            let gemma = (x + y).rms_norm(&self.gamma, 1e-6);
+            (rms, ln, softmax, gemma)
+        }
+    }
+
     pub struct MatMuls {
         #[shape(16, D)]
         weight: Tensor,

@@ -44,7 +44,8 @@ pub mod edge {
             #[shape(batch, seq, 16)] x: Tensor,
             #[shape(batch, 16, seq)] y: Tensor,
             #[shape(batch, seq)] ids: Tensor<i64>,
-        ) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) {
+            #[shape(batch, 1024)] z: Tensor,
+        ) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) {
             let a = x.softmax(1);
             let b = x.rms_norm(&self.g, 1e-6) * 2.0 + where_(x.gt(0.0), x, x * 0.1);
             let c = x.mean(2, false) + x.max(2, false) + ids.to_f32();
@@ -52,7 +53,13 @@ pub mod edge {
             let e = x.matmul(&self.w.t()) + x.slice(2, 0, 8);
             let f = (x.matmul(&y) * 0.5).softmax(-1);
             let h = embedding(&self.w, &ids).sum(1, true).sigmoid();
-            (a, b, c, d, e, f, h)
+            // Written-out row ops: a warp per static row, per dynamic row, and a block per long row.
+            let i = x * (x.square().mean(-1, true) + 1e-6).rsqrt() * (&self.g + 1.0);
+            let shifted = (y - y.max(-1, true)).exp();
+            let j = shifted / shifted.sum(-1, true);
+            let centred = z - z.mean(-1, true);
+            let k = centred * (centred.square().mean(-1, true) + 1e-5).rsqrt();
+            (a, b, c, d, e, f, h, i, j, k)
         }
     }
 }

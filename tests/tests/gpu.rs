@@ -260,6 +260,7 @@ fn specs() -> Vec<&'static ModelSpec> {
         Reductions::spec(),
         Softmaxes::spec(),
         Norms::spec(),
+        WrittenNorms::spec(),
         MatMuls::spec(),
         Views::spec(),
         Embeddings::spec(),
@@ -568,6 +569,17 @@ fn norms_on_gpu() {
         2e-5,
         2e-5,
         |b, _, s| two(&[b, D], s),
+    );
+}
+
+#[test]
+fn written_norms_on_gpu() {
+    ops_on_gpu(
+        WrittenNorms::random(11).into_compiled(),
+        "written norms",
+        2e-5,
+        2e-5,
+        |b, q, s| two(&[b, q, D], s),
     );
 }
 

@@ -82,6 +82,47 @@ fn layer_and_rms_norm() {
     }
 }
 
+/// Written-out RMSNorm, LayerNorm, softmax and Gemma's RMSNorm cost the kernels their built-ins cost (one
+/// each), every one a row region.
+#[test]
+fn written_out_norms_cost_what_the_builtins_cost() {
+    use fuse_kernels::plan::{plan, KernelKind, Mode};
+    use fuse_tests::harness::graph_of;
+    let written = plan(&graph_of(WrittenNorms::spec()), Mode::Fused);
+    let builtin = plan(&graph_of(BuiltinNorms::spec()), Mode::Fused);
+    let kinds = |p: &fuse_kernels::plan::Plan| -> Vec<&'static str> {
+        p.kernels.iter().map(|k| k.kind.name()).collect()
+    };
+    assert_eq!(builtin.kernels.len(), 4, "{:?}", kinds(&builtin));
+    assert_eq!(
+        written.kernels.len(),
+        builtin.kernels.len(),
+        "{}",
+        fuse_kernels::plan::dump(&written)
+    );
+    assert!(
+        written
+            .kernels
+            .iter()
+            .all(|k| k.kind == KernelKind::RowRegion),
+        "{:?}",
+        kinds(&written)
+    );
+}
+
+/// The written-out norms against the f64 reference, at random dynamic dims.
+#[test]
+fn written_out_norms() {
+    let m = WrittenNorms::random(11);
+    for (batch, seq, seed) in cases(11) {
+        let (x, y) = (
+            Tensor::randn(&[batch, seq, D], seed),
+            Tensor::randn(&[batch, seq, D], seed + 1),
+        );
+        check_model("written norms", m.compiled(), &[&x, &y], 1e-5, 1e-5);
+    }
+}
+
 #[test]
 fn matmuls_with_epilogues_batches_and_transposes() {
     let m = MatMuls::random(7);

@@ -7,6 +7,7 @@ pub mod attention;
 pub mod fusion;
 pub mod memory;
 mod report;
+pub mod row_region;
 
 use std::collections::BTreeSet;
 
@@ -35,6 +36,9 @@ pub enum KernelKind {
     Row {
         anchor: NodeId,
     },
+    /// Written-out row ops: reductions over the last axis broadcast back over their rows, each reduction a pass
+    /// over the row, then the output row (see [`row_region`]).
+    RowRegion,
     /// A (batched) GEMM with its elementwise epilogue applied per output block.
     MatMul {
         anchor: NodeId,
@@ -53,7 +57,7 @@ impl KernelKind {
     pub fn name(&self) -> &'static str {
         match self {
             KernelKind::Elementwise => "elementwise",
-            KernelKind::Row { .. } => "row",
+            KernelKind::Row { .. } | KernelKind::RowRegion => "row",
             KernelKind::MatMul { .. } => "matmul",
             KernelKind::Gather { .. } => "gather",
             KernelKind::Concat { .. } => "concat",
@@ -122,7 +126,10 @@ pub fn plan(graph: &Graph, mode: Mode) -> Plan {
     let graph = &separate_leaf_outputs(graph);
     let (groups, mut refusals) = fusion::group(graph, mode == Mode::Fused);
     let groups = match mode {
-        Mode::Fused => attention::fuse(graph, groups, &mut refusals),
+        Mode::Fused => {
+            let groups = attention::fuse(graph, groups, &mut refusals);
+            row_region::fuse(graph, groups, &mut refusals)
+        }
         Mode::Eager => groups,
     };
     let roots: BTreeSet<NodeId> = groups
@@ -205,7 +212,9 @@ fn build_kernels(g: &Graph, groups: Vec<fusion::Group>, copies: &BTreeSet<NodeId
     let mut kernels = Vec::new();
     for (index, (root, nodes, anchor)) in units.into_iter().enumerate() {
         let attention = anchor.and_then(|_| attention::recognise(g, &nodes));
+        let region = anchor.is_none() && row_region::is_region(g, &nodes);
         let kind = match (attention, anchor.map(|a| (a, class(&g.node(a).op)))) {
+            _ if region => KernelKind::RowRegion,
             (Some(att), _) => KernelKind::Attention(att),
             (None, Some((a, Class::Row))) => KernelKind::Row { anchor: a },
             (None, Some((a, _))) => KernelKind::MatMul { anchor: a },
@@ -225,6 +234,13 @@ fn build_kernels(g: &Graph, groups: Vec<fusion::Group>, copies: &BTreeSet<NodeId
         // A copy kernel reads its view through the view's own access and computes nothing.
         let operands: Vec<(NodeId, Shape)> = if nodes.is_empty() {
             vec![(root, g.ty(root).shape.clone())]
+        } else if region {
+            // A row region reads everything at its rows: per-row values broadcast along the row.
+            let rows = g.ty(root).shape.clone();
+            read_shapes(g, &k)
+                .into_iter()
+                .map(|(n, _)| (n, rows.clone()))
+                .collect()
         } else {
             read_shapes(g, &k)
         };

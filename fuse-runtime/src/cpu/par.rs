@@ -290,7 +290,14 @@ pub fn gather_rows(
     );
 }
 
-/// Copies a strided `shape` region of `src` into a strided region of `dst`.
+/// Copies a strided `shape` region of `src` into a strided region of `dst` (concat and copy kernels).
+///
+/// Dims that are contiguous in both regions merge, so the innermost run is as long as the layouts allow and is
+/// copied with `copy_from_slice`; the outer runs are split across threads like [`for_rows`] when the copy is
+/// large and the destination region never writes one element twice (always so for the planner's copies).
+///
+/// # Panics
+/// If either region reaches past its slice: the planner sized both, so that is a planner bug.
 pub fn strided_copy(
     src: &[f32],
     src_offset: usize,
@@ -300,29 +307,170 @@ pub fn strided_copy(
     dst_offset: usize,
     dst_strides: &[usize],
 ) {
-    let total: usize = shape.iter().product();
-    let mut index = vec![0usize; shape.len()];
-    for _ in 0..total {
-        let s: usize = src_offset
-            + index
-                .iter()
-                .zip(src_strides)
-                .map(|(i, s)| i * s)
-                .sum::<usize>();
-        let d: usize = dst_offset
-            + index
-                .iter()
-                .zip(dst_strides)
-                .map(|(i, s)| i * s)
-                .sum::<usize>();
-        dst[d] = src[s];
-        for axis in (0..shape.len()).rev() {
-            index[axis] += 1;
-            if index[axis] < shape[axis] {
-                break;
-            }
-            index[axis] = 0;
+    if shape.contains(&0) {
+        return;
+    }
+    let dims = merged_dims(shape, src_strides, dst_strides);
+    let src_end = src_offset + last_offset(&dims, |d| d.src);
+    let dst_end = dst_offset + last_offset(&dims, |d| d.dst);
+    assert!(
+        src_end < src.len() && dst_end < dst.len(),
+        "strided copy out of bounds: planner bug"
+    );
+    let copy = RunCopy::new(&dims, src_offset, dst_offset);
+    let total = copy.runs * copy.run_len;
+    let threads = rayon::current_num_threads().max(1);
+    if total < PARALLEL_MIN_ELEMENTS || threads == 1 || copy.runs == 1 || !injective(&dims) {
+        // SAFETY: every offset `copy` forms is at most `src_end`/`dst_end` (checked above); one thread writes.
+        unsafe { copy.runs_in(0..copy.runs, src.as_ptr(), dst.as_mut_ptr()) };
+        return;
+    }
+    let per_task = copy.runs.div_ceil(threads * 4).max(1);
+    let out = SharedOut(dst.as_mut_ptr());
+    let from = SharedIn(src.as_ptr());
+    (0..copy.runs.div_ceil(per_task))
+        .into_par_iter()
+        .for_each(|t| {
+            let runs = t * per_task..((t + 1) * per_task).min(copy.runs);
+            // SAFETY: offsets are in bounds (checked above); the destination map is injective, so tasks, which
+            // own disjoint ranges of runs, write disjoint elements; `src` and `dst` are distinct borrows.
+            unsafe { copy.runs_in(runs, from.get(), out.at(0)) };
+        });
+}
+
+/// One dim of a strided copy: its extent and its stride in the source and in the destination.
+#[derive(Clone, Copy, Debug)]
+struct CopyDim {
+    len: usize,
+    src: usize,
+    dst: usize,
+}
+
+/// The dims of a copy with extent-1 dims dropped and neighbours merged where both layouts are contiguous across
+/// them (outer stride = inner stride × inner extent), outermost first; at least one dim.
+fn merged_dims(shape: &[usize], src_strides: &[usize], dst_strides: &[usize]) -> Vec<CopyDim> {
+    let mut dims: Vec<CopyDim> = Vec::with_capacity(shape.len());
+    for ((&len, &src), &dst) in shape.iter().zip(src_strides).zip(dst_strides) {
+        if len == 1 {
+            continue;
         }
+        let next = CopyDim { len, src, dst };
+        match dims.last_mut() {
+            Some(outer) if outer.src == src * len && outer.dst == dst * len => {
+                *outer = CopyDim {
+                    len: outer.len * len,
+                    src,
+                    dst,
+                };
+            }
+            _ => dims.push(next),
+        }
+    }
+    if dims.is_empty() {
+        dims.push(CopyDim {
+            len: 1,
+            src: 1,
+            dst: 1,
+        });
+    }
+    dims
+}
+
+/// The largest offset a region reaches from its start.
+fn last_offset(dims: &[CopyDim], stride: impl Fn(&CopyDim) -> usize) -> usize {
+    dims.iter().map(|d| (d.len - 1) * stride(d)).sum()
+}
+
+/// Whether no two indices of the region map to one destination offset: with the dims sorted by stride, each
+/// stride must step past everything the smaller dims reach (a sufficient condition, true of any sub-box of a
+/// row-major tensor).
+fn injective(dims: &[CopyDim]) -> bool {
+    let mut by_stride: Vec<&CopyDim> = dims.iter().filter(|d| d.len > 1).collect();
+    by_stride.sort_by_key(|d| d.dst);
+    let mut reach = 0usize;
+    for d in by_stride {
+        if d.dst <= reach {
+            return false;
+        }
+        reach += (d.len - 1) * d.dst;
+    }
+    true
+}
+
+/// A copy as `runs` runs of `run_len` elements: the innermost dim, unit-stride on both sides (a slice copy) or
+/// not (an element loop), under the outer dims.
+struct RunCopy<'d> {
+    outer: &'d [CopyDim],
+    inner: CopyDim,
+    runs: usize,
+    run_len: usize,
+    src_offset: usize,
+    dst_offset: usize,
+}
+
+impl<'d> RunCopy<'d> {
+    fn new(dims: &'d [CopyDim], src_offset: usize, dst_offset: usize) -> Self {
+        let (inner, outer) = match dims.split_last() {
+            Some((inner, outer)) => (*inner, outer),
+            None => (
+                CopyDim {
+                    len: 1,
+                    src: 1,
+                    dst: 1,
+                },
+                dims,
+            ),
+        };
+        RunCopy {
+            outer,
+            inner,
+            runs: outer.iter().map(|d| d.len).product(),
+            run_len: inner.len,
+            src_offset,
+            dst_offset,
+        }
+    }
+
+    /// Copies the runs numbered `runs` (row-major over the outer dims).
+    ///
+    /// # Safety
+    /// Every element of the region must lie inside the allocations behind `src` and `dst`, which must not overlap,
+    /// and no other thread may access the destination elements of these runs meanwhile.
+    unsafe fn runs_in(&self, runs: std::ops::Range<usize>, src: *const f32, dst: *mut f32) {
+        let contiguous = self.inner.src == 1 && self.inner.dst == 1;
+        for run in runs {
+            let (mut s, mut d) = (self.src_offset, self.dst_offset);
+            let mut rem = run;
+            for dim in self.outer.iter().rev() {
+                let i = rem % dim.len;
+                rem /= dim.len;
+                s += i * dim.src;
+                d += i * dim.dst;
+            }
+            // SAFETY: the caller guarantees the run lies inside both allocations and is ours alone.
+            unsafe {
+                if contiguous {
+                    let from = std::slice::from_raw_parts(src.add(s), self.run_len);
+                    std::slice::from_raw_parts_mut(dst.add(d), self.run_len).copy_from_slice(from);
+                } else {
+                    for j in 0..self.run_len {
+                        *dst.add(d + j * self.inner.dst) = *src.add(s + j * self.inner.src);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The source pointer shared by copy tasks, which only read through it.
+struct SharedIn(*const f32);
+
+// SAFETY: only read, and the slice it came from outlives the parallel loop.
+unsafe impl Sync for SharedIn {}
+
+impl SharedIn {
+    fn get(&self) -> *const f32 {
+        self.0
     }
 }
 
@@ -338,6 +486,130 @@ mod tests {
         fn run(&self, _: usize, rows: &mut [f32]) {
             rows.iter_mut().for_each(|v| *v += 1.0);
         }
+    }
+
+    /// The element loop `strided_copy` replaced: the reference for the merged, threaded copy.
+    fn copy_by_element(
+        src: &[f32],
+        src_offset: usize,
+        src_strides: &[usize],
+        shape: &[usize],
+        dst: &mut [f32],
+        dst_offset: usize,
+        dst_strides: &[usize],
+    ) {
+        let total: usize = shape.iter().product();
+        let mut index = vec![0usize; shape.len()];
+        for _ in 0..total {
+            let at = |strides: &[usize]| -> usize {
+                index.iter().zip(strides).map(|(i, s)| i * s).sum()
+            };
+            dst[dst_offset + at(dst_strides)] = src[src_offset + at(src_strides)];
+            for axis in (0..shape.len()).rev() {
+                index[axis] += 1;
+                if index[axis] < shape[axis] {
+                    break;
+                }
+                index[axis] = 0;
+            }
+        }
+    }
+
+    /// Random shapes, read through a permuted, sliced or broadcast view of a larger tensor and written into a
+    /// slab of a larger row-major output along a random axis (a concat's layout): the copy must equal the element
+    /// loop, untouched elements included. Large cases take the threaded path.
+    #[test]
+    fn strided_copy_matches_the_element_loop_on_random_views() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        for case in 0..300 {
+            let rank = rng.gen_range(0..=5);
+            let big = case % 10 == 0;
+            let shape: Vec<usize> = (0..rank)
+                .map(|_| {
+                    if big {
+                        rng.gen_range(1..=24)
+                    } else {
+                        rng.gen_range(1..=6)
+                    }
+                })
+                .collect();
+            // Source: a row-major tensor at least as large, permuted, with a random start and broadcast dims.
+            let padded: Vec<usize> = shape.iter().map(|&n| n + rng.gen_range(0..=2)).collect();
+            let mut perm: Vec<usize> = (0..rank).collect();
+            for i in (1..rank).rev() {
+                perm.swap(i, rng.gen_range(0..=i));
+            }
+            let mut stored = vec![0usize; rank];
+            let mut stride = 1;
+            for &axis in perm.iter().rev() {
+                stored[axis] = stride;
+                stride *= padded[axis];
+            }
+            let src_strides: Vec<usize> = stored
+                .iter()
+                .map(|&s| if rng.gen_bool(0.15) { 0 } else { s })
+                .collect();
+            let src_offset = rng.gen_range(0..=3);
+            let src: Vec<f32> = (0..src_offset + stride).map(|i| i as f32).collect();
+            // Destination: the shape widened along one axis, written at an offset along it.
+            let (axis, extra) = if rank == 0 {
+                (0, 0)
+            } else {
+                (rng.gen_range(0..rank), rng.gen_range(0..=5))
+            };
+            let mut full = shape.clone();
+            if rank > 0 {
+                full[axis] += extra;
+            }
+            let mut dst_strides = vec![0usize; rank];
+            let mut size = 1;
+            for i in (0..rank).rev() {
+                dst_strides[i] = size;
+                size *= full[i];
+            }
+            let dst_offset = if rank > 0 {
+                rng.gen_range(0..=extra) * dst_strides[axis]
+            } else {
+                0
+            };
+            let mut want = vec![-1.0f32; size];
+            let mut got = want.clone();
+            copy_by_element(
+                &src,
+                src_offset,
+                &src_strides,
+                &shape,
+                &mut want,
+                dst_offset,
+                &dst_strides,
+            );
+            strided_copy(
+                &src,
+                src_offset,
+                &src_strides,
+                &shape,
+                &mut got,
+                dst_offset,
+                &dst_strides,
+            );
+            assert_eq!(
+                got, want,
+                "case {case}: shape {shape:?} src {src_strides:?} dst {dst_strides:?}"
+            );
+        }
+    }
+
+    /// A destination that writes one element twice is copied in order, on one thread, like the element loop.
+    #[test]
+    fn strided_copy_into_an_overlapping_destination_keeps_the_last_write() {
+        let shape = [64, 1024];
+        let src: Vec<f32> = (0..64 * 1024).map(|i| i as f32).collect();
+        let mut want = vec![0.0f32; 1024];
+        let mut got = want.clone();
+        copy_by_element(&src, 0, &[1024, 1], &shape, &mut want, 0, &[0, 1]);
+        strided_copy(&src, 0, &[1024, 1], &shape, &mut got, 0, &[0, 1]);
+        assert_eq!(got, want);
     }
 
     /// Row blocks only (large M), and rows × column blocks (small M, wide N): both against a plain f64 product.

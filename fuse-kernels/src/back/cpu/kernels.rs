@@ -20,6 +20,7 @@ pub fn kernel_body(plan: &Plan, k: &Kernel) -> TokenStream {
     match &k.kind {
         KernelKind::Elementwise => elementwise(plan, k),
         KernelKind::Row { anchor } => row(plan, k, *anchor),
+        KernelKind::RowRegion => super::row_region::row_region(plan, k),
         KernelKind::MatMul { anchor } => matmul(plan, k, *anchor),
         KernelKind::Gather { node } => gather(plan, k, *node),
         KernelKind::Concat { node } => concat(plan, k, *node),

@@ -10,6 +10,7 @@ mod attention;
 mod dedup;
 mod expr;
 mod kernels;
+mod row_region;
 
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};

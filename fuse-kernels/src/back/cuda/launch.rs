@@ -112,6 +112,21 @@ pub fn launches(plan: &Plan, model_name: &str) -> Vec<Launch> {
                     },
                 ));
             }
+            KernelKind::RowRegion => {
+                let dims = &g.ty(k.output).shape.0;
+                let Some((len, outer)) = dims.split_last() else {
+                    continue;
+                };
+                let rows = outer.iter().fold(Dim::fixed(1), |acc, d| acc.mul(d));
+                let cfg = row::config(len);
+                out.push(whole(
+                    [cfg.threads, cfg.rows_per_block, 1],
+                    Grid::Rows {
+                        rows,
+                        per_block: cfg.rows_per_block,
+                    },
+                ));
+            }
             KernelKind::Attention(att) => {
                 out.push(whole(
                     [32, attention::ROWS_PER_BLOCK, 1],

@@ -30,6 +30,7 @@ mod launch;
 mod matmul;
 mod row;
 mod row_passes;
+mod row_region;
 #[cfg(test)]
 mod tests;
 
@@ -165,6 +166,7 @@ fn write_kernel(w: &mut String, cx: &Ctx, symbol: &str) -> fmt::Result {
     match &cx.k.kind {
         KernelKind::Elementwise => elementwise::write(w, cx, symbol, None),
         KernelKind::Row { anchor } => row::write(w, cx, symbol, *anchor),
+        KernelKind::RowRegion => row_region::write(w, cx, symbol),
         KernelKind::MatMul { anchor } => matmul::write(w, cx, symbol, *anchor),
         KernelKind::Gather { node } => gather::write_gather(w, cx, symbol, *node),
         KernelKind::Concat { node } => gather::write_concat(w, cx, symbol, *node),
