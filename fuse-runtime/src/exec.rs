@@ -5,9 +5,11 @@
 //! threads may run the same model at once; kernels only touch their own call's arena and the shared, read-only
 //! weights.
 
+use crate::cpu::gemm::{BView, PackedB};
 use crate::error::{Error, Result};
 use crate::pool::{ArenaPool, PoolLimits, PoolStats};
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
 
 use fuse_tables::ProgramTables;
 
@@ -182,6 +184,8 @@ impl Program {
 pub struct Ctx<'a> {
     dims: &'a [usize],
     ptrs: &'a [(*mut u8, usize)],
+    /// The running kernel's GEMM B operand packed at load, if the plan's tables named one (`packed_b`).
+    packed_b: Option<&'a PackedB>,
 }
 
 // SAFETY: the pointers are into memory owned by the call (arena, outputs) or borrowed immutably for its whole
@@ -191,6 +195,12 @@ unsafe impl Sync for Ctx<'_> {}
 impl Ctx<'_> {
     pub fn dims(&self) -> &[usize] {
         self.dims
+    }
+
+    /// The running kernel's B operand, packed when the model's weights were put in place; `gemm_with` uses it
+    /// only if it matches the view the kernel reads.
+    pub fn packed_b(&self) -> Option<&PackedB> {
+        self.packed_b
     }
 
     fn raw(&self, buffer: usize) -> (*mut u8, usize) {
@@ -323,18 +333,74 @@ pub fn bind_inputs(
     Ok(dims.into_iter().map(|d| d.map_or(1, |(n, _)| n)).collect())
 }
 
-/// Runs a program; owns the pool of arenas.
+/// Runs a program; owns the pool of arenas and the B operands its GEMMs read packed.
 pub struct Executor {
     program: &'static Program,
     pool: ArenaPool,
+    /// Per plan kernel, its GEMM's B packed from the weights this executor runs with (see
+    /// [`Executor::pack_weights`]).
+    packs: Vec<Option<Arc<PackedB>>>,
+}
+
+/// Packs made for one set of weights, by parameter and view: a B that several kernels or both plans read (tied
+/// weights, fused and eager) is packed once.
+#[derive(Default)]
+pub struct PackCache {
+    packs: HashMap<(usize, BView), Arc<PackedB>>,
+}
+
+impl PackCache {
+    /// Bytes of every distinct pack.
+    pub fn bytes(&self) -> usize {
+        self.packs.values().map(|p| p.bytes()).sum()
+    }
 }
 
 impl Executor {
+    /// An executor that packs nothing: every GEMM packs its B per call until [`Executor::pack_weights`].
     pub fn new(program: &'static Program) -> Self {
         Executor {
             program,
             pool: ArenaPool::default(),
+            packs: Vec::new(),
         }
+    }
+
+    /// Packs, for the best GEMM backend of this CPU, every B operand the plan's tables name (`packed_b`) from
+    /// `weights`, reusing what `cache` already holds for these weights. Every later call must pass these same
+    /// `weights`: a model packs when its weights are put in place, and they never change after.
+    pub fn pack_weights(&mut self, weights: &[Tensor], cache: &mut PackCache) -> Result<()> {
+        let backend = crate::cpu::gemm::Backend::best();
+        let mut packs = vec![None; self.program.kernels.len()];
+        for entry in &self.program.packed_b {
+            let param = match self.program.buffers.get(entry.buffer).map(|b| b.kind) {
+                Some(BufferKind::Param(i)) => i,
+                _ => continue,
+            };
+            let Some(source) = weights.get(param).and_then(Tensor::as_f32) else {
+                continue;
+            };
+            let view = BView {
+                offset: entry.offset,
+                rs: entry.rs,
+                cs: entry.cs,
+                k: entry.k,
+                n: entry.n,
+            };
+            let pack = match cache.packs.get(&(param, view)) {
+                Some(pack) => Some(pack.clone()),
+                None => PackedB::new(backend, source, view)?.map(|pack| {
+                    let pack = Arc::new(pack);
+                    cache.packs.insert((param, view), pack.clone());
+                    pack
+                }),
+            };
+            if let Some(slot) = packs.get_mut(entry.kernel) {
+                *slot = pack;
+            }
+        }
+        self.packs = packs;
+        Ok(())
     }
 
     pub fn program(&self) -> &'static Program {
@@ -443,8 +509,12 @@ impl Executor {
             };
             ptrs.push((ptr, bytes));
         }
-        let ctx = Ctx { dims, ptrs: &ptrs };
         for (i, call) in p.kernels.iter().enumerate() {
+            let ctx = Ctx {
+                dims,
+                ptrs: &ptrs,
+                packed_b: self.packs.get(i).and_then(|p| p.as_deref()),
+            };
             match times.as_deref_mut() {
                 Some(times) => {
                     let start = std::time::Instant::now();

@@ -34,7 +34,9 @@ pub use tensor_file::{read_tensors, save_tensors, TensorFile};
 pub mod __private {
     pub use crate::cpu::attention::{attention, AttentionSpec, Operand};
     pub use crate::cpu::math;
-    pub use crate::cpu::par::{for_rows, gather_rows, gemm, strided_copy, GemmSpec, RowTask};
+    pub use crate::cpu::par::{
+        for_rows, gather_rows, gemm, gemm_with, strided_copy, GemmSpec, RowTask,
+    };
     pub use crate::cpu::rows;
     pub use crate::cuda::spec::{
         AotCode, CudaAccess, CudaGemm, CudaKernel, CudaLaunch, CudaProgram, CudaSpec, EmbeddedCuda,

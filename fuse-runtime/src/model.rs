@@ -5,7 +5,7 @@ use std::path::Path;
 
 use crate::device::Placement;
 use crate::error::{Error, Result};
-use crate::exec::{bind_inputs, EmbeddedProgram, Executor, InputSpec};
+use crate::exec::{bind_inputs, EmbeddedProgram, Executor, InputSpec, PackCache};
 use crate::pool::{PoolLimits, PoolStats};
 use crate::report::PlanReport;
 use crate::tensor::Tensor;
@@ -41,6 +41,8 @@ pub struct CompiledModel {
     weights: Vec<Tensor>,
     fused: Executor,
     eager: Executor,
+    /// See [`CompiledModel::packed_weight_bytes`].
+    packed_bytes: usize,
     /// Where `run` executes: the CPU executors above, or a GPU copy (see [`crate::device`]).
     pub(crate) placement: Placement,
 }
@@ -78,13 +80,26 @@ impl CompiledModel {
     fn assemble(spec: &'static ModelSpec, weights: Vec<Tensor>) -> Result<Self> {
         let (fused, eager) = (spec.fused.decode()?, spec.eager.decode()?);
         crate::cpu::reserve_scratch();
+        // The weights are in place and never change after: pack the GEMMs' weight operands now, once, instead
+        // of on every call. Both plans share the packs of the same weight view.
+        let (mut fused, mut eager) = (Executor::new(fused), Executor::new(eager));
+        let mut packs = PackCache::default();
+        fused.pack_weights(&weights, &mut packs)?;
+        eager.pack_weights(&weights, &mut packs)?;
         Ok(CompiledModel {
             spec,
             weights,
-            fused: Executor::new(fused),
-            eager: Executor::new(eager),
+            fused,
+            eager,
+            packed_bytes: packs.bytes(),
             placement: Placement::default(),
         })
+    }
+
+    /// Bytes of the weight copies packed at load for the CPU GEMMs (each distinct weight view once, shared by
+    /// both plans), beside [`CompiledModel::weights`]: about one more copy of every matrix a GEMM reads as B.
+    pub fn packed_weight_bytes(&self) -> usize {
+        self.packed_bytes
     }
 
     /// Loads every parameter from a safetensors file by its checkpoint name.

@@ -58,4 +58,23 @@ pub struct ProgramTables {
     pub outputs: Vec<OutputSpec>,
     /// Fusions the planner refused, one line each, for the report.
     pub refusals: Vec<String>,
+    /// The GEMM kernels whose B operand is a fixed view of a parameter: the runtime packs each such B once, when
+    /// the weights are in place, instead of on every call. Empty (and absent from the encoding) when none is.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub packed_b: Vec<PackedB>,
+}
+
+/// A GEMM's B operand that is a parameter read through a view whose every size is static: the k×n matrix with
+/// element (l, j) at `offset + l·rs + j·cs` of the parameter's buffer, the same for every batch of the product.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PackedB {
+    /// The plan kernel (index into [`ProgramTables::kernels`]) whose GEMM reads it.
+    pub kernel: usize,
+    /// The parameter's buffer (index into [`ProgramTables::buffers`], of kind [`BufferKind::Param`]).
+    pub buffer: usize,
+    pub offset: usize,
+    pub rs: usize,
+    pub cs: usize,
+    pub k: usize,
+    pub n: usize,
 }

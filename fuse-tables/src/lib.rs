@@ -11,7 +11,7 @@
 mod cpu;
 mod cuda;
 
-pub use cpu::{BufferKind, BufferSpec, KernelCall, KernelInfo, OutputSpec, ProgramTables};
+pub use cpu::{BufferKind, BufferSpec, KernelCall, KernelInfo, OutputSpec, PackedB, ProgramTables};
 pub use cuda::{CudaAccess, CudaGemm, CudaKernel, CudaLaunch, CudaTables, GridSpec, LaunchRole};
 
 use std::fmt;
@@ -132,6 +132,15 @@ mod tests {
                 dims: vec![],
             }],
             refusals: vec![],
+            packed_b: vec![PackedB {
+                kernel: 0,
+                buffer: 0,
+                offset: 4,
+                rs: 1,
+                cs: 3,
+                k: 3,
+                n: 2,
+            }],
         };
         let back: ProgramTables = decode(&encode(&tables)).unwrap();
         assert_eq!(back, tables);

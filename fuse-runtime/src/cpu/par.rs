@@ -3,7 +3,7 @@
 
 use rayon::prelude::*;
 
-use super::gemm::{sgemm, Strided};
+use super::gemm::{sgemm, BView, Backend, PackedB, Strided};
 use super::math::{dispatch_avx2, dispatch_avx512};
 
 /// Below this many elements a kernel runs on the calling thread: rayon's hand-off costs more than it saves.
@@ -114,6 +114,19 @@ pub fn gemm(
     out: &mut [f32],
     epilogue: Option<&dyn SimdTask>,
 ) {
+    gemm_with(spec, a, b, None, out, epilogue)
+}
+
+/// [`gemm`] reading B from `packed` (packed once, at load) when it was packed from this very view of B for the
+/// backend this CPU runs; otherwise B is packed per call, as by [`gemm`].
+pub fn gemm_with(
+    spec: &GemmSpec<'_>,
+    a: &[f32],
+    b: &[f32],
+    packed: Option<&PackedB>,
+    out: &mut [f32],
+    epilogue: Option<&dyn SimdTask>,
+) {
     let batches: usize = spec.batch.iter().product();
     let (m, n, k) = (spec.m, spec.n, spec.k);
     if m == 0 || n == 0 || batches == 0 {
@@ -142,6 +155,19 @@ pub fn gemm(
         (batches, m)
     };
     let blocks_per_group = rows_per_group.div_ceil(ROW_BLOCK);
+    // The pack stands for B only when it was made from the view this call reads, shared by every group.
+    let packed = packed.filter(|p| {
+        p.backend() == Backend::best()
+            && b_shared
+            && p.view()
+                == BView {
+                    offset: spec.b_offset,
+                    rs: spec.b_rs,
+                    cs: spec.b_cs,
+                    k,
+                    n,
+                }
+    });
     // C[rows × cols] at `dst` (row stride n) = A[group, row0.., :] · B[group, :, col0..].
     let product =
         |group: usize, row0: usize, rows: usize, col0: usize, cols: usize, dst: *mut f32| {
@@ -160,6 +186,19 @@ pub fn gemm(
                 a_end < a.len().max(1) && b_end < b.len().max(1),
                 "GEMM operand out of bounds: planner bug"
             );
+            let c = Strided::new(dst, n as isize, 1);
+            if let Some(packed) = packed {
+                let a_ptr = Strided::new(
+                    a.as_ptr().wrapping_add(a_off),
+                    spec.a_rs as isize,
+                    spec.a_cs as isize,
+                );
+                // SAFETY: A's block is in bounds (checked above); the pack holds this B (checked when `packed`
+                // was kept) and `col0` is a multiple of its panel width (the column split rounds to it); `dst`
+                // as below.
+                unsafe { packed.sgemm((rows, k, cols), col0, 1.0, a_ptr, 0.0, c) };
+                return;
+            }
             // SAFETY: the last elements read from A and B are in bounds (checked above); callers pass a `dst` with
             // `rows` rows of stride n and at least `cols` columns that no other task writes.
             unsafe {
@@ -177,7 +216,7 @@ pub fn gemm(
                         spec.b_cs as isize,
                     ),
                     0.0,
-                    Strided::new(dst, n as isize, 1),
+                    c,
                 );
             }
         };
@@ -188,7 +227,9 @@ pub fn gemm(
         // Too few row blocks to keep every thread busy (a small batch): split the columns too. The epilogue then
         // runs as a second, row-parallel pass over the just-written (cache-warm) output.
         let splits = (2 * threads).div_ceil(row_tasks).min(n / COL_BLOCK_MIN);
-        let cols_per = n.div_ceil(splits).div_ceil(16) * 16;
+        // Column blocks start at whole panels of a packed B.
+        let unit = packed.map_or(16, |p| p.nr().max(16));
+        let cols_per = n.div_ceil(splits).div_ceil(unit) * unit;
         let col_blocks = n.div_ceil(cols_per);
         let dst = SharedOut(out.as_mut_ptr());
         (0..row_tasks * col_blocks).into_par_iter().for_each(|t| {
@@ -632,21 +673,42 @@ mod tests {
                 b_rs: n,
                 b_cs: 1,
             };
+            let check = |out: &[f32]| {
+                for i in 0..m {
+                    for j in 0..n {
+                        let want: f64 = (0..k)
+                            .map(|p| f64::from(a[i * k + p]) * f64::from(b[p * n + j]))
+                            .sum::<f64>()
+                            + 1.0;
+                        let got = f64::from(out[i * n + j]);
+                        assert!(
+                            (got - want).abs() <= 1e-3 * (1.0 + want.abs()),
+                            "{m}x{k}x{n} at ({i}, {j}): {got} vs {want}"
+                        );
+                    }
+                }
+            };
             let mut out = vec![f32::NAN; m * n];
             gemm(&spec, &a, &b, &mut out, Some(&PlusOne));
-            for i in 0..m {
-                for j in 0..n {
-                    let want: f64 = (0..k)
-                        .map(|p| f64::from(a[i * k + p]) * f64::from(b[p * n + j]))
-                        .sum::<f64>()
-                        + 1.0;
-                    let got = f64::from(out[i * n + j]);
-                    assert!(
-                        (got - want).abs() <= 1e-3 * (1.0 + want.abs()),
-                        "{m}x{k}x{n} at ({i}, {j}): {got} vs {want}"
-                    );
-                }
-            }
+            check(&out);
+            // B packed once, as a model packs its weights at load: the same product on both split paths.
+            let view = BView {
+                offset: 0,
+                rs: n,
+                cs: 1,
+                k,
+                n,
+            };
+            let packed = PackedB::new(Backend::best(), &b, view).unwrap();
+            let mut out = vec![f32::NAN; m * n];
+            gemm_with(&spec, &a, &b, packed.as_ref(), &mut out, Some(&PlusOne));
+            check(&out);
+            // A pack of another view of B (here: one column narrower) is not used.
+            let other = BView { n: n - 1, ..view };
+            let stale = PackedB::new(Backend::best(), &b, other).unwrap();
+            let mut out = vec![f32::NAN; m * n];
+            gemm_with(&spec, &a, &b, stale.as_ref(), &mut out, Some(&PlusOne));
+            check(&out);
         }
     }
 }

@@ -1,10 +1,12 @@
 //! Single-thread GEMM throughput: fuse's own kernel against `matrixmultiply` on the per-task shapes the
 //! workloads produce (the drivers split large products into blocks of rows or columns, one per task).
 //! `cargo run --release -p fuse-examples --bin gemm_bench`; best of interleaved rounds, GFLOP/s, and for fuse's
-//! tiles the share of this core's FMA peak for their vector width, measured first by [`fma_peak`].
+//! tiles the share of this core's FMA peak for their vector width, measured first by [`fma_peak`]. Each of fuse's
+//! tiles also runs with B packed beforehand ("packed B", as a model packs its weights at load): the difference
+//! is what packing B costs per call.
 
 use fuse_examples::timing::{cpu_line, thread_seconds};
-use fuse_runtime::cpu::gemm::{sgemm_on, Backend, Strided};
+use fuse_runtime::cpu::gemm::{sgemm_on, BView, Backend, PackedB, Strided};
 
 mod fma_peak;
 
@@ -78,15 +80,22 @@ fn main() {
             .find(|(b, _)| *b == backend)
             .map(|&(_, gflops)| gflops)
     };
-    // Portable (matrixmultiply) first, then fuse's tiles this CPU runs; ratios are against matrixmultiply.
+    // Portable (matrixmultiply) first, then fuse's tiles this CPU runs, then the same tiles with B packed
+    // beforehand; ratios are against matrixmultiply.
     let mut backends = Backend::available();
     backends.rotate_right(1);
+    let runs: Vec<(Backend, bool)> = backends
+        .iter()
+        .map(|&b| (b, false))
+        .chain(backends[1..].iter().map(|&b| (b, true)))
+        .collect();
     print!(
         "{:<60}",
         "shape (m×k×n), GFLOP/s (× matrixmultiply, % of peak)"
     );
-    for backend in &backends {
-        print!(" {:>22}", format!("{backend:?}"));
+    for (backend, packed) in &runs {
+        let name = format!("{backend:?}{}", if *packed { " packed B" } else { "" });
+        print!(" {name:>22}");
     }
     println!();
     for s in &SHAPES {
@@ -95,26 +104,46 @@ fn main() {
         let b: Vec<f32> = (0..b_len).map(|i| (i % 5) as f32 * 0.1).collect();
         let mut c = vec![0.0f32; s.m * s.n];
         let flops = 2.0 * (s.m * s.n * s.k) as f64;
+        let view = BView {
+            offset: 0,
+            rs: s.rsb,
+            cs: s.csb,
+            k: s.k,
+            n: s.n,
+        };
+        let packs: Vec<Option<PackedB>> = runs
+            .iter()
+            .map(|&(backend, packed)| {
+                packed
+                    .then(|| PackedB::new(backend, &b, view).ok().flatten())
+                    .flatten()
+            })
+            .collect();
         // About 3 ms per timing: long against the timer's resolution, short enough that some timings fall
         // between other processes' time slices.
         let reps = (3e8 / flops).ceil() as usize;
-        let mut best = vec![f64::MAX; backends.len()];
+        let mut best = vec![f64::MAX; runs.len()];
         for _ in 0..ROUNDS {
-            for (slot, &backend) in backends.iter().enumerate() {
+            for (slot, (&(backend, _), pack)) in runs.iter().zip(&packs).enumerate() {
                 let start = thread_seconds();
                 for _ in 0..reps {
+                    let a_view = Strided::new(a.as_ptr(), s.k as isize, 1);
+                    let c_view = Strided::new(c.as_mut_ptr(), s.n as isize, 1);
                     // SAFETY: A is m×k row-major, B's strides stay inside `b` (b_len), C is m×n row-major; the
-                    // backend is one this CPU runs.
+                    // backend is one this CPU runs; a pack holds this B over all its columns.
                     unsafe {
-                        sgemm_on(
-                            backend,
-                            (s.m, s.k, s.n),
-                            1.0,
-                            Strided::new(a.as_ptr(), s.k as isize, 1),
-                            Strided::new(b.as_ptr(), s.rsb as isize, s.csb as isize),
-                            0.0,
-                            Strided::new(c.as_mut_ptr(), s.n as isize, 1),
-                        )
+                        match pack {
+                            Some(pack) => pack.sgemm((s.m, s.k, s.n), 0, 1.0, a_view, 0.0, c_view),
+                            None => sgemm_on(
+                                backend,
+                                (s.m, s.k, s.n),
+                                1.0,
+                                a_view,
+                                Strided::new(b.as_ptr(), s.rsb as isize, s.csb as isize),
+                                0.0,
+                                c_view,
+                            ),
+                        }
                     };
                 }
                 best[slot] = best[slot].min((thread_seconds() - start) / reps as f64);
@@ -123,7 +152,7 @@ fn main() {
         print!("{:<60}", format!("{} {}×{}×{}", s.what, s.m, s.k, s.n));
         let portable = flops / best[0] / 1e9;
         print!(" {portable:>22.1}");
-        for (t, &backend) in best[1..].iter().zip(&backends[1..]) {
+        for (t, &(backend, _)) in best[1..].iter().zip(&runs[1..]) {
             let gflops = flops / t / 1e9;
             let share = peak_of(backend)
                 .map_or(String::new(), |p| format!(", {:.0} %", 100.0 * gflops / p));

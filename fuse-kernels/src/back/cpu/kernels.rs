@@ -423,8 +423,49 @@ fn matmul(plan: &Plan, k: &Kernel, anchor: NodeId) -> TokenStream {
             b_cs: #sb[#ak],
         };
         #epilogue_task
-        #rt::gemm(&spec, #ba, #bb, out, #epilogue_arg);
+        #rt::gemm_with(&spec, #ba, #bb, ctx.packed_b(), out, #epilogue_arg);
     }
+}
+
+/// The B operand of `k`'s GEMM when the runtime can pack it once at load (the kernel at `index` in plan order):
+/// a parameter read through a view whose offset, strides, k and n are static and which every batch shares (a
+/// Linear layer's `w.t()`). The generated call receives the pack through `ctx.packed_b()`.
+pub(super) fn packed_b(plan: &Plan, k: &Kernel, index: usize) -> Option<fuse_tables::PackedB> {
+    let g = &plan.graph;
+    let KernelKind::MatMul { anchor } = k.kind else {
+        return None;
+    };
+    let Op::MatMul(_, b) = g.node(anchor).op else {
+        return None;
+    };
+    let access = &k.read(b)?.access;
+    let buffer = plan.buffer_of(access.base)?;
+    if !matches!(plan.storage_of(buffer), crate::plan::Storage::Param(_)) {
+        return None;
+    }
+    let rank = access.strides.len();
+    if rank < 2 || access.shape.len() != rank {
+        return None;
+    }
+    let batch_shared = access.strides[..rank - 2]
+        .iter()
+        .all(|s| s.as_static() == Some(0));
+    let offset = access
+        .offset
+        .iter()
+        .try_fold(0usize, |sum, term| sum.checked_add(term.as_static()?))?;
+    let [rs, cs] = [rank - 2, rank - 1].map(|d| access.strides[d].as_static());
+    let [kd, n] = [rank - 2, rank - 1].map(|d| access.shape[d].as_static());
+    Some(fuse_tables::PackedB {
+        kernel: index,
+        buffer,
+        offset,
+        rs: rs?,
+        cs: cs?,
+        k: kd?,
+        n: n?,
+    })
+    .filter(|_| batch_shared)
 }
 
 /// A task that rewrites each row of its chunk in place: element `j` holds the anchor's value, and becomes

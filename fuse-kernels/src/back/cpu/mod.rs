@@ -144,6 +144,12 @@ fn tables(plan: &Plan, function_of: &[usize]) -> ProgramTables {
             )
         })
         .collect();
+    let packed_b = plan
+        .kernels
+        .iter()
+        .enumerate()
+        .filter_map(|(index, k)| kernels::packed_b(plan, k, index))
+        .collect();
     ProgramTables {
         buffers,
         slots: plan.memory.slots.iter().map(|s| mono(&s.bytes())).collect(),
@@ -151,6 +157,7 @@ fn tables(plan: &Plan, function_of: &[usize]) -> ProgramTables {
         kernel_info,
         outputs,
         refusals,
+        packed_b,
     }
 }
 

@@ -130,9 +130,86 @@ pub unsafe fn sgemm<T: Tile>(
     with_buffer(&GEMM_A, mc * kc, |apack| {
         with_buffer(&GEMM_B, kc * nc, |bpack| {
             // SAFETY: forwarded contract; the buffers have the sizes `blocks` needs.
-            unsafe { blocks::<T>((m, k, n), (kc, mc, nc), alpha, a, b, beta, c, apack, bpack) }
+            unsafe {
+                blocks::<T>(
+                    (m, k, n),
+                    (kc, mc, nc),
+                    alpha,
+                    a,
+                    BSource::Strided(b),
+                    beta,
+                    c,
+                    apack,
+                    bpack,
+                )
+            }
         })
     })
+}
+
+/// [`sgemm`] with B already packed by [`pack_whole_b`]: `panels` starts at the panel of B's first column here
+/// (the product may cover a column range of a wider packed B, starting at a multiple of `T::NR`).
+///
+/// # Safety
+/// The CPU has `T`'s instruction set; `panels` holds `n.div_ceil(T::NR)` panels of k×`T::NR` floats packed
+/// from this product's B; A and C satisfy `super::sgemm`'s contract.
+pub unsafe fn sgemm_prepacked<T: Tile>(
+    (m, k, n): (usize, usize, usize),
+    alpha: f32,
+    a: Strided<*const f32>,
+    panels: *const f32,
+    beta: f32,
+    c: Strided<*mut f32>,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        // SAFETY: C's elements are valid for writes (and reads when β ≠ 0).
+        unsafe { scale(m, n, beta, c) };
+        return;
+    }
+    let Blocking { kc, mc, nc } = balanced(Blocking::for_tile::<T>(), (m, k, n), T::MR, T::NR);
+    with_buffer(&GEMM_A, mc * kc, |apack| {
+        // SAFETY: forwarded contract; `apack` has the size `blocks` needs and B needs no buffer.
+        unsafe {
+            blocks::<T>(
+                (m, k, n),
+                (kc, mc, nc),
+                alpha,
+                a,
+                BSource::Packed { panels, depth: k },
+                beta,
+                c,
+                apack,
+                &mut [],
+            )
+        }
+    })
+}
+
+/// Packs all of a k×n B, once, into `n.div_ceil(T::NR)` panels of k rows of `T::NR` floats (the last panel
+/// zero-padded): the layout [`blocks`] packs each kc×nc block into, over the whole depth, so any depth block
+/// of any panel is a kc×NR panel at row stride NR, whatever the blocking of the call that reads it.
+///
+/// # Safety
+/// The CPU has `T`'s instruction set; B's k×n elements are readable; `out` holds at least
+/// `n.div_ceil(T::NR) · T::NR · k` floats.
+pub unsafe fn pack_whole_b<T: Tile>(k: usize, n: usize, b: Strided<*const f32>, out: &mut [f32]) {
+    if k == 0 || n == 0 {
+        return;
+    }
+    // SAFETY: forwarded; `pack` with kc = k fills exactly the size above.
+    unsafe { pack::<T>(k, n, T::NR, b, out) }
+}
+
+/// Where the loop nest's B panels come from.
+#[derive(Clone, Copy)]
+enum BSource {
+    /// B itself: packed block by block into the scratch buffer (or read in place).
+    Strided(Strided<*const f32>),
+    /// Packed at load by [`pack_whole_b`]: panels of `depth` rows of NR floats.
+    Packed { panels: *const f32, depth: usize },
 }
 
 /// The per-thread buffers [`sgemm`] packs into for tile `T`, with their largest sizes.
@@ -163,15 +240,21 @@ unsafe fn blocks<T: Tile>(
     (kc_most, mc_most, nc_most): (usize, usize, usize),
     alpha: f32,
     a: Strided<*const f32>,
-    b: Strided<*const f32>,
+    b_source: BSource,
     beta: f32,
     c: Strided<*mut f32>,
     apack: &mut [f32],
     bpack: &mut [f32],
 ) {
+    // A packed-at-load B is read through its own panels; the strided view below is then never dereferenced.
+    let (b, prepacked) = match b_source {
+        BSource::Strided(b) => (b, None),
+        BSource::Packed { panels, depth } => (Strided::new(panels, 0, 0), Some((panels, depth))),
+    };
     // With few rows, each B element is used by at most one A block: packing B would copy it once to read it
     // once. Row-contiguous B is then read in place (masked loads cover the last, partial panel).
-    let direct_b = m <= DIRECT_B_ROWS.min(mc_most) && b.cs == 1 && b.rs % 1024 != 0;
+    let direct_b =
+        prepacked.is_none() && m <= DIRECT_B_ROWS.min(mc_most) && b.cs == 1 && b.rs % 1024 != 0;
     // Row-contiguous A is read in place: the tile broadcasts its elements from memory either way, and packing
     // would cost as much as the multiply-adds it feeds when there are few columns. Not when the row stride is a
     // multiple of 4 KiB, where the tile's rows would share L1 sets.
@@ -181,7 +264,7 @@ unsafe fn blocks<T: Tile>(
         for pc in (0..k).step_by(kc_most) {
             let kc = kc_most.min(k - pc);
             let b_block = offset(b, pc, jc);
-            if !direct_b {
+            if !direct_b && prepacked.is_none() {
                 // SAFETY: the block lies inside B; `bpack` holds kc×nc floats.
                 unsafe { pack::<T>(kc, nc, T::NR, b_block, bpack) };
             }
@@ -196,7 +279,15 @@ unsafe fn blocks<T: Tile>(
                 }
                 for jr in (0..nc).step_by(T::NR) {
                     let cols = T::NR.min(nc - jr);
-                    let panel = if direct_b {
+                    let panel = if let Some((panels, depth)) = prepacked {
+                        // Panel (jc + jr) / NR of the whole depth, from row pc on.
+                        Strided {
+                            ptr: panels
+                                .wrapping_add((jc + jr) / T::NR * depth * T::NR + pc * T::NR),
+                            rs: T::NR as isize,
+                            cs: 1,
+                        }
+                    } else if direct_b {
                         Strided {
                             ptr: b_block.ptr.wrapping_add(jr),
                             rs: b.rs,

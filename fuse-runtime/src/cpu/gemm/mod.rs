@@ -15,8 +15,11 @@ mod avx2;
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod driver;
+mod packed;
 #[cfg(target_arch = "x86_64")]
 mod tile;
+
+pub use packed::{BView, PackedB};
 
 use super::math::{dispatch_avx2, dispatch_avx512};
 
@@ -376,6 +379,118 @@ mod tests {
                 let scalars = [(1.0, 0.0), (0.5, 1.0), (-2.0, -0.25)][next(3)];
                 check_product(backend, dims, layout, pad, scalars, 1000 + case);
             }
+        }
+    }
+
+    /// B packed once ([`PackedB`]) against the driver packing B itself and against f64: random shapes with
+    /// ragged tiles, depths past kc and widths past nc, B stored either way (a Linear layer's Wᵀ is
+    /// column-contiguous) inside a wider buffer, α/β, and column ranges that start at a later panel.
+    #[test]
+    fn packed_b_matches_per_call_packing_and_f64() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |below: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % below as u64) as usize
+        };
+        let fixed = [(7, 1100, 37), (100, 385, 129), (3, 40, 2100), (130, 9, 17)];
+        for backend in backends() {
+            let mut cases: Vec<(usize, usize, usize)> = fixed.to_vec();
+            cases.extend((0..24).map(|_| (1 + next(140), 1 + next(500), 1 + next(150))));
+            for (case, &(m, k, n)) in cases.iter().enumerate() {
+                let seed = 5000 + 10 * case as u64;
+                let b_trans = case % 2 == 0;
+                let pad = next(3) * 3;
+                // B is k×n at offset `pad` of its buffer: row-major (rs n + pad) or stored transposed.
+                let (rs, cs) = if b_trans { (1, k + pad) } else { (n + pad, 1) };
+                let len = pad + (k - 1) * rs + (n - 1) * cs + 1;
+                let buf = randv(len, seed);
+                let a = randv(m * k, seed + 1);
+                let view = BView {
+                    offset: pad,
+                    rs,
+                    cs,
+                    k,
+                    n,
+                };
+                let Some(packed) = PackedB::new(backend, &buf, view).unwrap() else {
+                    assert_eq!(backend, Backend::Portable);
+                    continue;
+                };
+                // Columns col0.. of B, col0 at a whole panel.
+                let col0 = packed.nr() * next(n.div_ceil(packed.nr()));
+                let cols = 1 + next(n - col0);
+                let (alpha, beta) = [(1.0, 0.0), (0.5, -1.5)][case % 2];
+                let c0 = randv(m * cols, seed + 2);
+                let mut by_pack = if beta == 0.0 {
+                    vec![f32::NAN; m * cols]
+                } else {
+                    c0.clone()
+                };
+                let mut by_call = by_pack.clone();
+                let a_view = Strided::new(a.as_ptr(), k as isize, 1);
+                // SAFETY: A is m×k row-major; B's columns col0..col0 + cols lie in `buf`; C is m×cols.
+                unsafe {
+                    packed.sgemm(
+                        (m, k, cols),
+                        col0,
+                        alpha,
+                        a_view,
+                        beta,
+                        Strided::new(by_pack.as_mut_ptr(), cols as isize, 1),
+                    );
+                    sgemm_on(
+                        backend,
+                        (m, k, cols),
+                        alpha,
+                        a_view,
+                        Strided::new(buf.as_ptr().add(pad + col0 * cs), rs as isize, cs as isize),
+                        beta,
+                        Strided::new(by_call.as_mut_ptr(), cols as isize, 1),
+                    );
+                }
+                for i in 0..m {
+                    for j in 0..cols {
+                        let (mut dot, mut scale) = (0.0f64, 0.0f64);
+                        for l in 0..k {
+                            let p = f64::from(a[i * k + l])
+                                * f64::from(buf[pad + l * rs + (col0 + j) * cs]);
+                            dot += p;
+                            scale += p.abs();
+                        }
+                        let c = f64::from(c0[i * cols + j]);
+                        let want = f64::from(alpha) * dot + f64::from(beta) * c;
+                        let (got, call) = (by_pack[i * cols + j], by_call[i * cols + j]);
+                        let what =
+                            format!("{backend:?} {m}x{k}x{n} cols {col0}+{cols} at ({i}, {j})");
+                        assert!(
+                            (f64::from(got) - want).abs() <= 1e-5 * (scale + c.abs()) + 1e-30,
+                            "{what}: {got} vs {want}"
+                        );
+                        assert!(
+                            (got - call).abs() <= 1e-5 * (got.abs() + call.abs()) + 1e-30,
+                            "{what}: packed {got}, per call {call}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// A view that does not fit its buffer is not packed (the call packs B itself and its bounds check speaks).
+    #[test]
+    fn a_view_outside_its_buffer_is_not_packed() {
+        let buf = randv(12, 1);
+        let view = BView {
+            offset: 1,
+            rs: 4,
+            cs: 1,
+            k: 3,
+            n: 4,
+        };
+        for backend in backends() {
+            assert!(PackedB::new(backend, &buf, view).unwrap().is_none());
         }
     }
 

@@ -1,0 +1,167 @@
+//! A GEMM's B operand packed once, when a model's weights are in place, into the panels fuse's driver streams:
+//! a Linear layer's weight never changes, yet packing it per call was ~28 % of an MLP layer's time at batch 64.
+//!
+//! The layout is the driver's B panel over the whole depth (`driver::pack_whole_b`): panels of NR columns, each
+//! k rows of NR floats, so it serves every blocking (kc, nc) and every column range starting at a panel.
+
+use super::{Backend, Strided};
+use crate::error::Result;
+
+/// Where a B operand sits in its source buffer: the k×n matrix with element (l, j) at `offset + l·rs + j·cs`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BView {
+    pub offset: usize,
+    pub rs: usize,
+    pub cs: usize,
+    pub k: usize,
+    pub n: usize,
+}
+
+impl BView {
+    /// Whether every element lies inside a buffer of `len` elements (no overflow either).
+    fn fits(&self, len: usize) -> bool {
+        if self.k == 0 || self.n == 0 {
+            return true;
+        }
+        let last = (self.k - 1)
+            .checked_mul(self.rs)
+            .and_then(|r| (self.n - 1).checked_mul(self.cs)?.checked_add(r))
+            .and_then(|e| e.checked_add(self.offset));
+        last.is_some_and(|last| last < len)
+    }
+}
+
+/// A B operand packed for one backend's tile (see the module documentation).
+pub struct PackedB {
+    backend: Backend,
+    /// The tile's columns per panel.
+    nr: usize,
+    view: BView,
+    panels: Vec<f32>,
+}
+
+impl std::fmt::Debug for PackedB {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PackedB")
+            .field("backend", &self.backend)
+            .field("nr", &self.nr)
+            .field("view", &self.view)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PackedB {
+    /// `view` of `source` packed for `backend`; `Ok(None)` where nothing is packed: the portable backend (which
+    /// packs inside `matrixmultiply`), a backend this CPU cannot run, or a view outside `source` (the call then
+    /// packs B itself, and its own bounds check reports the view). [`crate::Error::OutOfMemory`] when the
+    /// panels do not fit.
+    pub fn new(backend: Backend, source: &[f32], view: BView) -> Result<Option<PackedB>> {
+        let nr = match backend {
+            Backend::Avx512 => 32,
+            Backend::Avx2 => 16,
+            Backend::Portable => return Ok(None),
+        };
+        if !Backend::available().contains(&backend) || !view.fits(source.len()) {
+            return Ok(None);
+        }
+        let floats = view
+            .n
+            .div_ceil(nr)
+            .saturating_mul(nr)
+            .saturating_mul(view.k);
+        let mut panels = crate::arena::zeroed_f32("packed weights", floats)?;
+        let b = Strided::new(
+            source.as_ptr().wrapping_add(view.offset),
+            view.rs as isize,
+            view.cs as isize,
+        );
+        // SAFETY: the CPU runs `backend` (checked above); every element of the view is inside `source` (checked
+        // above); `panels` holds the panels `pack_whole_b` fills.
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            match backend {
+                Backend::Avx512 => super::driver::pack_whole_b::<super::avx512::Avx512>(
+                    view.k,
+                    view.n,
+                    b,
+                    &mut panels,
+                ),
+                Backend::Avx2 => {
+                    super::driver::pack_whole_b::<super::avx2::Avx2>(view.k, view.n, b, &mut panels)
+                }
+                Backend::Portable => {}
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = b;
+        Ok(Some(PackedB {
+            backend,
+            nr,
+            view,
+            panels,
+        }))
+    }
+
+    /// What it was packed from.
+    pub fn view(&self) -> BView {
+        self.view
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// Columns per panel: a product may start at any multiple of it.
+    pub fn nr(&self) -> usize {
+        self.nr
+    }
+
+    /// Bytes the panels take.
+    pub fn bytes(&self) -> usize {
+        self.panels.len() * std::mem::size_of::<f32>()
+    }
+
+    /// C ← α·A·B + β·C over B's columns `col0..col0 + n` (`dims` = (m, k, n)).
+    ///
+    /// # Safety
+    /// A and C satisfy `super::sgemm`'s contract for `dims`; k is the packed depth, `col0` a multiple of
+    /// [`PackedB::nr`] and `col0 + n` at most the packed width (all checked by assertions in debug builds).
+    pub unsafe fn sgemm(
+        &self,
+        (m, k, n): (usize, usize, usize),
+        col0: usize,
+        alpha: f32,
+        a: Strided<*const f32>,
+        beta: f32,
+        c: Strided<*mut f32>,
+    ) {
+        debug_assert!(k == self.view.k && col0 % self.nr == 0 && col0 + n <= self.view.n);
+        let panels = self.panels.as_ptr().wrapping_add(col0 * self.view.k);
+        // SAFETY: `new` only builds packs for a backend this CPU runs; the panels from `col0` hold the product's
+        // columns over the whole depth; A and C are the caller's.
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            match self.backend {
+                Backend::Avx512 => super::driver::sgemm_prepacked::<super::avx512::Avx512>(
+                    (m, k, n),
+                    alpha,
+                    a,
+                    panels,
+                    beta,
+                    c,
+                ),
+                Backend::Avx2 => super::driver::sgemm_prepacked::<super::avx2::Avx2>(
+                    (m, k, n),
+                    alpha,
+                    a,
+                    panels,
+                    beta,
+                    c,
+                ),
+                Backend::Portable => {}
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (m, k, n, alpha, a, beta, c, panels);
+    }
+}
