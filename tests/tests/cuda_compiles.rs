@@ -4,6 +4,7 @@
 //! `FUSE_BLESS=1`). Without nvcc (`$NVCC`, `.toolchain/cuda` from `scripts/install-nvcc.sh`, or `PATH`) the
 //! compile test says so and passes; the golden test needs no nvcc.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -119,20 +120,22 @@ fn examples() -> Vec<Example> {
         if let Some(e) = capture.errors {
             panic!("{stem} does not capture: {e}");
         }
-        let models = capture.models;
-        let single = models.len() == 1;
-        for m in models {
-            let name = m.name.to_string();
-            let stem = if single {
-                stem.clone()
-            } else {
-                format!("{stem}.{name}")
-            };
+        for m in capture.models {
             out.push(Example {
-                stem,
-                name,
+                stem: stem.clone(),
+                name: m.name.to_string(),
                 graph: m.graph,
             });
+        }
+    }
+    // A file with several models (in one module or several) names each golden file after its model too.
+    let counts = out.iter().fold(HashMap::new(), |mut n, ex| {
+        *n.entry(ex.stem.clone()).or_insert(0usize) += 1;
+        n
+    });
+    for ex in &mut out {
+        if counts[&ex.stem] > 1 {
+            ex.stem = format!("{}.{}", ex.stem, ex.name);
         }
     }
     out
