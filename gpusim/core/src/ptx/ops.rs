@@ -403,6 +403,15 @@ pub(crate) enum Op {
         b: Slot,
         c: Slot,
     },
+    /// `bfi.ty d, a, b, pos, len`: `b` with `len` bits at `pos` replaced by the low bits of `a`.
+    Bfi {
+        ty: Ty,
+        d: Slot,
+        a: Slot,
+        b: Slot,
+        pos: Slot,
+        len: Slot,
+    },
     Atom {
         space: Space,
         op: AtomOp,
