@@ -131,6 +131,25 @@ pub(crate) fn lop3(a: u64, b: u64, c: u64, lut: u8) -> u64 {
     result & 0xffff_ffff
 }
 
+/// `bfi`: `b` with its `len` bits at `pos` replaced by the low bits of `a` (bits past the type's width dropped).
+pub(crate) fn bfi(ty: Ty, a: u64, b: u64, pos: u64, len: u64) -> u64 {
+    let bits = u64::from(ty.bits());
+    let (pos, len) = (pos & 0xff, len & 0xff);
+    let mut d = b;
+    for i in 0..len {
+        if pos + i >= bits {
+            break;
+        }
+        let bit = 1u64 << (pos + i);
+        if (a >> i) & 1 != 0 {
+            d |= bit;
+        } else {
+            d &= !bit;
+        }
+    }
+    d & ty.mask()
+}
+
 /// `bfe`: extracts `len` bits at `pos`, sign-extending for signed types.
 pub(crate) fn bfe(ty: Ty, a: u64, b: u64, c: u64) -> u64 {
     let bits = u64::from(ty.bits());
@@ -156,4 +175,21 @@ pub(crate) fn bfe(ty: Ty, a: u64, b: u64, c: u64) -> u64 {
         }
     }
     d & mask
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bfi_replaces_the_field_and_keeps_the_rest() {
+        // nvcc's `(hi << 6) | (lo & 63)` as `bfi.b64 d, hi, lo, 6, 58`.
+        assert_eq!(bfi(Ty::B64, 0x5, 0x3f, 6, 58), (0x5 << 6) | 0x3f);
+        assert_eq!(bfi(Ty::B32, 0b101, 0xffff_ffff, 4, 3), 0xffff_ffdf);
+        // Bits past the type's width are dropped; a zero length leaves `b`.
+        assert_eq!(bfi(Ty::B32, 0xff, 0, 28, 8), 0xf000_0000);
+        assert_eq!(bfi(Ty::B64, 0xff, 0x1234, 3, 0), 0x1234);
+        // Only the low 8 bits of pos and len count.
+        assert_eq!(bfi(Ty::B32, 1, 0, 0x100 + 2, 1), 4);
+    }
 }

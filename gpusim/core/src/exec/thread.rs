@@ -3,7 +3,7 @@
 
 use super::access::Access;
 use super::float::{compare, cvt, float_binary, float_unary, fma, testp};
-use super::int::{bfe, int_binary, int_unary, lop3, prmt};
+use super::int::{bfe, bfi, int_binary, int_unary, lop3, prmt};
 use crate::error::{SimError, SimResult};
 use crate::ptx::ops::{AtomOp, BoolOp, Instr, IntOp, Op, Ty, NONE};
 
@@ -244,6 +244,14 @@ pub(crate) fn run(
             Op::Prmt { d, a, b, c } => regs[d as usize] = prmt(r(a), r(b), r(c)),
             Op::Lop3 { d, a, b, c, lut } => regs[d as usize] = lop3(r(a), r(b), r(c), lut),
             Op::Bfe { ty, d, a, b, c } => regs[d as usize] = bfe(ty, r(a), r(b), r(c)),
+            Op::Bfi {
+                ty,
+                d,
+                a,
+                b,
+                pos,
+                len,
+            } => regs[d as usize] = bfi(ty, r(a), r(b), r(pos), r(len)),
             Op::FmaF32 { d, a, b, c } => {
                 let (a, b, c) = (f32_of(r(a)), f32_of(r(b)), f32_of(r(c)));
                 regs[d as usize] = u64::from(a.mul_add(b, c).to_bits());

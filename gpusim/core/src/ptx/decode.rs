@@ -751,6 +751,27 @@ impl Decoder<'_> {
                 );
                 Op::Bfe { ty, d, a, b, c }
             }
+            "bfi" => {
+                let ty = need_ty()?;
+                let [d, a, b, pos, len] = self.operands(raw, 5)? else {
+                    unreachable!()
+                };
+                let (d, a, b, pos, len) = (
+                    self.dst(raw, d)?,
+                    self.src(raw, a, ty)?,
+                    self.src(raw, b, ty)?,
+                    self.src(raw, pos, Ty::U32)?,
+                    self.src(raw, len, Ty::U32)?,
+                );
+                Op::Bfi {
+                    ty,
+                    d,
+                    a,
+                    b,
+                    pos,
+                    len,
+                }
+            }
             "atom" | "red" => self.atom(raw, base == "red", mods, need_ty()?)?,
             "testp" => {
                 let ty = need_ty()?;

@@ -403,6 +403,15 @@ pub(crate) enum Op {
         b: Slot,
         c: Slot,
     },
+    /// `bfi d, a, b, pos, len`: `b` with `len` bits at `pos` taken from `a`.
+    Bfi {
+        ty: Ty,
+        d: Slot,
+        a: Slot,
+        b: Slot,
+        pos: Slot,
+        len: Slot,
+    },
     Atom {
         space: Space,
         op: AtomOp,
