@@ -124,20 +124,19 @@ fn examples() -> Vec<Example> {
         if let Some(e) = capture.errors {
             panic!("{stem} does not capture: {e}");
         }
-        let models = capture.models;
-        let single = models.len() == 1;
-        for m in models {
-            let name = m.name.to_string();
-            let stem = if single {
-                stem.clone()
-            } else {
-                format!("{stem}.{name}")
-            };
+        for m in capture.models {
             out.push(Example {
-                stem,
-                name,
+                stem: stem.clone(),
+                name: m.name.to_string(),
                 graph: m.graph,
             });
+        }
+    }
+    // A file that holds several models (in one module or in several) names each golden file after its model.
+    let stems: Vec<String> = out.iter().map(|ex| ex.stem.clone()).collect();
+    for ex in &mut out {
+        if stems.iter().filter(|s| **s == ex.stem).count() > 1 {
+            ex.stem = format!("{}.{}", ex.stem, ex.name);
         }
     }
     out

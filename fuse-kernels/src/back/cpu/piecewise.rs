@@ -85,8 +85,10 @@ fn piece(
         }
     }
     let (start, len) = (p.start, p.len);
-    let local = format_ident!("jp");
-    let branch_value = |id: NodeId| value(plan, k, &p.branch, id, &local, rank);
+    let (jp, j) = (format_ident!("jp"), format_ident!("j"));
+    // A branch reads at the piece's own indices: `jp` is the column within the piece (innermost axis) or the
+    // column itself (outer axis, where `jp == j`).
+    let branch_value = |id: NodeId| value(plan, k, &p.branch, id, (&jp, &jp), rank);
     let branch = p.branch.iter().map(|&id| {
         let v = var("v", id);
         let e = op_expr(g, id, &branch_value);
@@ -94,10 +96,12 @@ fn piece(
     });
     let concat = var("v", pw.concat);
     let input = branch_value(p.input);
-    let j = format_ident!("j");
     let mut computed = pw.rest.clone();
     computed.push(pw.concat);
-    let rest_value = |id: NodeId| value(plan, k, &computed, id, &j, rank);
+    // The rest reads at the output's column `j`; along the innermost axis its contiguous rows are cut to the
+    // piece's columns first, so they are indexed by `jp` like the output.
+    let rest_index = if innermost { (&jp, &j) } else { (&j, &j) };
+    let rest_value = |id: NodeId| value(plan, k, &computed, id, rest_index, rank);
     let rest = pw.rest.iter().map(|&id| {
         let v = var("v", id);
         let e = op_expr(g, id, &rest_value);
@@ -108,15 +112,24 @@ fn piece(
         #(#branch)*
         let #concat: f32 = #input;
         #(#rest)*
-        o[j] = #result;
     };
     if innermost {
         let branch_binds = binds(&reads, rank, &quote!(#len));
+        let cuts = reads_by(plan, k, &pw.rest).into_iter().filter(|r| {
+            inner_kind(r, rank) == Inner::Contiguous && !reads.iter().any(|b| b.node == r.node)
+        });
+        let cuts = cuts.map(|r| {
+            let x = var("x", r.node);
+            quote!(let #x = &#x[#start..#start + #len];)
+        });
         quote! {{
             #branch_binds
+            #(#cuts)*
+            let o = &mut o[#start..#start + #len];
             for jp in 0..#len {
                 let j = #start + jp;
                 #element
+                o[jp] = #result;
             }
         }}
     } else {
@@ -129,6 +142,7 @@ fn piece(
             for j in 0..len {
                 let jp = j;
                 #element
+                o[j] = #result;
             }
         }}
     }
@@ -162,13 +176,14 @@ fn binds(reads: &[&Read], rank: usize, len: &TokenStream) -> TokenStream {
     quote!(#(#stmts)*)
 }
 
-/// The f32 value of `id` at inner index `index`: a constant, a value computed in `computed`, or a read.
+/// The f32 value of `id`: a constant, a value computed in `computed`, or a read at inner index `contiguous` (a
+/// contiguous row) or `strided` (a strided one, from the row's base).
 fn value(
     plan: &Plan,
     k: &Kernel,
     computed: &[NodeId],
     id: NodeId,
-    index: &Ident,
+    (contiguous, strided): (&Ident, &Ident),
     rank: usize,
 ) -> TokenStream {
     let g = &plan.graph;
@@ -185,12 +200,12 @@ fn value(
     };
     let x = var("x", read.node);
     let load = match inner_kind(read, rank) {
-        Inner::Contiguous => quote!(#x[#index]),
+        Inner::Contiguous => quote!(#x[#contiguous]),
         Inner::Broadcast => quote!(#x),
         Inner::Strided => {
             let st = var("st", read.node);
             let last = rank - 1;
-            quote!(#x[#index * #st[#last]])
+            quote!(#x[#strided * #st[#last]])
         }
     };
     match g.ty(read.access.base).dtype {
