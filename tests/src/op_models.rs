@@ -215,6 +215,65 @@ pub mod ops {
         }
     }
 
+    /// Odd widths for the rotary models: halves of 5, and spans of 3, 1 and 6.
+    pub const R: usize = 10;
+
+    /// Concats that fuse into the elementwise kernel reading them, with their inputs' chains: Hugging Face's
+    /// rotate-half RoPE on a permuted head view, a concat of three scaled/negated/exponentiated spans along the
+    /// last axis, one along an outer (head) axis, and a concat of computed inputs that is itself an output. Each
+    /// output is one kernel.
+    pub struct Ropes {}
+    impl Ropes {
+        pub fn forward(
+            &self,
+            #[shape(batch, seq, 4, R)] x: Tensor,
+            #[shape(seq, R)] cos: Tensor,
+            #[shape(seq, R)] sin: Tensor,
+        ) -> (Tensor, Tensor, Tensor, Tensor) {
+            let heads = x.permute([0, 2, 1, 3]);
+            let x1 = heads.slice(3, 0, R / 2);
+            let x2 = heads.slice(3, R / 2, R);
+            let rope = heads * &cos + concat([x2.neg(), x1], 3) * &sin;
+            let spans = concat(
+                [
+                    x.slice(3, 0, 3) * 2.0,
+                    x.slice(3, 3, 4).neg(),
+                    (x.slice(3, 4, R) * 0.5).exp(),
+                ],
+                3,
+            ) - x;
+            let outer = concat(
+                [
+                    x.slice(2, 0, 1) * 0.5,
+                    x.slice(2, 2, 4).neg(),
+                    x.slice(2, 1, 2),
+                ],
+                2,
+            ) * x
+                + 1.0;
+            let rotated = concat([x2.neg(), x1 + &cos.slice(1, 0, R / 2)], 3);
+            (rope, spans, outer, rotated)
+        }
+    }
+
+    /// Concats the planner must keep as kernels of their own, each for its reason: read twice, read by a
+    /// reduction, and a concat of a concat (a kernel reads through one concat).
+    pub struct UnfusedConcats {}
+    impl UnfusedConcats {
+        pub fn forward(&self, #[shape(batch, R)] x: Tensor) -> (Tensor, Tensor, Tensor) {
+            let twice = concat([x.slice(1, 0, 3).neg(), x.slice(1, 3, R)], 1);
+            let reduced = concat([x.slice(1, 4, R), x.slice(1, 0, 4).neg()], 1).sum(-1, true);
+            let nested = concat(
+                [
+                    concat([x.slice(1, 0, 2), x.slice(1, 2, 5)], 1),
+                    x.slice(1, 5, R),
+                ],
+                1,
+            );
+            (twice * &twice + 1.0, reduced, nested.neg())
+        }
+    }
+
     pub struct Embeddings {
         #[shape(50, D)]
         table: Tensor,

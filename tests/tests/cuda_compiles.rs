@@ -4,7 +4,6 @@
 //! `FUSE_BLESS=1`). Without nvcc (`$NVCC`, `.toolchain/cuda` from `scripts/install-nvcc.sh`, or `PATH`) the
 //! compile test says so and passes; the golden test needs no nvcc.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -28,7 +27,8 @@ struct Example {
 
 /// Models that reach corners the examples do not: a row op over a non-last (dynamic) axis, reductions with an
 /// epilogue read, comparisons and `where_`, concat of offset slices, a folded GEMM whose epilogue reads a slice,
-/// and an unfolded batched GEMM. Compiled only (no golden file).
+/// an unfolded batched GEMM, and concats fused into their readers along the innermost and an outer axis.
+/// Compiled only (no golden file).
 const EDGE_CASES: &str = r#"
 #[fused_model]
 pub mod edge {
@@ -46,7 +46,9 @@ pub mod edge {
             #[shape(batch, 16, seq)] y: Tensor,
             #[shape(batch, seq)] ids: Tensor<i64>,
             #[shape(batch, 1024)] z: Tensor,
-        ) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) {
+        ) -> (
+            Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor,
+        ) {
             let a = x.softmax(1);
             let b = x.rms_norm(&self.g, 1e-6) * 2.0 + where_(x.gt(0.0), x, x * 0.1);
             let c = x.mean(2, false) + x.max(2, false) + ids.to_f32();
@@ -60,7 +62,9 @@ pub mod edge {
             let j = shifted / shifted.sum(-1, true);
             let centred = z - z.mean(-1, true);
             let k = centred * (centred.square().mean(-1, true) + 1e-5).rsqrt();
-            (a, b, c, d, e, f, h, i, j, k)
+            let rotated = x * 0.5 + concat([x.slice(2, 8, 16).neg(), x.slice(2, 0, 8)], 2) * &self.g;
+            let stacked = concat([y.slice(1, 8, 16).neg(), (y.slice(1, 0, 8) * 2.0).exp()], 1) + y;
+            (a, b, c, d, e, f, h, i, j, k, rotated, stacked)
         }
     }
 }
@@ -128,13 +132,10 @@ fn examples() -> Vec<Example> {
             });
         }
     }
-    // A file with several models (in one module or several) names each golden file after its model too.
-    let counts = out.iter().fold(HashMap::new(), |mut n, ex| {
-        *n.entry(ex.stem.clone()).or_insert(0usize) += 1;
-        n
-    });
+    // A file that holds several models (in one module or in several) names each golden file after its model.
+    let stems: Vec<String> = out.iter().map(|ex| ex.stem.clone()).collect();
     for ex in &mut out {
-        if counts[&ex.stem] > 1 {
+        if stems.iter().filter(|s| **s == ex.stem).count() > 1 {
             ex.stem = format!("{}.{}", ex.stem, ex.name);
         }
     }

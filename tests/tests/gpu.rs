@@ -263,6 +263,8 @@ fn specs() -> Vec<&'static ModelSpec> {
         WrittenNorms::spec(),
         MatMuls::spec(),
         Views::spec(),
+        Ropes::spec(),
+        UnfusedConcats::spec(),
         Embeddings::spec(),
         Attentions::spec(),
     ]
@@ -607,6 +609,30 @@ fn views_on_gpu() {
         2e-6,
         2e-6,
         |b, q, s| vec![Tensor::randn(&[b, q, D], s)],
+    );
+}
+
+#[test]
+fn concats_fused_into_their_readers_on_gpu() {
+    ops_on_gpu(
+        Ropes::random(12).into_compiled(),
+        "ropes",
+        2e-5,
+        2e-5,
+        |b, q, s| {
+            vec![
+                Tensor::randn(&[b, q, 4, R], s),
+                Tensor::randn(&[q, R], s + 1),
+                Tensor::randn(&[q, R], s + 2),
+            ]
+        },
+    );
+    ops_on_gpu(
+        UnfusedConcats::random(13).into_compiled(),
+        "unfused concats",
+        2e-5,
+        2e-5,
+        |b, _, s| vec![Tensor::randn(&[b, R], s)],
     );
 }
 

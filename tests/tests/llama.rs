@@ -209,3 +209,26 @@ fn greedy_continuation_matches_transformers() {
         }
     }
 }
+
+/// RoPE's rotate-half (`slice`, `neg`, `concat`) is computed inside the kernel that applies the rotation to q
+/// and to k: no concat or negation kernel of its own in any layer.
+#[test]
+fn rotary_embeddings_cost_one_kernel_for_q_and_one_for_k() {
+    use fuse_kernels::plan::{plan, KernelKind, Mode};
+    use fuse_tests::harness::graph_of;
+    let fused = plan(&graph_of(TinyLlama::spec()), Mode::Fused);
+    let dump = fuse_kernels::plan::dump(&fused);
+    let concats = fused
+        .kernels
+        .iter()
+        .filter(|k| matches!(k.kind, KernelKind::Concat { .. }))
+        .count();
+    let rotations = fused
+        .kernels
+        .iter()
+        .filter(|k| matches!(k.kind, KernelKind::Piecewise(_)))
+        .count();
+    assert_eq!((concats, rotations), (0, 2 * LAYERS), "{dump}");
+    // 37 kernels when the rotation cost a negation, a concat and the rotation itself, for q and for k.
+    assert_eq!(fused.kernels.len(), 29, "{dump}");
+}

@@ -167,6 +167,69 @@ fn permute_reshape_slice_concat() {
     }
 }
 
+/// Rotary embeddings and other concats of computed views, against the f64 reference at random dims.
+#[test]
+fn concats_fused_into_their_readers() {
+    let m = Ropes::random(12);
+    for (batch, seq, seed) in cases(12) {
+        let inputs = [
+            Tensor::randn(&[batch, seq, 4, R], seed),
+            Tensor::randn(&[seq, R], seed + 1),
+            Tensor::randn(&[seq, R], seed + 2),
+        ];
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        check_model("ropes", m.compiled(), &refs, 1e-5, 1e-5);
+    }
+}
+
+/// Each of [`Ropes`]' outputs is one elementwise kernel: the concat, the negations and scalings of its inputs
+/// and the ops reading it share the kernel (the eager plan spends a kernel on each).
+#[test]
+fn a_fused_concat_costs_no_kernel() {
+    use fuse_kernels::plan::{plan, KernelKind, Mode};
+    use fuse_tests::harness::graph_of;
+    let fused = plan(&graph_of(Ropes::spec()), Mode::Fused);
+    let dump = fuse_kernels::plan::dump(&fused);
+    assert_eq!(fused.kernels.len(), 4, "{dump}");
+    assert!(
+        fused
+            .kernels
+            .iter()
+            .all(|k| matches!(k.kind, KernelKind::Piecewise(_))),
+        "{dump}"
+    );
+    let eager = plan(&graph_of(Ropes::spec()), Mode::Eager);
+    let concats = eager
+        .kernels
+        .iter()
+        .filter(|k| matches!(k.kind, KernelKind::Concat { .. }))
+        .count();
+    assert_eq!(concats, 4, "{}", fuse_kernels::plan::dump(&eager));
+}
+
+/// Concats that stay kernels of their own (read twice, read by a reduction, a concat of a concat) still match
+/// the reference, and the report says why each was not fused.
+#[test]
+fn concats_kept_apart() {
+    use fuse_kernels::plan::{plan, Mode};
+    use fuse_tests::harness::graph_of;
+    let fused = plan(&graph_of(UnfusedConcats::spec()), Mode::Fused);
+    let dump = fuse_kernels::plan::dump(&fused);
+    assert_eq!(fused.kernels.len(), 6, "{dump}");
+    for why in [
+        "value read 2 times",
+        "a concat fuses only into elementwise ops",
+        "a kernel reads through one concat at most",
+    ] {
+        assert!(dump.contains(why), "no refusal `{why}` in\n{dump}");
+    }
+    let m = UnfusedConcats::random(13);
+    for (batch, _, seed) in cases(13) {
+        let x = Tensor::randn(&[batch, R], seed);
+        check_model("unfused concats", m.compiled(), &[&x], 1e-5, 1e-5);
+    }
+}
+
 #[test]
 fn embedding_gather_and_cast() {
     let m = Embeddings::random(9);

@@ -120,7 +120,19 @@ fn advice(why: &WhyNot) -> &'static str {
             "a kernel reads each value at one shape; read this value at one shape in the expression (e.g. \
              broadcast it once, then reuse the broadcast value)"
         }
-        WhyNot::Standalone => "gather and concat run as kernels of their own",
+        WhyNot::Standalone => "an embedding gather runs as a kernel of its own",
+        WhyNot::ConcatReader => {
+            "a concat fuses only into elementwise ops; apply the elementwise ops to the concat first, then the \
+             reduction or matmul to their result"
+        }
+        WhyNot::ConcatInput => {
+            "a concat fuses only the elementwise chains of its inputs; a reduction or matmul input is read from \
+             memory"
+        }
+        WhyNot::TwoConcats => {
+            "a kernel reads through one concat; concatenate once (e.g. the values the concats combine) or accept \
+             a kernel per concat"
+        }
         WhyNot::ConsumerKind | WhyNot::EagerPlan => "this op cannot share the reader's kernel",
     }
 }
@@ -139,7 +151,7 @@ fn kernel_limit(plan: &Plan, model: &str, max: usize, tokens: &TokenStream) -> V
     for k in plan
         .kernels
         .iter()
-        .filter(|k| k.kind == KernelKind::Elementwise)
+        .filter(|k| matches!(k.kind, KernelKind::Elementwise | KernelKind::Piecewise(_)))
     {
         if k.nodes.is_empty() {
             errors.push(syn::Error::new(

@@ -20,7 +20,9 @@ pub enum Class {
     /// A reduction over the last axis, softmax, layer norm or RMS norm: one kernel iterates rows.
     Row,
     MatMul,
-    /// Embedding gather and concat: kernels of their own.
+    /// A concat: fused into an elementwise consumer, or a kernel of its own (see [`super::concat`]).
+    Concat,
+    /// Embedding gather: a kernel of its own.
     Standalone,
 }
 
@@ -34,7 +36,8 @@ pub fn class(op: &Op) -> Class {
             Class::Row
         }
         Op::MatMul(..) => Class::MatMul,
-        Op::Embedding { .. } | Op::Concat { .. } => Class::Standalone,
+        Op::Concat { .. } => Class::Concat,
+        Op::Embedding { .. } => Class::Standalone,
     }
 }
 
@@ -51,8 +54,15 @@ pub enum WhyNot {
     TwoAnchors,
     /// A matmul reads its operands from memory; elementwise producers are not fused into it.
     MatMulOperand,
-    /// The consumer is a gather/concat kernel of its own.
+    /// The consumer is a gather kernel of its own.
     Standalone,
+    /// A concat is computed only in elementwise kernels: its reader is a row op or a matmul, or the kernel
+    /// already holds one.
+    ConcatReader,
+    /// A concat computes only elementwise inputs: this input holds a reduction or a matmul.
+    ConcatInput,
+    /// A kernel reads through at most one concat.
+    TwoConcats,
     /// A row op fuses only its row input (not gamma/beta) as a prologue.
     NotRowInput,
     /// The consumer does not compute element by element (e.g. a view).
@@ -70,7 +80,16 @@ impl fmt::Display for WhyNot {
             WhyNot::Broadcast => write!(f, "value is broadcast into a larger shape"),
             WhyNot::TwoAnchors => write!(f, "both sides hold a reduction or matmul"),
             WhyNot::MatMulOperand => write!(f, "matmul reads its operands from memory"),
-            WhyNot::Standalone => write!(f, "gather/concat run as kernels of their own"),
+            WhyNot::Standalone => write!(f, "gathers run as kernels of their own"),
+            WhyNot::ConcatReader => write!(
+                f,
+                "a concat fuses only into elementwise ops, not a row op, matmul or attention"
+            ),
+            WhyNot::ConcatInput => write!(
+                f,
+                "a concat fuses only elementwise inputs, not a reduction or matmul"
+            ),
+            WhyNot::TwoConcats => write!(f, "a kernel reads through one concat at most"),
             WhyNot::NotRowInput => {
                 write!(f, "only the row input of a norm is fused as its prologue")
             }
@@ -120,8 +139,22 @@ pub fn can_fuse(
         return Err(WhyNot::Standalone);
     }
     let consumer_class = class(&g.node(consumer).op);
+    let concats = count_concats(g, &group.nodes) + usize::from(consumer_class == Class::Concat);
+    if concats > 0 && !matches!(consumer_class, Class::Elementwise | Class::Concat) {
+        return Err(WhyNot::ConcatReader);
+    }
+    if concats > 0 && group.anchor.is_some() {
+        return Err(if consumer_class == Class::Concat {
+            WhyNot::ConcatInput
+        } else {
+            WhyNot::ConcatReader
+        });
+    }
+    if concats > 1 {
+        return Err(WhyNot::TwoConcats);
+    }
     match consumer_class {
-        Class::Elementwise => {}
+        Class::Elementwise | Class::Concat => {}
         Class::Row => {
             if operand_pos != 0 {
                 return Err(WhyNot::NotRowInput);
@@ -137,7 +170,7 @@ pub fn can_fuse(
     if uses[producer.index()] != 1 {
         return Err(WhyNot::MultipleUses(uses[producer.index()]));
     }
-    // Row consumers read the producer as their row input, whose shape is the producer's own.
+    // Row consumers read the producer as their row input, and a concat each input, at the producer's own shape.
     if consumer_class == Class::Elementwise && g.ty(producer).shape != g.ty(consumer).shape {
         return Err(WhyNot::Broadcast);
     }
@@ -149,6 +182,14 @@ pub fn can_fuse(
         return Err(WhyNot::ReadAtTwoShapes);
     }
     Ok(())
+}
+
+/// How many of `nodes` are concats.
+pub fn count_concats(g: &Graph, nodes: &[NodeId]) -> usize {
+    nodes
+        .iter()
+        .filter(|&&n| class(&g.node(n).op) == Class::Concat)
+        .count()
 }
 
 /// Every operand a kernel computing `nodes` reads from memory (not computed by one of `nodes`, not a constant),
@@ -237,6 +278,9 @@ pub fn group(g: &Graph, fused: bool) -> (Vec<Group>, Vec<Refusal>) {
                 can_fuse(g, &uses, &with_merged, operand, id, pos).and_then(|()| {
                     if candidate.anchor.is_some() && merged.anchor.is_some() {
                         Err(WhyNot::TwoAnchors)
+                    } else if merged.anchor.is_some() && count_concats(g, &candidate.nodes) > 0 {
+                        // The consumer already holds a matmul epilogue (or is a row op): no concat in it.
+                        Err(WhyNot::ConcatReader)
                     } else {
                         Ok(())
                     }

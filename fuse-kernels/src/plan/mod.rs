@@ -4,6 +4,7 @@
 
 pub mod access;
 pub mod attention;
+pub mod concat;
 pub mod fusion;
 pub mod memory;
 mod report;
@@ -13,6 +14,7 @@ use std::collections::BTreeSet;
 
 pub use access::Access;
 pub use attention::Attention;
+pub use concat::{Piece, Piecewise};
 pub use fusion::{can_fuse, Refusal, WhyNot};
 pub use memory::MemoryPlan;
 pub use report::{dot, dump, dump_graph, kernel_bytes};
@@ -46,9 +48,13 @@ pub enum KernelKind {
     Gather {
         node: NodeId,
     },
+    /// A concat of values in memory, copied (a concat no elementwise op reads, of inputs it computes nothing for).
     Concat {
         node: NodeId,
     },
+    /// Elementwise ops that read through one concat, whose inputs' elementwise chains are computed here too: each
+    /// input provides its span of the concat axis (see [`concat`]).
+    Piecewise(Piecewise),
     /// `softmax(f(Q·Kᵀ)) · V` by blocks of query rows, the scores never in memory (see [`attention`]).
     Attention(Attention),
 }
@@ -56,7 +62,7 @@ pub enum KernelKind {
 impl KernelKind {
     pub fn name(&self) -> &'static str {
         match self {
-            KernelKind::Elementwise => "elementwise",
+            KernelKind::Elementwise | KernelKind::Piecewise(_) => "elementwise",
             KernelKind::Row { .. } | KernelKind::RowRegion => "row",
             KernelKind::MatMul { .. } => "matmul",
             KernelKind::Gather { .. } => "gather",
@@ -220,8 +226,11 @@ fn build_kernels(g: &Graph, groups: Vec<fusion::Group>, copies: &BTreeSet<NodeId
             (None, Some((a, _))) => KernelKind::MatMul { anchor: a },
             (None, None) => match &g.node(root).op {
                 Op::Embedding { .. } => KernelKind::Gather { node: root },
-                Op::Concat { .. } => KernelKind::Concat { node: root },
-                _ => KernelKind::Elementwise,
+                Op::Concat { .. } if nodes.len() == 1 => KernelKind::Concat { node: root },
+                _ => match concat::recognise(g, &nodes) {
+                    Some(pieces) => KernelKind::Piecewise(pieces),
+                    None => KernelKind::Elementwise,
+                },
             },
         };
         let mut k = Kernel {

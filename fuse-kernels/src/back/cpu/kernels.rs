@@ -24,6 +24,7 @@ pub fn kernel_body(plan: &Plan, k: &Kernel) -> TokenStream {
         KernelKind::MatMul { anchor } => matmul(plan, k, *anchor),
         KernelKind::Gather { node } => gather(plan, k, *node),
         KernelKind::Concat { node } => concat(plan, k, *node),
+        KernelKind::Piecewise(pw) => super::piecewise::piecewise(plan, k, pw),
         KernelKind::Attention(att) => super::attention::attention(plan, k, att),
     }
 }

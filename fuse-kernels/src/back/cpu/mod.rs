@@ -10,6 +10,7 @@ mod attention;
 mod dedup;
 mod expr;
 mod kernels;
+mod piecewise;
 mod row_region;
 
 use proc_macro2::TokenStream;

@@ -8,7 +8,8 @@ use super::elementwise::THREADS;
 use super::{expr, signature, Ctx};
 use crate::ir::{NodeId, Op};
 
-fn loop_head(w: &mut String, cx: &Ctx, symbol: &str) -> fmt::Result {
+/// The signature and the grid-stride loop over the output's elements, opened on `i`.
+pub(super) fn loop_head(w: &mut String, cx: &Ctx, symbol: &str) -> fmt::Result {
     signature(w, cx, symbol, THREADS)?;
     writeln!(
         w,

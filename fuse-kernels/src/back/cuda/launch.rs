@@ -96,7 +96,10 @@ pub fn launches(plan: &Plan, model_name: &str) -> Vec<Launch> {
             grid,
         };
         match &k.kind {
-            KernelKind::Elementwise | KernelKind::Gather { .. } | KernelKind::Concat { .. } => {
+            KernelKind::Elementwise
+            | KernelKind::Piecewise(_)
+            | KernelKind::Gather { .. }
+            | KernelKind::Concat { .. } => {
                 out.push(whole([elementwise::THREADS, 1, 1], elements()));
             }
             KernelKind::Row { anchor } => {

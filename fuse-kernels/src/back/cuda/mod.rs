@@ -28,6 +28,7 @@ mod expr;
 mod gather;
 mod launch;
 mod matmul;
+mod piecewise;
 mod row;
 mod row_passes;
 mod row_region;
@@ -170,6 +171,7 @@ fn write_kernel(w: &mut String, cx: &Ctx, symbol: &str) -> fmt::Result {
         KernelKind::MatMul { anchor } => matmul::write(w, cx, symbol, *anchor),
         KernelKind::Gather { node } => gather::write_gather(w, cx, symbol, *node),
         KernelKind::Concat { node } => gather::write_concat(w, cx, symbol, *node),
+        KernelKind::Piecewise(pw) => piecewise::write(w, cx, symbol, pw),
         KernelKind::Attention(att) => attention::write(w, cx, symbol, att),
     }
 }

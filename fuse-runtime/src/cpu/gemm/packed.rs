@@ -135,7 +135,7 @@ impl PackedB {
         beta: f32,
         c: Strided<*mut f32>,
     ) {
-        debug_assert!(k == self.view.k && col0 % self.nr == 0 && col0 + n <= self.view.n);
+        debug_assert!(k == self.view.k && col0.is_multiple_of(self.nr) && col0 + n <= self.view.n);
         let panels = self.panels.as_ptr().wrapping_add(col0 * self.view.k);
         // SAFETY: `new` only builds packs for a backend this CPU runs; the panels from `col0` hold the product's
         // columns over the whole depth; A and C are the caller's.

@@ -1,0 +1,68 @@
+//! Piecewise kernels on the GPU: elementwise ops that read through a concat, the concat's input chains computed
+//! in the same grid-stride loop (see [`crate::plan::concat`]). Each thread unravels its element, picks the input
+//! whose span along the concat axis holds it, computes that input's branch at the index shifted back by the
+//! span's start, then the rest of the chain at its own index. The branch taken differs between neighbouring
+//! threads only at a span's edge (along the innermost axis) or not at all (along an outer one).
+
+use std::collections::BTreeSet;
+use std::fmt::{self, Write};
+
+use super::expr::{self, Section};
+use super::gather::loop_head;
+use super::Ctx;
+use crate::ir::NodeId;
+use crate::plan::Piecewise;
+
+pub fn write(w: &mut String, cx: &Ctx, symbol: &str, pw: &Piecewise) -> fmt::Result {
+    let (g, k) = (cx.g, cx.k);
+    let shape = &g.ty(k.output).shape.0;
+    loop_head(w, cx, symbol)?;
+    let ind = "        ";
+    let needed: BTreeSet<usize> = (0..shape.len())
+        .filter(|&d| d == pw.axis || !shape[d].is_one())
+        .collect();
+    let idx = expr::unravel(w, ind, "i", shape, &needed, "x")?;
+    let along = idx
+        .get(pw.axis)
+        .cloned()
+        .flatten()
+        .unwrap_or_else(|| "0LL".into());
+    writeln!(w, "{ind}float vc = 0.0f;")?;
+    let pieces: Vec<_> = pw.pieces.iter().filter(|p| p.len > 0).collect();
+    for (q, p) in pieces.iter().enumerate() {
+        let els = if q == 0 { "" } else { "else " };
+        let cond = if q + 1 == pieces.len() {
+            String::new()
+        } else {
+            format!("if ({along} < {}LL) ", p.start + p.len)
+        };
+        writeln!(w, "{ind}{els}{cond}{{")?;
+        let mut at = idx.clone();
+        if let Some(slot) = at.get_mut(pw.axis) {
+            *slot = Some(format!("({along} - {}LL)", p.start));
+        }
+        let offset = |i: usize| expr::offset(&k.reads[i].access, &at);
+        let known = |_: NodeId| None;
+        let tag = format!("p{q}_");
+        let section = Section {
+            tag: &tag,
+            offset: &offset,
+            known: &known,
+        };
+        let inner = format!("{ind}    ");
+        let value = expr::emit_nodes(w, &inner, cx, &p.branch, p.input, &section)?;
+        writeln!(w, "{inner}vc = {value};")?;
+        writeln!(w, "{ind}}}")?;
+    }
+    let offset = |i: usize| expr::offset(&k.reads[i].access, &idx);
+    let known = |id: NodeId| (id == pw.concat).then(|| "vc".to_string());
+    let section = Section {
+        tag: "",
+        offset: &offset,
+        known: &known,
+    };
+    let result = expr::emit_nodes(w, ind, cx, &pw.rest, k.output, &section)?;
+    writeln!(w, "{ind}out[i] = fuse_from_f32({result});")?;
+    writeln!(w, "    }}")?;
+    writeln!(w, "}}")
+}
