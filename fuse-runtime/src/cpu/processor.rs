@@ -48,6 +48,9 @@ pub struct Processor {
     pub avx2_fma: bool,
     /// AVX-512F and VL (512-bit vectors).
     pub avx512: bool,
+    /// The core executes each 512-bit FMA as two 256-bit halves, so AVX-512 has AVX2's FMA peak (AMD before
+    /// Zen 5, by CPUID family); the GEMM then uses its AVX2 tile (`super::gemm::Backend::best`).
+    pub splits_512_bit_fma: bool,
 }
 
 impl Processor {
@@ -60,6 +63,7 @@ impl Processor {
     /// One line for benchmark output, e.g. `AMD EPYC 7B13; L1d 32 KiB, L2 512 KiB, L3 32 MiB (cpuid); AVX2+FMA`.
     pub fn summary(&self) -> String {
         let isa = match (self.avx512, self.avx2_fma) {
+            (true, _) if self.splits_512_bit_fma => "AVX-512 (FMAs in 256-bit halves), AVX2+FMA",
             (true, _) => "AVX-512, AVX2+FMA",
             (false, true) => "AVX2+FMA",
             (false, false) => "no AVX2",
@@ -95,7 +99,7 @@ fn bytes(n: usize) -> String {
 }
 
 fn detect() -> Processor {
-    let (cpuid_caches, model) = x86::detect();
+    let (cpuid_caches, model, splits_512_bit_fma) = x86::detect();
     let (caches, cache_source) = match cpuid_caches {
         Some(found) => found,
         None => match sysfs_caches() {
@@ -109,6 +113,7 @@ fn detect() -> Processor {
         cache_source,
         avx2_fma: super::math::dispatch_avx2(),
         avx512: super::math::dispatch_avx512(),
+        splits_512_bit_fma,
     }
 }
 
@@ -159,8 +164,9 @@ mod x86 {
 
     use super::{CacheSource, Caches};
 
-    /// The cache sizes (when CPUID reports L1d and L2) and the brand string (when it has one).
-    pub fn detect() -> (Option<(Caches, CacheSource)>, Option<String>) {
+    /// The cache sizes (when CPUID reports L1d and L2), the brand string (when it has one) and whether the core
+    /// splits 512-bit FMAs into 256-bit halves.
+    pub fn detect() -> (Option<(Caches, CacheSource)>, Option<String>, bool) {
         // CPUID exists on every x86-64 processor; leaves past the reported maxima are never asked.
         let cpuid = __cpuid_count;
         let max_extended = __cpuid(0x8000_0000).eax;
@@ -191,7 +197,27 @@ mod x86 {
             caches = legacy_amd(cpuid(0x8000_0005, 0), cpuid(0x8000_0006, 0))
                 .map(|c| (c, CacheSource::CpuidLegacy));
         }
-        (caches, brand)
+        (
+            caches,
+            brand,
+            amd && splits_512_bit_fma(family(cpuid(1, 0))),
+        )
+    }
+
+    /// The processor family of leaf 1's EAX: the base family, plus the extended family when the base is 0xF.
+    pub fn family(leaf1: CpuidResult) -> u32 {
+        let base = (leaf1.eax >> 8) & 0xF;
+        if base == 0xF {
+            base + ((leaf1.eax >> 20) & 0xFF)
+        } else {
+            base
+        }
+    }
+
+    /// AMD's cores through family 0x19 (Zen 3 and Zen 4; Zen 4 is the first with AVX-512) have 256-bit FMA
+    /// units; family 0x1A (Zen 5) executes 512-bit FMAs whole on its server parts.
+    pub fn splits_512_bit_fma(amd_family: u32) -> bool {
+        amd_family <= 0x19
     }
 
     fn vendor(leaf0: CpuidResult) -> [u8; 12] {
@@ -263,14 +289,38 @@ mod x86 {
 mod x86 {
     use super::{CacheSource, Caches};
 
-    pub fn detect() -> (Option<(Caches, CacheSource)>, Option<String>) {
-        (None, None)
+    pub fn detect() -> (Option<(Caches, CacheSource)>, Option<String>, bool) {
+        (None, None, false)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Leaf 1's EAX of real parts: family 0x19 model 0x11 (Zen 4, EPYC 9004), 0x1A (Zen 5), 0x17 (Zen 2) and an
+    /// Intel family 6; only the AMD parts before Zen 5 split 512-bit FMAs.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn family_decodes_leaf_1_and_only_amd_before_zen_5_splits_512_bit_fmas() {
+        use std::arch::x86_64::CpuidResult;
+        let leaf1 = |eax| CpuidResult {
+            eax,
+            ebx: 0,
+            ecx: 0,
+            edx: 0,
+        };
+        let families: Vec<u32> = [0x00A1_0F11, 0x00B4_0F40, 0x0083_0F10, 0x0008_06F8]
+            .into_iter()
+            .map(|eax| x86::family(leaf1(eax)))
+            .collect();
+        assert_eq!(families, [0x19, 0x1A, 0x17, 6]);
+        let splits: Vec<bool> = families[..3]
+            .iter()
+            .map(|&f| x86::splits_512_bit_fma(f))
+            .collect();
+        assert_eq!(splits, [true, false, true]);
+    }
 
     /// Whatever source answered, the sizes must be ones a real core has: L1d 8 KiB–1 MiB, L2 larger than L1d
     /// and under 64 MiB, L3 (when present) at least L2's size, and the model named.
