@@ -93,6 +93,38 @@ enum Role {
     AtReduced,
 }
 
+/// The start of a row kernel (built-in or row region): its signature, the reduction scratch, `rows`, `len`, which
+/// `row` this warp or block owns (leaving when past the last) and `tid`, the thread's lane along the row.
+pub fn preamble(
+    w: &mut String,
+    cx: &Ctx,
+    symbol: &str,
+    cfg: &RowConfig,
+    rows: &Dim,
+    len: &Dim,
+) -> fmt::Result {
+    signature(w, cx, symbol, cfg.threads * cfg.rows_per_block)?;
+    if cfg.threads > 32 {
+        writeln!(w, "    __shared__ float smem[32];")?;
+    }
+    writeln!(w, "    const long long rows = {};", expr::dim(rows))?;
+    writeln!(w, "    const long long len = {};", expr::dim(len))?;
+    if cfg.rows_per_block > 1 {
+        writeln!(
+            w,
+            "    const long long row = (long long)blockIdx.x * {} + threadIdx.y;",
+            cfg.rows_per_block
+        )?;
+    } else {
+        writeln!(w, "    const long long row = blockIdx.x;")?;
+    }
+    writeln!(
+        w,
+        "    if (row >= rows) return;  // whole warps / blocks leave together: one row each"
+    )?;
+    writeln!(w, "    const int tid = threadIdx.x;")
+}
+
 pub fn write(w: &mut String, cx: &Ctx, symbol: &str, anchor: NodeId) -> fmt::Result {
     let (g, k) = (cx.g, cx.k);
     let Some((x, axis, len, rows)) = geometry(g, anchor) else {
@@ -174,27 +206,7 @@ pub fn write(w: &mut String, cx: &Ctx, symbol: &str, anchor: NodeId) -> fmt::Res
         needed.extend((0..outer.len()).filter(|&p| !outer_dims[p].is_one()));
     }
 
-    let block_threads = cfg.threads * cfg.rows_per_block;
-    signature(w, cx, symbol, block_threads)?;
-    if cfg.threads > 32 {
-        writeln!(w, "    __shared__ float smem[32];")?;
-    }
-    writeln!(w, "    const long long rows = {};", expr::dim(&rows))?;
-    writeln!(w, "    const long long len = {};", expr::dim(&len))?;
-    if cfg.rows_per_block > 1 {
-        writeln!(
-            w,
-            "    const long long row = (long long)blockIdx.x * {} + threadIdx.y;",
-            cfg.rows_per_block
-        )?;
-    } else {
-        writeln!(w, "    const long long row = blockIdx.x;")?;
-    }
-    writeln!(
-        w,
-        "    if (row >= rows) return;  // whole warps / blocks leave together: one row each"
-    )?;
-    writeln!(w, "    const int tid = threadIdx.x;")?;
+    preamble(w, cx, symbol, &cfg, &rows, &len)?;
     let outer_idx = expr::unravel(w, "    ", "row", &outer_dims, &needed, "o")?;
     let mut at_shape: Vec<Option<String>> = vec![None; rank];
     for (p, &d) in outer.iter().enumerate() {

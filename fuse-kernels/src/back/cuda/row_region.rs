@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::fmt::{self, Write};
 
 use super::expr::{self, Section};
-use super::{row, signature, Ctx};
+use super::{row, Ctx};
 use crate::ir::{Dim, NodeId, Op, ReduceOp};
 use crate::plan::row_region::{place, Place};
 
@@ -48,26 +48,7 @@ pub fn write(w: &mut String, cx: &Ctx, symbol: &str) -> fmt::Result {
     let rank = shape.rank();
     let cfg = row::config(&len);
     let threads = cfg.threads;
-    signature(w, cx, symbol, threads * cfg.rows_per_block)?;
-    if threads > 32 {
-        writeln!(w, "    __shared__ float smem[32];")?;
-    }
-    writeln!(w, "    const long long rows = {};", expr::dim(&rows))?;
-    writeln!(w, "    const long long len = {};", expr::dim(&len))?;
-    if cfg.rows_per_block > 1 {
-        writeln!(
-            w,
-            "    const long long row = (long long)blockIdx.x * {} + threadIdx.y;",
-            cfg.rows_per_block
-        )?;
-    } else {
-        writeln!(w, "    const long long row = blockIdx.x;")?;
-    }
-    writeln!(
-        w,
-        "    if (row >= rows) return;  // whole warps / blocks leave together: one row each"
-    )?;
-    writeln!(w, "    const int tid = threadIdx.x;")?;
+    row::preamble(w, cx, symbol, &cfg, &rows, &len)?;
     let outer_dims: Vec<Dim> = shape.0[..rank - 1].to_vec();
     let needed: BTreeSet<usize> = (0..rank - 1)
         .filter(|&d| k.reads.iter().any(|r| expr::moves(&r.access, d)))

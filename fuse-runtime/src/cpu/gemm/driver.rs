@@ -110,41 +110,15 @@ pub trait Tile {
 /// # Safety
 /// The CPU has `T`'s instruction set; the operands satisfy `super::sgemm`'s contract.
 pub unsafe fn sgemm<T: Tile>(
-    (m, k, n): (usize, usize, usize),
+    dims: (usize, usize, usize),
     alpha: f32,
     a: Strided<*const f32>,
     b: Strided<*const f32>,
     beta: f32,
     c: Strided<*mut f32>,
 ) {
-    if m == 0 || n == 0 {
-        return;
-    }
-    if k == 0 {
-        // SAFETY: C's elements are valid for writes (and reads when β ≠ 0).
-        unsafe { scale(m, n, beta, c) };
-        return;
-    }
-    let blocking = Blocking::for_tile::<T>();
-    let Blocking { kc, mc, nc } = balanced(blocking, (m, k, n), T::MR, T::NR);
-    with_buffer(&GEMM_A, mc * kc, |apack| {
-        with_buffer(&GEMM_B, kc * nc, |bpack| {
-            // SAFETY: forwarded contract; the buffers have the sizes `blocks` needs.
-            unsafe {
-                blocks::<T>(
-                    (m, k, n),
-                    (kc, mc, nc),
-                    alpha,
-                    a,
-                    BSource::Strided(b),
-                    beta,
-                    c,
-                    apack,
-                    bpack,
-                )
-            }
-        })
-    })
+    // SAFETY: forwarded contract.
+    unsafe { run::<T>(dims, alpha, a, BSource::Strided(b), beta, c) }
 }
 
 /// [`sgemm`] with B already packed by [`pack_whole_b`]: `panels` starts at the panel of B's first column here
@@ -161,6 +135,24 @@ pub unsafe fn sgemm_prepacked<T: Tile>(
     beta: f32,
     c: Strided<*mut f32>,
 ) {
+    let b = BSource::Packed { panels, depth: k };
+    // SAFETY: forwarded contract.
+    unsafe { run::<T>((m, k, n), alpha, a, b, beta, c) }
+}
+
+/// Either entry point: the empty cases, then [`blocks`] over this thread's packing buffers (none for a B packed
+/// at load).
+///
+/// # Safety
+/// As [`sgemm`], B as its [`BSource`] says.
+unsafe fn run<T: Tile>(
+    (m, k, n): (usize, usize, usize),
+    alpha: f32,
+    a: Strided<*const f32>,
+    b: BSource,
+    beta: f32,
+    c: Strided<*mut f32>,
+) {
     if m == 0 || n == 0 {
         return;
     }
@@ -170,21 +162,15 @@ pub unsafe fn sgemm_prepacked<T: Tile>(
         return;
     }
     let Blocking { kc, mc, nc } = balanced(Blocking::for_tile::<T>(), (m, k, n), T::MR, T::NR);
+    let b_floats = match b {
+        BSource::Strided(_) => kc * nc,
+        BSource::Packed { .. } => 0,
+    };
     with_buffer(&GEMM_A, mc * kc, |apack| {
-        // SAFETY: forwarded contract; `apack` has the size `blocks` needs and B needs no buffer.
-        unsafe {
-            blocks::<T>(
-                (m, k, n),
-                (kc, mc, nc),
-                alpha,
-                a,
-                BSource::Packed { panels, depth: k },
-                beta,
-                c,
-                apack,
-                &mut [],
-            )
-        }
+        with_buffer(&GEMM_B, b_floats, |bpack| {
+            // SAFETY: forwarded contract; the buffers have the sizes `blocks` needs.
+            unsafe { blocks::<T>((m, k, n), (kc, mc, nc), alpha, a, b, beta, c, apack, bpack) }
+        })
     })
 }
 
