@@ -333,13 +333,12 @@ pub fn slice_fits(start: &Dim, len: &Dim, size: &Dim) -> Option<bool> {
         return Some(false);
     }
     match (start.as_static(), len.as_static(), size.as_static()) {
-        (Some(s), Some(l), Some(n)) => return Some(s.checked_add(l).is_some_and(|end| end <= n)),
-        (Some(0), _, _) if len == size => return Some(true),
+        (Some(s), Some(l), Some(n)) => Some(s.checked_add(l).is_some_and(|end| end <= n)),
+        (Some(0), _, _) if len == size => Some(true),
         // The whole axis and then some: never fits, whatever the dims.
-        (Some(_), _, _) if len == size => return Some(false),
-        _ => {}
+        (Some(_), _, _) if len == size => Some(false),
+        _ => None,
     }
-    None
 }
 
 fn slice_out_of_range(g: &Graph, shape: &Shape, axis: usize, start: &Dim, len: &Dim) -> String {

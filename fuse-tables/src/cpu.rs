@@ -74,6 +74,8 @@ pub struct ProgramTables {
 pub struct SliceBound {
     /// The slice for the error: the shape it slices and its node (`[128, 64] (%7)`).
     pub what: String,
+    /// The bound in the dims' names, for the report: `past + seq <= 128`.
+    pub text: String,
     pub axis: usize,
     pub start: Mono,
     pub len: Mono,

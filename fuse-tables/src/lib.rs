@@ -145,6 +145,7 @@ mod tests {
             }],
             slice_bounds: vec![SliceBound {
                 what: "[128, past] (%3)".into(),
+                text: "past + seq <= 128".into(),
                 axis: 0,
                 start: Mono {
                     coeff: 1,

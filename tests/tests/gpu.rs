@@ -267,6 +267,8 @@ fn specs() -> Vec<&'static ModelSpec> {
         UnfusedConcats::spec(),
         Embeddings::spec(),
         Attentions::spec(),
+        NarrowRope::spec(),
+        NarrowCache::spec(),
     ]
 }
 
@@ -633,6 +635,38 @@ fn concats_fused_into_their_readers_on_gpu() {
         2e-5,
         2e-5,
         |b, _, s| vec![Tensor::randn(&[b, R], s)],
+    );
+}
+
+/// Narrows at a start (and of a length) bound from `#[dim]` arguments: the RoPE rows of the current positions,
+/// and a cache read into attention, an elementwise kernel and a column window.
+#[test]
+fn narrows_at_run_time_offsets_on_gpu() {
+    let dim = |n: usize| fuse_runtime::exec::dim_arg(n).expect("dim argument");
+    ops_on_gpu(
+        NarrowRope::random(14).into_compiled(),
+        "narrow rope",
+        2e-5,
+        2e-5,
+        |b, q, s| {
+            let past = (s as usize * 5) % (MAX_POS - q + 1);
+            vec![Tensor::randn(&[b, q, 4, R], s), dim(past)]
+        },
+    );
+    ops_on_gpu(
+        NarrowCache::random(15).into_compiled(),
+        "narrow cache",
+        2e-5,
+        2e-5,
+        |b, q, s| {
+            let past = ((s as usize * 3) % (MAX_POS - q + 1)).min(D - 4);
+            vec![
+                Tensor::randn(&[b, q, D], s),
+                Tensor::randn(&[b, MAX_POS, D], s + 1),
+                dim(past),
+                dim(MAX_POS - s as usize),
+            ]
+        },
     );
 }
 

@@ -345,6 +345,19 @@ fn a_narrow_past_its_axis_is_a_typed_error_before_any_kernel_runs() {
     }
     // The last start that fits runs.
     assert!(m.forward(&x, MAX_POS - 3).is_ok());
+    // The report and the plan (so its hash) name the bound checked per call, in the dims' names.
+    let report = m.plan().to_string();
+    assert!(
+        report.contains("checked per call:")
+            && report.contains("of [16, 10] (%")
+            && report.contains("past + seq <= 16"),
+        "{report}"
+    );
+    assert!(
+        m.plan().dump().contains("axis 0: past + seq <= 16"),
+        "{}",
+        m.plan().dump()
+    );
     // A dim that sizes a value cannot be 0; one that only offsets views can.
     let cache = NarrowCache::random(17);
     let (q, c) = (

@@ -18,6 +18,18 @@ pub struct SliceBound {
     pub size: Dim,
 }
 
+impl SliceBound {
+    /// `past + seq <= 16`, for the plan dump and the report.
+    pub fn text(&self, g: &Graph) -> String {
+        format!(
+            "{} + {} <= {}",
+            g.fmt_dim(&self.start),
+            g.fmt_dim(&self.len),
+            g.fmt_dim(&self.size)
+        )
+    }
+}
+
 /// Every slice in `g` whose bound depends on the dynamic dims, in node order.
 pub fn unproved(g: &Graph) -> Vec<SliceBound> {
     g.ids()

@@ -114,6 +114,15 @@ pub fn dump(plan: &Plan) -> String {
             r.producer, r.consumer, r.why
         );
     }
+    for b in super::bounds::unproved(g) {
+        let _ = writeln!(
+            out,
+            "checked per call: {} axis {}: {}",
+            b.node,
+            b.axis,
+            b.text(g)
+        );
+    }
     out
 }
 

@@ -157,6 +157,7 @@ fn tables(plan: &Plan, function_of: &[usize]) -> ProgramTables {
         .into_iter()
         .map(|b| SliceBound {
             what: format!("{} ({})", g.fmt_shape(&g.ty(b.input).shape), b.node),
+            text: b.text(g),
             axis: b.axis,
             start: mono(&b.start),
             len: mono(&b.len),
