@@ -58,6 +58,11 @@ pub enum Error {
     )]
     NegativeDim { dim: String, value: i64 },
 
+    #[error(
+        "a dimension argument of {value} is past i64::MAX, the largest the untyped API carries"
+    )]
+    DimArgTooLarge { value: usize },
+
     /// A `narrow` (or `slice`) whose bounds depend on the dims reaches past its axis at these dims; checked
     /// before any kernel runs.
     #[error("narrow of axis {axis} of {what}: start {start} + length {len} > {size}")]

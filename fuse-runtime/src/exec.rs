@@ -280,11 +280,8 @@ pub struct DimArg {
 
 /// A `#[dim]` argument as the untyped API takes it: an i64 scalar tensor.
 pub fn dim_arg(value: usize) -> Result<Tensor> {
-    let value = i64::try_from(value).map_err(|_| Error::NegativeDim {
-        dim: "a dim argument".into(),
-        value: i64::MAX,
-    })?;
-    Tensor::from_i64(&[], vec![value])
+    let n = i64::try_from(value).map_err(|_| Error::DimArgTooLarge { value })?;
+    Tensor::from_i64(&[], vec![n])
 }
 
 /// The rows an ids input may index: those of the smallest embedding table it feeds.

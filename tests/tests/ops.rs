@@ -370,6 +370,23 @@ fn a_narrow_past_its_axis_is_a_typed_error_before_any_kernel_runs() {
         matches!(&zero, fuse_runtime::Error::ZeroDim { dim } if dim == "total"),
         "{zero:?}"
     );
+    // A value the untyped API cannot carry, and a negative one handed to it directly.
+    assert!(matches!(
+        fuse_runtime::exec::dim_arg(usize::MAX),
+        Err(fuse_runtime::Error::DimArgTooLarge { .. })
+    ));
+    let negative = Tensor::from_i64(&[], vec![-1]).unwrap();
+    let err = cache
+        .compiled()
+        .run(
+            fuse_runtime::PlanMode::Fused,
+            &[&q, &c, &negative, &negative],
+        )
+        .expect_err("negative dim");
+    assert_eq!(
+        err.to_string(),
+        "dimension argument `past` is -1; a dim argument must be a non-negative integer"
+    );
     // Past the cache on the inner axis.
     let long = cache
         .forward(&q, &c, 0, MAX_POS + 1)
