@@ -286,27 +286,16 @@ fn infer_unchecked(g: &Graph, op: &Op) -> Result<TensorType, TypeError> {
             input,
             axis,
             start,
-            end,
+            len,
         } => {
             let a = ty(*input)?;
             check_axis(g, &a.shape, *axis)?;
-            let Some(len) = a.shape.0[*axis].as_static() else {
-                return err(format!(
-                    "cannot slice axis {axis} of {}: its length `{}` is a dynamic dim, known only at run time, and \
-                     slices need a static axis",
-                    g.fmt_shape(&a.shape),
-                    g.fmt_dim(&a.shape.0[*axis])
-                ));
-            };
-            if start >= end || *end > len {
-                return err(format!(
-                    "slice {start}..{end} is empty or out of range for axis {axis} of {} (length {len}); a slice \
-                     needs start < end <= {len}",
-                    g.fmt_shape(&a.shape)
-                ));
+            let size = &a.shape.0[*axis];
+            if slice_fits(start, len, size) == Some(false) {
+                return err(slice_out_of_range(g, &a.shape, *axis, start, len));
             }
             let mut dims = a.shape.0.clone();
-            dims[*axis] = Dim::fixed(end - start);
+            dims[*axis] = len.clone();
             Ok(TensorType {
                 dtype: a.dtype,
                 shape: Shape(dims),
@@ -334,6 +323,40 @@ fn infer_unchecked(g: &Graph, op: &Op) -> Result<TensorType, TypeError> {
             dims.push(t.shape.0[1].clone());
             Ok(f32_of(Shape(dims)))
         }
+    }
+}
+
+/// Whether `start + len <= size` with `len > 0`, as far as it is known at build time: `None` when it depends on the
+/// dynamic dims (the runtime checks it when it binds them, see [`crate::plan::bounds`]).
+pub fn slice_fits(start: &Dim, len: &Dim, size: &Dim) -> Option<bool> {
+    if len.coeff == 0 {
+        return Some(false);
+    }
+    match (start.as_static(), len.as_static(), size.as_static()) {
+        (Some(s), Some(l), Some(n)) => Some(s.checked_add(l).is_some_and(|end| end <= n)),
+        (Some(0), _, _) if len == size => Some(true),
+        // The whole axis and then some: never fits, whatever the dims.
+        (Some(_), _, _) if len == size => Some(false),
+        _ => None,
+    }
+}
+
+fn slice_out_of_range(g: &Graph, shape: &Shape, axis: usize, start: &Dim, len: &Dim) -> String {
+    let size = &shape.0[axis];
+    match (start.as_static(), len.as_static(), size.as_static()) {
+        (Some(start), Some(len), Some(size)) => format!(
+            "slice {start}..{} is empty or out of range for axis {axis} of {} (length {size}); a slice needs start < \
+             end <= {size}",
+            start.saturating_add(len),
+            g.fmt_shape(shape)
+        ),
+        _ => format!(
+            "narrow of axis {axis} of {} is always empty or out of range: start {} + length {} > {}",
+            g.fmt_shape(shape),
+            g.fmt_dim(start),
+            g.fmt_dim(len),
+            g.fmt_dim(size)
+        ),
     }
 }
 

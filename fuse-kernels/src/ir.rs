@@ -342,12 +342,14 @@ pub enum Op {
         input: NodeId,
         shape: Shape,
     },
-    /// Elements `start..end` of `axis`.
+    /// Elements `start..start + len` of `axis` (`slice(axis, start, end)` and `narrow(axis, start, len)`). Both
+    /// are monomials, so a slice may start at a dim bound at run time (`past`); a bound that cannot be proved at
+    /// build time is checked when the dims are bound ([`crate::plan::bounds`]).
     Slice {
         input: NodeId,
         axis: usize,
-        start: usize,
-        end: usize,
+        start: Dim,
+        len: Dim,
     },
     /// Concatenation along `axis`; all other dims equal.
     Concat {
@@ -441,6 +443,9 @@ pub struct Node {
 pub struct InputInfo {
     pub name: String,
     pub ty: TensorType,
+    /// For a `#[dim] past: usize` argument, the dim symbol its value binds. Such an input has no node: its value
+    /// (an i64 scalar at run time) only sizes and offsets views. `None` for a tensor input.
+    pub binds: Option<u16>,
 }
 
 /// A model parameter: its checkpoint name (field path, renames applied) and type.

@@ -149,6 +149,14 @@ fn table_name(g: &Graph, mut node: NodeId) -> String {
     }
 }
 
+/// Whether the dim `sym` sizes some value (then 0 would make it empty, which kernels do not support) rather than
+/// only offsetting views.
+fn sizes_a_value(g: &Graph, sym: u16) -> bool {
+    g.nodes
+        .iter()
+        .any(|n| n.ty.shape.0.iter().any(|d| d.syms.contains(&sym)))
+}
+
 fn dtype(d: DType) -> TokenStream {
     match d {
         DType::I64 => quote!(::fuse_runtime::DType::I64),
@@ -227,13 +235,38 @@ fn expand_model(
             Some((rows, table)) => quote!(Some(#rt::IdBound { rows: #rows, table: #table })),
             None => quote!(None),
         };
-        quote!(#rt::InputSpec { name: #iname, dtype: #dt, dims: &[#(#dims),*], shape_text: #text, id_bound: #bound })
+        let binds = match input.binds {
+            Some(sym) => {
+                let dim = sym as usize;
+                let may_be_zero = !sizes_a_value(g, sym);
+                quote!(Some(#rt::DimArg { dim: #dim, may_be_zero: #may_be_zero }))
+            }
+            None => quote!(None),
+        };
+        quote!(#rt::InputSpec { name: #iname, dtype: #dt, dims: &[#(#dims),*], shape_text: #text, id_bound: #bound, binds: #binds })
     });
     let dyn_dims = &g.dyn_dims;
     let arg_names: Vec<syn::Ident> = g
         .inputs
         .iter()
         .map(|i| format_ident!("{}", i.name))
+        .collect();
+    // A `#[dim]` argument is a `usize` in the typed API and an i64 scalar tensor in the untyped one.
+    let arg_params: Vec<TokenStream> = g
+        .inputs
+        .iter()
+        .zip(&arg_names)
+        .map(|(input, name)| match input.binds {
+            Some(_) => quote!(#name: usize),
+            None => quote!(#name: &::fuse_runtime::Tensor),
+        })
+        .collect();
+    let dim_args: Vec<TokenStream> = g
+        .inputs
+        .iter()
+        .zip(&arg_names)
+        .filter(|(input, _)| input.binds.is_some())
+        .map(|(_, name)| quote!(let #name = &#rt::dim_arg(#name)?;))
         .collect();
     let n_out = g.outputs.len();
     let (ret_ty, ret_expr) = if n_out == 1 {
@@ -331,16 +364,17 @@ fn expand_model(
             }
 
             #(#docs)*
-            pub fn forward(&self, #(#arg_names: &::fuse_runtime::Tensor),*) -> ::fuse_runtime::Result<#ret_ty> {
+            pub fn forward(&self, #(#arg_params),*) -> ::fuse_runtime::Result<#ret_ty> {
                 self.forward_with(::fuse_runtime::PlanMode::Fused, #(#arg_names),*)
             }
 
             /// `forward` on the unfused plan (one kernel per op).
-            pub fn forward_eager(&self, #(#arg_names: &::fuse_runtime::Tensor),*) -> ::fuse_runtime::Result<#ret_ty> {
+            pub fn forward_eager(&self, #(#arg_params),*) -> ::fuse_runtime::Result<#ret_ty> {
                 self.forward_with(::fuse_runtime::PlanMode::Eager, #(#arg_names),*)
             }
 
-            pub fn forward_with(&self, __fuse_mode: ::fuse_runtime::PlanMode, #(#arg_names: &::fuse_runtime::Tensor),*) -> ::fuse_runtime::Result<#ret_ty> {
+            pub fn forward_with(&self, __fuse_mode: ::fuse_runtime::PlanMode, #(#arg_params),*) -> ::fuse_runtime::Result<#ret_ty> {
+                #(#dim_args)*
                 #ret_expr
             }
 

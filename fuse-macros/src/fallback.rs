@@ -79,15 +79,30 @@ fn stub_names(module: &syn::ItemMod, roots: &[syn::Ident]) -> Vec<syn::Ident> {
 
 fn stub_model(module: &syn::ItemMod, name: &syn::Ident) -> TokenStream {
     let forward = forward_fn(module, name);
-    let arity = forward.map_or(0, |f| {
-        f.sig
-            .inputs
-            .iter()
-            .filter(|a| matches!(a, syn::FnArg::Typed(_)))
-            .count()
-    });
+    // The stub keeps `forward`'s signature, so calls to it raise no errors of their own: a `#[dim]` argument is a
+    // `usize`, any other a tensor.
+    let args: Vec<TokenStream> = forward
+        .map(|f| {
+            f.sig
+                .inputs
+                .iter()
+                .filter_map(|a| match a {
+                    syn::FnArg::Typed(pt) => Some(pt),
+                    syn::FnArg::Receiver(_) => None,
+                })
+                .enumerate()
+                .map(|(i, pt)| {
+                    let name = format_ident!("_input{}", i);
+                    if pt.attrs.iter().any(|a| a.path().is_ident("dim")) {
+                        quote!(#name: usize)
+                    } else {
+                        quote!(#name: &::fuse_runtime::Tensor)
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     let outputs = forward.map_or(1, output_count);
-    let args: Vec<syn::Ident> = (0..arity).map(|i| format_ident!("_input{}", i)).collect();
     let tensor = quote!(::fuse_runtime::Tensor);
     let ret = if outputs == 1 {
         tensor.clone()
@@ -118,13 +133,13 @@ fn stub_model(module: &syn::ItemMod, name: &syn::Ident) -> TokenStream {
             pub fn from_weights(weights: ::std::vec::Vec<::fuse_runtime::Tensor>) -> ::fuse_runtime::Result<Self> {
                 #fail
             }
-            pub fn forward(&self, #(#args: &::fuse_runtime::Tensor),*) -> ::fuse_runtime::Result<#ret> {
+            pub fn forward(&self, #(#args),*) -> ::fuse_runtime::Result<#ret> {
                 #fail
             }
-            pub fn forward_eager(&self, #(#args: &::fuse_runtime::Tensor),*) -> ::fuse_runtime::Result<#ret> {
+            pub fn forward_eager(&self, #(#args),*) -> ::fuse_runtime::Result<#ret> {
                 #fail
             }
-            pub fn forward_with(&self, mode: ::fuse_runtime::PlanMode, #(#args: &::fuse_runtime::Tensor),*) -> ::fuse_runtime::Result<#ret> {
+            pub fn forward_with(&self, mode: ::fuse_runtime::PlanMode, #(#args),*) -> ::fuse_runtime::Result<#ret> {
                 #fail
             }
             pub fn plan(&self) -> ::fuse_runtime::PlanReport {

@@ -377,7 +377,7 @@ impl CompiledModel {
         let gpu = self.placement.gpu().ok_or_else(|| Error::NoCudaDevice {
             reason: "the model is on the CPU; call to_device first".into(),
         })?;
-        let dims = crate::exec::bind_inputs(self.spec().inputs, self.spec().dyn_dims, inputs)?;
+        let dims = self.spec().bind(inputs)?;
         gpu.time(mode, &dims, inputs, runs)
     }
 }

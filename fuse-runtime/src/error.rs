@@ -53,6 +53,28 @@ pub enum Error {
     #[error("dimension `{dim}` is 0; empty tensors are not supported")]
     ZeroDim { dim: String },
 
+    #[error(
+        "dimension argument `{dim}` is {value}; a dim argument must be a non-negative integer"
+    )]
+    NegativeDim { dim: String, value: i64 },
+
+    #[error(
+        "a dimension argument of {value} is past i64::MAX, the largest the untyped API carries"
+    )]
+    DimArgTooLarge { value: usize },
+
+    /// A `narrow` (or `slice`) whose bounds depend on the dims reaches past its axis at these dims; checked
+    /// before any kernel runs.
+    #[error("narrow of axis {axis} of {what}: start {start} + length {len} > {size}")]
+    NarrowOutOfRange {
+        /// The shape it slices and the slice's node, e.g. `[128, 64] (%7)`.
+        what: String,
+        axis: usize,
+        start: usize,
+        len: usize,
+        size: usize,
+    },
+
     #[error("the model has no dynamic dimension `{dim}`; its dynamic dimensions are {known:?}")]
     UnknownDim { dim: String, known: Vec<String> },
 

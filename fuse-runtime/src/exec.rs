@@ -161,6 +161,24 @@ impl Program {
         Ok(())
     }
 
+    /// Checks the slice bounds the build could not prove (`narrow(0, past, seq)`) at these dims: no kernel may read
+    /// past an axis.
+    pub fn check_slice_bounds(&self, dims: &[usize]) -> Result<()> {
+        for b in &self.slice_bounds {
+            let (start, len, size) = (b.start.eval(dims), b.len.eval(dims), b.size.eval(dims));
+            if start.checked_add(len).is_none_or(|end| end > size) {
+                return Err(Error::NarrowOutOfRange {
+                    what: b.what.clone(),
+                    axis: b.axis,
+                    start,
+                    len,
+                    size,
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Byte offset of each slot and the arena size.
     pub fn layout(&self, dims: &[usize]) -> Result<(Vec<usize>, usize)> {
         let overflow = || Error::OutOfMemory {
@@ -247,6 +265,23 @@ pub struct InputSpec {
     pub shape_text: &'static str,
     /// When the input holds ids for embeddings: the smallest table they index.
     pub id_bound: Option<IdBound>,
+    /// For a `#[dim] past: usize` argument (passed as an i64 scalar tensor): the dim its value binds.
+    pub binds: Option<DimArg>,
+}
+
+/// The dim a `#[dim]` argument binds.
+#[derive(Clone, Copy, Debug)]
+pub struct DimArg {
+    /// Index into the model's dynamic dims.
+    pub dim: usize,
+    /// Whether 0 is a valid value: true when the dim only offsets views (a `narrow` start) and sizes no value.
+    pub may_be_zero: bool,
+}
+
+/// A `#[dim]` argument as the untyped API takes it: an i64 scalar tensor.
+pub fn dim_arg(value: usize) -> Result<Tensor> {
+    let n = i64::try_from(value).map_err(|_| Error::DimArgTooLarge { value })?;
+    Tensor::from_i64(&[], vec![n])
 }
 
 /// The rows an ids input may index: those of the smallest embedding table it feeds.
@@ -314,6 +349,28 @@ pub fn bind_inputs(
                         _ => dims[s] = Some((n, spec.name)),
                     }
                 }
+            }
+        }
+        if let (Some(arg), Some(&value)) = (spec.binds, t.as_i64().and_then(|v| v.first())) {
+            let name = dyn_dims[arg.dim];
+            let n = usize::try_from(value).map_err(|_| Error::NegativeDim {
+                dim: name.into(),
+                value,
+            })?;
+            if n == 0 && !arg.may_be_zero {
+                return Err(Error::ZeroDim { dim: name.into() });
+            }
+            match dims[arg.dim] {
+                Some((first, first_input)) if first != n => {
+                    return Err(Error::InconsistentDim {
+                        dim: name.into(),
+                        first,
+                        first_input: first_input.into(),
+                        found: n,
+                        input: spec.name.into(),
+                    })
+                }
+                _ => dims[arg.dim] = Some((n, spec.name)),
             }
         }
         if let (Some(bound), Some(ids)) = (spec.id_bound, t.as_i64()) {

@@ -43,8 +43,8 @@ pub mod __private {
         GridSpec, LaunchRole,
     };
     pub use crate::exec::{
-        BufferKind, BufferSpec, Ctx, DimSpec, EmbeddedProgram, IdBound, InputSpec, KernelCall,
-        KernelFn, KernelInfo, Mono, OutputSpec, Program,
+        dim_arg, BufferKind, BufferSpec, Ctx, DimArg, DimSpec, EmbeddedProgram, IdBound, InputSpec,
+        KernelCall, KernelFn, KernelInfo, Mono, OutputSpec, Program,
     };
     pub use crate::weights::{Init, ParamSpec};
 }

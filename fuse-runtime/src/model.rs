@@ -35,6 +35,17 @@ pub struct ModelSpec {
     pub cuda: Option<&'static crate::cuda::CudaSpec>,
 }
 
+impl ModelSpec {
+    /// Checks `inputs` against their declarations, binds the dynamic dims (from shapes and `#[dim]` arguments)
+    /// and checks the slice bounds that depend on them: what every call does before it runs a kernel.
+    pub fn bind(&'static self, inputs: &[&Tensor]) -> Result<Vec<usize>> {
+        let dims = bind_inputs(self.inputs, self.dyn_dims, inputs)?;
+        // Both plans come from one graph, so they carry the same bounds.
+        self.fused.decode()?.check_slice_bounds(&dims)?;
+        Ok(dims)
+    }
+}
+
 /// A model with its weights, ready to run. `Send + Sync`: `forward` may be called from many threads at once.
 pub struct CompiledModel {
     spec: &'static ModelSpec,
@@ -192,7 +203,7 @@ impl CompiledModel {
 
     /// Validates `inputs` and runs the chosen plan.
     pub fn run(&self, mode: PlanMode, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
-        let dims = bind_inputs(self.spec.inputs, self.spec.dyn_dims, inputs)?;
+        let dims = self.spec.bind(inputs)?;
         if let Some(gpu) = self.placement.gpu() {
             let mut outputs = Vec::new();
             gpu.run(mode, &dims, inputs, &mut outputs)?;
@@ -210,7 +221,7 @@ impl CompiledModel {
         inputs: &[&Tensor],
         observe: &mut dyn FnMut(usize, &[f32]),
     ) -> Result<Vec<Tensor>> {
-        let dims = bind_inputs(self.spec.inputs, self.spec.dyn_dims, inputs)?;
+        let dims = self.spec.bind(inputs)?;
         self.executor(mode)
             .run_observed(&dims, &self.weights, inputs, observe)
     }
@@ -222,7 +233,7 @@ impl CompiledModel {
         inputs: &[&Tensor],
         outputs: &mut Vec<Tensor>,
     ) -> Result<()> {
-        let dims = bind_inputs(self.spec.inputs, self.spec.dyn_dims, inputs)?;
+        let dims = self.spec.bind(inputs)?;
         if let Some(gpu) = self.placement.gpu() {
             return gpu.run(mode, &dims, inputs, outputs);
         }
@@ -244,7 +255,7 @@ impl CompiledModel {
         inputs: &[&Tensor],
         runs: usize,
     ) -> Result<Vec<(&'static str, f64)>> {
-        let dims = bind_inputs(self.spec.inputs, self.spec.dyn_dims, inputs)?;
+        let dims = self.spec.bind(inputs)?;
         let exec = self.executor(mode);
         let program = exec.program();
         let mut times = vec![0.0; program.kernels.len()];

@@ -137,6 +137,12 @@ impl fmt::Display for PlanReport {
                 writeln!(f, "    {r}")?;
             }
         }
+        if !p.slice_bounds.is_empty() {
+            writeln!(f, "  checked per call:")?;
+            for b in &p.slice_bounds {
+                writeln!(f, "    narrow of axis {} of {}: {}", b.axis, b.what, b.text)?;
+            }
+        }
         Ok(())
     }
 }

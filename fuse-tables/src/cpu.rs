@@ -62,6 +62,24 @@ pub struct ProgramTables {
     /// the weights are in place, instead of on every call. Empty (and absent from the encoding) when none is.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub packed_b: Vec<PackedB>,
+    /// The slices whose bounds depend on the dynamic dims (`narrow(0, past, seq)`): the runtime checks each when
+    /// it binds the dims, before any kernel runs. Empty (and absent from the encoding) when every bound was
+    /// proved at build time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slice_bounds: Vec<SliceBound>,
+}
+
+/// `start + len <= size` for one slice of an axis, each side symbolic in the dynamic dims.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SliceBound {
+    /// The slice for the error: the shape it slices and its node (`[128, 64] (%7)`).
+    pub what: String,
+    /// The bound in the dims' names, for the report: `past + seq <= 128`.
+    pub text: String,
+    pub axis: usize,
+    pub start: Mono,
+    pub len: Mono,
+    pub size: Mono,
 }
 
 /// A GEMM's B operand that is a parameter read through a view whose every size is static: the k×n matrix with

@@ -11,7 +11,9 @@
 mod cpu;
 mod cuda;
 
-pub use cpu::{BufferKind, BufferSpec, KernelCall, KernelInfo, OutputSpec, PackedB, ProgramTables};
+pub use cpu::{
+    BufferKind, BufferSpec, KernelCall, KernelInfo, OutputSpec, PackedB, ProgramTables, SliceBound,
+};
 pub use cuda::{CudaAccess, CudaGemm, CudaKernel, CudaLaunch, CudaTables, GridSpec, LaunchRole};
 
 use std::fmt;
@@ -140,6 +142,23 @@ mod tests {
                 cs: 3,
                 k: 3,
                 n: 2,
+            }],
+            slice_bounds: vec![SliceBound {
+                what: "[128, past] (%3)".into(),
+                text: "past + seq <= 128".into(),
+                axis: 0,
+                start: Mono {
+                    coeff: 1,
+                    syms: vec![1],
+                },
+                len: Mono {
+                    coeff: 1,
+                    syms: vec![0],
+                },
+                size: Mono {
+                    coeff: 128,
+                    syms: vec![],
+                },
             }],
         };
         let back: ProgramTables = decode(&encode(&tables)).unwrap();

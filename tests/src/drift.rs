@@ -24,7 +24,7 @@ pub use stats::{compare, ulp_distance, unravel, ErrorStats, Tolerance};
 
 use fuse_kernels::ir::Graph;
 use fuse_kernels::plan::{plan, Mode, Plan};
-use fuse_runtime::exec::{bind_inputs, DimSpec};
+use fuse_runtime::exec::DimSpec;
 use fuse_runtime::{CompiledModel, DType, ModelSpec, PlanMode, Tensor};
 
 use crate::harness::{try_graph_of, try_reference_of, ReferenceError};
@@ -122,7 +122,7 @@ pub fn check(
     tolerance: Tolerance,
 ) -> Result<DriftReport, DriftError> {
     let spec = model.spec();
-    let dims = bind_inputs(spec.inputs, spec.dyn_dims, inputs)?;
+    let dims = spec.bind(inputs)?;
     let graph = try_graph_of(spec)?;
     let fused_plan = planned(&graph, spec, Mode::Fused)?;
     let eager_plan = planned(&graph, spec, Mode::Eager)?;
@@ -233,21 +233,25 @@ pub fn random_inputs(
         .iter()
         .enumerate()
         .map(|(i, input)| {
+            let size_of = |s: usize| {
+                let name = spec.dyn_dims[s];
+                dims.iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|&(_, size)| size)
+                    .ok_or(DriftError::MissingDim {
+                        dim: name,
+                        known: spec.dyn_dims,
+                    })
+            };
+            if let Some(arg) = input.binds {
+                return Ok(fuse_runtime::exec::dim_arg(size_of(arg.dim)?)?);
+            }
             let shape = input
                 .dims
                 .iter()
                 .map(|d| match *d {
                     DimSpec::Fixed(n) => Ok(n),
-                    DimSpec::Dyn(s) => {
-                        let name = spec.dyn_dims[s];
-                        dims.iter()
-                            .find(|(n, _)| *n == name)
-                            .map(|&(_, size)| size)
-                            .ok_or(DriftError::MissingDim {
-                                dim: name,
-                                known: spec.dyn_dims,
-                            })
-                    }
+                    DimSpec::Dyn(s) => size_of(s),
                 })
                 .collect::<Result<Vec<usize>, DriftError>>()?;
             let seed = seed.wrapping_add(i as u64);

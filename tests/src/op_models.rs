@@ -274,6 +274,49 @@ pub mod ops {
         }
     }
 
+    /// Rows a RoPE table holds: positions `0..MAX_POS`.
+    pub const MAX_POS: usize = 16;
+
+    /// A decoder step's RoPE: the table rows of the current positions, `[past, past + seq)`, read at a start
+    /// bound from an argument and broadcast into the `[batch, heads, seq, R]` product with the rotated halves.
+    pub struct NarrowRope {
+        #[shape(MAX_POS, R)]
+        cos: Tensor,
+        #[shape(MAX_POS, R)]
+        sin: Tensor,
+    }
+    impl NarrowRope {
+        pub fn forward(&self, #[shape(batch, seq, 4, R)] x: Tensor, #[dim] past: usize) -> Tensor {
+            let seq = x.dim(1);
+            let heads = x.permute([0, 2, 1, 3]);
+            let (cos, sin) = (self.cos.narrow(0, past, seq), self.sin.narrow(0, past, seq));
+            let x1 = heads.slice(3, 0, R / 2);
+            let x2 = heads.slice(3, R / 2, R);
+            heads * &cos + concat([x2.neg(), x1], 3) * &sin
+        }
+    }
+
+    /// A cache read: keys and values `[0, total)` of a `[batch, MAX_POS, D]` buffer (a length bound at run time,
+    /// on an inner axis) into attention's matmuls, the rows `[past, past + seq)` into an elementwise kernel, and
+    /// columns at a run-time start on the innermost axis.
+    pub struct NarrowCache {}
+    impl NarrowCache {
+        pub fn forward(
+            &self,
+            #[shape(batch, seq, D)] q: Tensor,
+            #[shape(batch, MAX_POS, D)] cache: Tensor,
+            #[dim] past: usize,
+            #[dim] total: usize,
+        ) -> (Tensor, Tensor, Tensor, Tensor) {
+            let keys = cache.narrow(1, 0, total);
+            let attn = (q.matmul(&keys.t()) * 0.25).softmax(-1).matmul(&keys);
+            let scores = q.matmul(&keys.t()) + 1.0;
+            let rows = cache.narrow(1, past, q.dim(1)) * 2.0 + q;
+            let cols = q.narrow(2, past, 4).exp();
+            (attn, scores, rows, cols)
+        }
+    }
+
     pub struct Embeddings {
         #[shape(50, D)]
         table: Tensor,

@@ -9,7 +9,7 @@ mod ops;
 #[cfg(test)]
 mod tests;
 
-use fuse_kernels::ir::{Graph, NodeId, Op, Shape};
+use fuse_kernels::ir::{Dim, Graph, NodeId, Op, Shape};
 
 pub use erf::erf;
 
@@ -202,8 +202,12 @@ pub fn interpret_all(
                 input,
                 axis,
                 start,
-                end,
-            } => ops::slice(v(*input), *axis, *start, *end),
+                len,
+            } => {
+                let start = eval_dim(graph, &dyn_values, start)?;
+                let end = start.checked_add(eval_dim(graph, &dyn_values, len)?);
+                end.and_then(|end| ops::slice(v(*input), *axis, start, end))
+            }
             Op::Concat {
                 inputs: pieces,
                 axis,
@@ -293,6 +297,14 @@ fn bind_dyn_dims(graph: &Graph, inputs: &[RefTensor]) -> Result<Vec<Option<usize
         if info.ty.shape.rank() != t.shape.len() {
             return Err(shape_err(index));
         }
+        // A `#[dim]` argument binds its dim by value.
+        if let Some(sym) = info.binds {
+            let value = t.data.first().copied().unwrap_or(-1.0);
+            if value < 0.0 || value.fract() != 0.0 {
+                return Err(shape_err(index));
+            }
+            vals[sym as usize] = Some(value as usize);
+        }
     }
     let mut progress = true;
     while progress {
@@ -359,6 +371,11 @@ fn int_root(n: usize, k: u32) -> Option<usize> {
     }
     let guess = (n as f64).powf(1.0 / k as f64).round() as usize;
     (guess.saturating_sub(1)..=guess + 1).find(|r| r.checked_pow(k) == Some(n))
+}
+
+/// One dim's value; an unbound dynamic dim is an error.
+fn eval_dim(graph: &Graph, vals: &[Option<usize>], dim: &Dim) -> Result<usize, RefError> {
+    Ok(eval_shape(graph, vals, &Shape(vec![dim.clone()]))?[0])
 }
 
 /// `Shape::eval`, but an unbound dynamic dim is an error instead of a panic.

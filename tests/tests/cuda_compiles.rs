@@ -27,7 +27,8 @@ struct Example {
 
 /// Models that reach corners the examples do not: a row op over a non-last (dynamic) axis, reductions with an
 /// epilogue read, comparisons and `where_`, concat of offset slices, a folded GEMM whose epilogue reads a slice,
-/// an unfolded batched GEMM, and concats fused into their readers along the innermost and an outer axis.
+/// an unfolded batched GEMM, concats fused into their readers along the innermost and an outer axis, and
+/// narrows at a start and of a length bound from `#[dim]` arguments.
 /// Compiled only (no golden file).
 const EDGE_CASES: &str = r#"
 #[fused_model]
@@ -65,6 +66,27 @@ pub mod edge {
             let rotated = x * 0.5 + concat([x.slice(2, 8, 16).neg(), x.slice(2, 0, 8)], 2) * &self.g;
             let stacked = concat([y.slice(1, 8, 16).neg(), (y.slice(1, 0, 8) * 2.0).exp()], 1) + y;
             (a, b, c, d, e, f, h, i, j, k, rotated, stacked)
+        }
+    }
+
+    pub struct Narrows {
+        #[shape(32, 16)]
+        table: Tensor,
+    }
+
+    impl Narrows {
+        pub fn forward(
+            &self,
+            #[shape(batch, seq, 16)] x: Tensor,
+            #[shape(batch, 32, 16)] cache: Tensor,
+            #[dim] past: usize,
+            #[dim] total: usize,
+        ) -> (Tensor, Tensor, Tensor) {
+            let rows = x * self.table.narrow(0, past, x.dim(1));
+            let keys = cache.narrow(1, past, total);
+            let attn = (x.matmul(&keys.t()) * 0.25).softmax(-1).matmul(&keys);
+            let cols = x.narrow(2, past, 4).exp() + 1.0;
+            (rows, attn, cols)
         }
     }
 }

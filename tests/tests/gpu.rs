@@ -267,6 +267,8 @@ fn specs() -> Vec<&'static ModelSpec> {
         UnfusedConcats::spec(),
         Embeddings::spec(),
         Attentions::spec(),
+        NarrowRope::spec(),
+        NarrowCache::spec(),
     ]
 }
 
@@ -293,7 +295,13 @@ fn check_program(spec: &ModelSpec, mode: Mode, code: &CudaProgram) {
     assert_eq!(code.kernels.len(), p.kernels.len(), "{what}: kernel count");
     let want = launches(&p, spec.name);
     assert_eq!(code.launches.len(), want.len(), "{what}: launch count");
-    let dim_sets: [&[usize]; 4] = [&[1, 1, 1], &[3, 17, 2], &[64, 128, 5], &[100_000, 7, 3]];
+    // Enough values for every model's dynamic dims (the narrow models have four).
+    let dim_sets: [&[usize]; 4] = [
+        &[1, 1, 1, 1],
+        &[3, 17, 2, 4],
+        &[64, 128, 5, 9],
+        &[100_000, 7, 3, 2],
+    ];
     for (got, w) in code.launches.iter().zip(&want) {
         assert_eq!(
             (got.kernel, got.symbol.as_str(), got.role),
@@ -633,6 +641,38 @@ fn concats_fused_into_their_readers_on_gpu() {
         2e-5,
         2e-5,
         |b, _, s| vec![Tensor::randn(&[b, R], s)],
+    );
+}
+
+/// Narrows at a start (and of a length) bound from `#[dim]` arguments: the RoPE rows of the current positions,
+/// and a cache read into attention, an elementwise kernel and a column window.
+#[test]
+fn narrows_at_run_time_offsets_on_gpu() {
+    let dim = |n: usize| fuse_runtime::exec::dim_arg(n).expect("dim argument");
+    ops_on_gpu(
+        NarrowRope::random(14).into_compiled(),
+        "narrow rope",
+        2e-5,
+        2e-5,
+        |b, q, s| {
+            let past = (s as usize * 5) % (MAX_POS - q + 1);
+            vec![Tensor::randn(&[b, q, 4, R], s), dim(past)]
+        },
+    );
+    ops_on_gpu(
+        NarrowCache::random(15).into_compiled(),
+        "narrow cache",
+        2e-5,
+        2e-5,
+        |b, q, s| {
+            let past = ((s as usize * 3) % (MAX_POS - q + 1)).min(D - 4);
+            vec![
+                Tensor::randn(&[b, q, D], s),
+                Tensor::randn(&[b, MAX_POS, D], s + 1),
+                dim(past),
+                dim(MAX_POS - s as usize),
+            ]
+        },
     );
 }
 

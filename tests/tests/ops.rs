@@ -270,3 +270,138 @@ fn a_value_read_at_two_shapes_in_one_kernel() {
         check_model("reread", m.compiled(), &[&x], 1e-5, 1e-5);
     }
 }
+
+#[test]
+fn narrow_at_a_run_time_start_reads_the_rope_rows_of_the_current_positions() {
+    let m = NarrowRope::random(14);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(14);
+    for (batch, _, seed) in cases(14) {
+        let seq = rng.gen_range(1..=6);
+        // Every start that fits, the last one included.
+        let past = rng.gen_range(0..=MAX_POS - seq);
+        for past in [past, MAX_POS - seq] {
+            let x = Tensor::randn(&[batch, seq, 4, R], seed);
+            let past_arg = fuse_runtime::exec::dim_arg(past).unwrap();
+            check_model("narrow rope", m.compiled(), &[&x, &past_arg], 1e-5, 1e-5);
+        }
+    }
+}
+
+#[test]
+fn narrow_with_run_time_lengths_feeds_matmuls_attention_and_elementwise_kernels() {
+    let m = NarrowCache::random(15);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(15);
+    for (batch, _, seed) in cases(15) {
+        let seq = rng.gen_range(1..=5);
+        let past = rng.gen_range(0..=D - 4);
+        let past = past.min(MAX_POS - seq);
+        let total = rng.gen_range(1..=MAX_POS);
+        let (q, cache) = (
+            Tensor::randn(&[batch, seq, D], seed),
+            Tensor::randn(&[batch, MAX_POS, D], seed + 1),
+        );
+        let (p, t) = (
+            fuse_runtime::exec::dim_arg(past).unwrap(),
+            fuse_runtime::exec::dim_arg(total).unwrap(),
+        );
+        check_model(
+            "narrow cache",
+            m.compiled(),
+            &[&q, &cache, &p, &t],
+            1e-5,
+            1e-5,
+        );
+    }
+}
+
+#[test]
+fn a_narrow_past_its_axis_is_a_typed_error_before_any_kernel_runs() {
+    let m = NarrowRope::random(16);
+    let x = Tensor::randn(&[2, 3, 4, R], 1);
+    for (mode, run) in [
+        ("fused", m.forward(&x, MAX_POS - 2)),
+        ("eager", m.forward_eager(&x, MAX_POS - 2)),
+    ] {
+        let err = run.expect_err(mode);
+        assert!(
+            matches!(
+                err,
+                fuse_runtime::Error::NarrowOutOfRange {
+                    axis: 0,
+                    start: 14,
+                    len: 3,
+                    size: 16,
+                    ..
+                }
+            ),
+            "{mode}: {err:?}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.starts_with("narrow of axis 0 of [16, 10] (%")
+                && text.ends_with("start 14 + length 3 > 16"),
+            "{mode}: {text}"
+        );
+    }
+    // The last start that fits runs.
+    assert!(m.forward(&x, MAX_POS - 3).is_ok());
+    // The report and the plan (so its hash) name the bound checked per call, in the dims' names.
+    let report = m.plan().to_string();
+    assert!(
+        report.contains("checked per call:")
+            && report.contains("of [16, 10] (%")
+            && report.contains("past + seq <= 16"),
+        "{report}"
+    );
+    assert!(
+        m.plan().dump().contains("axis 0: past + seq <= 16"),
+        "{}",
+        m.plan().dump()
+    );
+    // A dim that sizes a value cannot be 0; one that only offsets views can.
+    let cache = NarrowCache::random(17);
+    let (q, c) = (
+        Tensor::randn(&[1, 2, D], 2),
+        Tensor::randn(&[1, MAX_POS, D], 3),
+    );
+    assert!(cache.forward(&q, &c, 0, 4).is_ok());
+    let zero = cache.forward(&q, &c, 1, 0).expect_err("total = 0");
+    assert!(
+        matches!(&zero, fuse_runtime::Error::ZeroDim { dim } if dim == "total"),
+        "{zero:?}"
+    );
+    // A value the untyped API cannot carry, and a negative one handed to it directly.
+    assert!(matches!(
+        fuse_runtime::exec::dim_arg(usize::MAX),
+        Err(fuse_runtime::Error::DimArgTooLarge { .. })
+    ));
+    let negative = Tensor::from_i64(&[], vec![-1]).unwrap();
+    let err = cache
+        .compiled()
+        .run(
+            fuse_runtime::PlanMode::Fused,
+            &[&q, &c, &negative, &negative],
+        )
+        .expect_err("negative dim");
+    assert_eq!(
+        err.to_string(),
+        "dimension argument `past` is -1; a dim argument must be a non-negative integer"
+    );
+    // Past the cache on the inner axis.
+    let long = cache
+        .forward(&q, &c, 0, MAX_POS + 1)
+        .expect_err("total > MAX_POS");
+    assert!(
+        matches!(
+            long,
+            fuse_runtime::Error::NarrowOutOfRange {
+                axis: 1,
+                start: 0,
+                len: 17,
+                size: 16,
+                ..
+            }
+        ),
+        "{long:?}"
+    );
+}

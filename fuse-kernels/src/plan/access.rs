@@ -126,8 +126,8 @@ pub fn view_access(
             input, axis, start, ..
         } => {
             let mut a = view_access(g, *input, materialized)?;
-            if *start > 0 {
-                a.offset.push(a.strides[*axis].mul(&Dim::fixed(*start)));
+            if start.coeff > 0 {
+                a.offset.push(a.strides[*axis].mul(start));
             }
             a.shape[*axis] = g.ty(node).shape.0[*axis].clone();
             Ok(a)

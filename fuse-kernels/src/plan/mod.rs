@@ -4,6 +4,7 @@
 
 pub mod access;
 pub mod attention;
+pub mod bounds;
 pub mod concat;
 pub mod fusion;
 pub mod memory;

@@ -42,8 +42,15 @@ pub fn dump_graph(g: &Graph) -> String {
             Op::LayerNorm { eps, .. } | Op::RmsNorm { eps, .. } => format!(" eps={eps:e}"),
             Op::Permute { perm, .. } => format!(" perm={perm:?}"),
             Op::Slice {
-                axis, start, end, ..
-            } => format!(" axis={axis} {start}..{end}"),
+                axis, start, len, ..
+            } => match (start.as_static(), len.as_static()) {
+                (Some(start), Some(len)) => format!(" axis={axis} {start}..{}", start + len),
+                _ => format!(
+                    " axis={axis} start={} len={}",
+                    g.fmt_dim(start),
+                    g.fmt_dim(len)
+                ),
+            },
             Op::Concat { axis, .. } => format!(" axis={axis}"),
             _ => String::new(),
         };
@@ -105,6 +112,15 @@ pub fn dump(plan: &Plan) -> String {
             out,
             "not fused: {} -> {}: {}",
             r.producer, r.consumer, r.why
+        );
+    }
+    for b in super::bounds::unproved(g) {
+        let _ = writeln!(
+            out,
+            "checked per call: {} axis {}: {}",
+            b.node,
+            b.axis,
+            b.text(g)
         );
     }
     out

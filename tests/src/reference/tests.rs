@@ -24,6 +24,7 @@ fn input(g: &mut Graph, ty: TensorType) -> NodeId {
     g.inputs.push(InputInfo {
         name: format!("x{i}"),
         ty: ty.clone(),
+        binds: None,
     });
     g.push(
         Node {

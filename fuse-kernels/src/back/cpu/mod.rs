@@ -16,7 +16,9 @@ mod row_region;
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
-use fuse_tables::{BufferKind, BufferSpec, KernelCall, KernelInfo, OutputSpec, ProgramTables};
+use fuse_tables::{
+    BufferKind, BufferSpec, KernelCall, KernelInfo, OutputSpec, ProgramTables, SliceBound,
+};
 
 use super::mono;
 use crate::ir::DType;
@@ -151,7 +153,19 @@ fn tables(plan: &Plan, function_of: &[usize]) -> ProgramTables {
         .enumerate()
         .filter_map(|(index, k)| kernels::packed_b(plan, k, index))
         .collect();
+    let slice_bounds = crate::plan::bounds::unproved(g)
+        .into_iter()
+        .map(|b| SliceBound {
+            what: format!("{} ({})", g.fmt_shape(&g.ty(b.input).shape), b.node),
+            text: b.text(g),
+            axis: b.axis,
+            start: mono(&b.start),
+            len: mono(&b.len),
+            size: mono(&b.size),
+        })
+        .collect();
     ProgramTables {
+        slice_bounds,
         buffers,
         slots: plan.memory.slots.iter().map(|s| mono(&s.bytes())).collect(),
         kernels,

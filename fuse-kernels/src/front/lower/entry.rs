@@ -48,8 +48,14 @@ impl Lowerer<'_> {
         let mut inputs_ok = true;
         for arg in forward.sig.inputs.iter() {
             let syn::FnArg::Typed(pt) = arg else { continue };
-            match self.root_input(pt) {
-                Some((name, id)) => vars.push((name, Value::Tensor(id))),
+            let input = if pt.attrs.iter().any(|a| a.path().is_ident("dim")) {
+                self.root_dim_arg(pt)
+            } else {
+                self.root_input(pt)
+                    .map(|(name, id)| (name, Value::Tensor(id)))
+            };
+            match input {
+                Some(var) => vars.push(var),
                 None => inputs_ok = false,
             }
         }
@@ -175,11 +181,7 @@ impl Lowerer<'_> {
             return None;
         };
         let name = ident.ident.to_string();
-        if self.g.inputs.iter().any(|i| i.name == name) {
-            self.diags.error_at(
-                &ident.ident,
-                format!("`forward` has two inputs named `{name}`; rename one"),
-            );
+        if !self.fresh_input_name(&ident.ident) {
             return None;
         }
         if !is_tensor_type(&pt.ty) {
@@ -224,6 +226,7 @@ impl Lowerer<'_> {
         self.g.inputs.push(InputInfo {
             name: name.clone(),
             ty: ty.clone(),
+            binds: None,
         });
         let id = self.g.push(
             Node {
@@ -233,6 +236,64 @@ impl Lowerer<'_> {
             ident.ident.span(),
         );
         Some((name, id))
+    }
+
+    fn fresh_input_name(&mut self, ident: &syn::Ident) -> bool {
+        let name = ident.to_string();
+        if self.g.inputs.iter().any(|i| i.name == name) {
+            self.diags.error_at(
+                ident,
+                format!("`forward` has two inputs named `{name}`; rename one"),
+            );
+            return false;
+        }
+        true
+    }
+
+    /// `#[dim] past: usize` → the dim `past`, bound at run time from the argument's value (not from a shape), for
+    /// view arguments such as `narrow`'s start and length and for shapes.
+    fn root_dim_arg(&mut self, pt: &syn::PatType) -> Option<(String, Value)> {
+        let syn::Pat::Ident(ident) = pt.pat.as_ref() else {
+            self.diags.error_at(
+                &pt.pat,
+                "name each `forward` input with a plain identifier: `#[dim] past: usize`",
+            );
+            return None;
+        };
+        let name = ident.ident.to_string();
+        if !self.fresh_input_name(&ident.ident) {
+            return None;
+        }
+        let is_usize = matches!(pt.ty.as_ref(), syn::Type::Path(p) if p.path.is_ident("usize"));
+        if !is_usize {
+            self.diags.error_at(
+                &pt.ty,
+                format!("a `#[dim]` argument is a size or an offset: write `#[dim] {name}: usize`"),
+            );
+            return None;
+        }
+        if self.src.consts.contains_key(&name)
+            || !name.starts_with(|c: char| c.is_ascii_lowercase())
+        {
+            self.diags.error_at(
+                &ident.ident,
+                format!(
+                    "`{name}` names a dim bound at run time, so it must be a lowercase name that is not a constant \
+                     of this module (`past`)"
+                ),
+            );
+            return None;
+        }
+        let sym = self.g.dyn_dim(&name);
+        self.g.inputs.push(InputInfo {
+            name: name.clone(),
+            ty: TensorType {
+                dtype: crate::ir::DType::I64,
+                shape: Shape::scalar(),
+            },
+            binds: Some(sym),
+        });
+        Some((name, Value::Dim(Dim::symbol(sym))))
     }
 
     fn input_dim(&mut self, d: &syn::Expr) -> Option<Dim> {

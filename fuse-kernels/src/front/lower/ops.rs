@@ -4,7 +4,8 @@
 use super::{closest, dim_value, Lowerer, Value};
 use crate::front::consts::ConstVal;
 use crate::front::diag::At;
-use crate::ir::{BinaryOp, DType, NodeId, Op, ReduceOp, UnaryOp};
+use crate::infer::MAX_ELEMENTS;
+use crate::ir::{BinaryOp, DType, Dim, NodeId, Op, ReduceOp, UnaryOp};
 
 /// Every tensor method with how it is called, for arity errors and the "unknown method" message.
 const METHODS: &[(&str, &str)] = &[
@@ -48,6 +49,7 @@ const METHODS: &[(&str, &str)] = &[
     ("permute", "x.permute([0, 2, 1, 3])"),
     ("reshape", "x.reshape([batch, seq, HEADS, HEAD_DIM])"),
     ("slice", "x.slice(axis, start, end)"),
+    ("narrow", "x.narrow(axis, start, len)"),
     ("dim", "x.dim(axis)"),
 ];
 
@@ -220,6 +222,7 @@ impl Lowerer<'_> {
                 self.add(Op::Permute { input: x, perm }, at)
             }
             ("slice", 3) => self.slice(x, &args, &arg_at, at),
+            ("narrow", 3) => self.narrow(x, &args, &arg_at, at),
             ("dim", 1) => match self.axis(&args[0], arg_at[0], x) {
                 Some(axis) => dim_value(&self.g.ty(x).shape.0[axis]),
                 None => Value::Poison,
@@ -271,15 +274,58 @@ impl Lowerer<'_> {
             );
             return Value::Poison;
         };
+        // `end <= start` is left to inference, which says the slice is empty.
+        self.add(
+            Op::Slice {
+                input: x,
+                axis,
+                start: Dim::fixed(start),
+                len: Dim::fixed(end.saturating_sub(start)),
+            },
+            at,
+        )
+    }
+
+    /// `x.narrow(axis, start, len)`: elements `[start, start + len)`, each bound a constant or a dim (`past`,
+    /// `x.dim(1)`, `past * 2`); a bound the build cannot prove is checked at run time.
+    fn narrow(&mut self, x: NodeId, args: &[Value], arg_at: &[At], at: At) -> Value {
+        let axis = self.axis(&args[0], arg_at[0], x);
+        let start = self.dim_bound(&args[1], arg_at[1], "a narrow start", 0);
+        let len = self.dim_bound(&args[2], arg_at[2], "a narrow length", 1);
+        let (Some(axis), Some(start), Some(len)) = (axis, start, len) else {
+            return Value::Poison;
+        };
         self.add(
             Op::Slice {
                 input: x,
                 axis,
                 start,
-                end,
+                len,
             },
             at,
         )
+    }
+
+    /// A narrow bound: an integer constant of at least `min`, or a dim.
+    fn dim_bound(&mut self, v: &Value, at: At, what: &str, min: i64) -> Option<Dim> {
+        match v {
+            Value::Dim(d) => Some(d.clone()),
+            Value::Const(ConstVal::Int(n)) if *n >= min && *n as u64 <= MAX_ELEMENTS as u64 => {
+                Some(Dim::fixed(*n as usize))
+            }
+            Value::Poison => None,
+            other => {
+                let found = self.describe(other);
+                self.diags.error(
+                    at,
+                    format!(
+                        "{what} must be an integer of at least {min} or a dim (`past`, `x.dim(1)`, a `#[dim]` \
+                         argument of `forward`), but this is {found}"
+                    ),
+                );
+                None
+            }
+        }
     }
 
     pub(super) fn const_int(&mut self, v: &Value, at: At, what: &str) -> Option<i64> {

@@ -1,0 +1,56 @@
+//! The slice bounds a build cannot prove. `narrow(0, past, seq)` reads rows `[past, past + seq)`, which fit the
+//! axis only for some values of the dims; the runtime checks each such bound when it binds the dims, so an
+//! out-of-range call is a typed error before any kernel reads past the end. Bounds that are provably false are
+//! refused by inference, at the user's line.
+
+use crate::infer::slice_fits;
+use crate::ir::{Dim, Graph, NodeId, Op};
+
+/// `start + len <= size` along `axis` of the value `node` slices.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SliceBound {
+    pub node: NodeId,
+    /// The value it slices.
+    pub input: NodeId,
+    pub axis: usize,
+    pub start: Dim,
+    pub len: Dim,
+    pub size: Dim,
+}
+
+impl SliceBound {
+    /// `past + seq <= 16`, for the plan dump and the report.
+    pub fn text(&self, g: &Graph) -> String {
+        format!(
+            "{} + {} <= {}",
+            g.fmt_dim(&self.start),
+            g.fmt_dim(&self.len),
+            g.fmt_dim(&self.size)
+        )
+    }
+}
+
+/// Every slice in `g` whose bound depends on the dynamic dims, in node order.
+pub fn unproved(g: &Graph) -> Vec<SliceBound> {
+    g.ids()
+        .filter_map(|id| match &g.node(id).op {
+            Op::Slice {
+                input,
+                axis,
+                start,
+                len,
+            } => {
+                let size = g.ty(*input).shape.0[*axis].clone();
+                (slice_fits(start, len, &size).is_none()).then(|| SliceBound {
+                    node: id,
+                    input: *input,
+                    axis: *axis,
+                    start: start.clone(),
+                    len: len.clone(),
+                    size,
+                })
+            }
+            _ => None,
+        })
+        .collect()
+}
