@@ -317,6 +317,14 @@ pub mod ops {
         }
     }
 
+    /// A constant slice of a dynamic axis: rows 2..5 of `seq`, which exist only when `seq >= 5`.
+    pub struct SliceOfDynamicAxis {}
+    impl SliceOfDynamicAxis {
+        pub fn forward(&self, #[shape(batch, seq, D)] x: Tensor) -> Tensor {
+            x.slice(1, 2, 5) * 2.0 + 1.0
+        }
+    }
+
     pub struct Embeddings {
         #[shape(50, D)]
         table: Tensor,

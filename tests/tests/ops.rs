@@ -405,3 +405,34 @@ fn a_narrow_past_its_axis_is_a_typed_error_before_any_kernel_runs() {
         "{long:?}"
     );
 }
+
+#[test]
+fn a_constant_slice_of_a_dynamic_axis_runs_where_it_fits_and_is_a_typed_error_where_not() {
+    let m = SliceOfDynamicAxis::random(18);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(18);
+    for (batch, _, seed) in cases(18) {
+        let seq = rng.gen_range(5..=9);
+        let x = Tensor::randn(&[batch, seq, D], seed);
+        check_model("constant slice", m.compiled(), &[&x], 1e-6, 1e-6);
+    }
+    let short = Tensor::randn(&[2, 4, D], 1);
+    for (mode, run) in [
+        ("fused", m.forward(&short)),
+        ("eager", m.forward_eager(&short)),
+    ] {
+        let err = run.expect_err(mode);
+        assert!(
+            matches!(
+                err,
+                fuse_runtime::Error::NarrowOutOfRange {
+                    axis: 1,
+                    start: 2,
+                    len: 3,
+                    size: 4,
+                    ..
+                }
+            ),
+            "{mode}: {err:?}"
+        );
+    }
+}
