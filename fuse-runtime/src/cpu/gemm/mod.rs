@@ -41,14 +41,16 @@ impl Backend {
     /// tile: its peak is the same (`gemm_bench` measured 116.5 and 117.2 GFLOP/s on a Zen 4 core), and the
     /// 6×16 tile keeps a B panel of twice the depth in L1 (kc 384 against 192 for 12×32), which measured 80–88 %
     /// of peak on W3's shapes against 54–58 % for the AVX-512 tile.
+    ///
+    /// Called on every GEMM, so it allocates nothing: the dispatch flags and the processor are detected once.
     pub fn best() -> Backend {
-        let supported = Backend::supported();
-        match supported.first() {
-            Some(Backend::Avx512) if !Processor::get().splits_512_bit_fma => Backend::Avx512,
-            _ => supported
-                .into_iter()
-                .find(|&b| b != Backend::Avx512)
-                .unwrap_or(Backend::Portable),
+        let x86 = cfg!(target_arch = "x86_64");
+        if x86 && dispatch_avx512() && !Processor::get().splits_512_bit_fma {
+            Backend::Avx512
+        } else if x86 && dispatch_avx2() {
+            Backend::Avx2
+        } else {
+            Backend::Portable
         }
     }
 
