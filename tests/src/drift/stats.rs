@@ -25,7 +25,11 @@ pub struct ErrorStats {
     pub max_abs: f64,
     /// Largest `|got − want| / max(|want|, atol)`: relative error, floored where `want` is about zero.
     pub max_rel: f64,
-    /// Median and largest distance in units in the last place, between `got` and `want` rounded to f32.
+    /// Median and largest distance in units in the last place, between `got` and `want` rounded to f32, over the
+    /// elements with `|want| ≥ atol` (and every NaN). Below that, ULPs measure nothing: a sum that cancels to
+    /// 1e-9 where the reference has 1e-12 is millions of ULPs off and well within any useful tolerance, and those
+    /// elements would set the maximum of every tensor that crosses zero. Such elements are still in `max_abs`
+    /// and `ratio`.
     pub ulp_median: u64,
     pub ulp_max: u64,
     /// Largest `|got − want| / (atol + rtol·|want|)`: at most 1 means within tolerance (NaN counts as infinite).
@@ -74,7 +78,9 @@ pub fn compare(
             .max_abs
             .max(if err.is_nan() { f64::INFINITY } else { err });
         stats.max_rel = stats.max_rel.max(err / w.abs().max(tol.atol));
-        ulps.push(ulp_distance(g as f32, w as f32));
+        if w.abs() >= tol.atol || g.is_nan() || w.is_nan() {
+            ulps.push(ulp_distance(g as f32, w as f32));
+        }
         if i == 0 || ratio > stats.ratio {
             stats.ratio = ratio;
             worst = i;
@@ -156,5 +162,20 @@ mod tests {
         assert_eq!(s.ulp_max, ulp_distance(5.5, 5.0));
         assert!(compare(want, &want, &[6], tol).within());
         assert!(!compare([f64::NAN], &[1.0], &[1], tol).within());
+    }
+
+    #[test]
+    fn ulps_leave_out_values_below_atol_but_not_nan() {
+        let tol = Tolerance {
+            atol: 1e-6,
+            rtol: 1e-4,
+        };
+        // 1e-9 against 1e-12 is far apart in ULPs and within tolerance; 1.0 one ULP off sets the maximum.
+        let one_up = f64::from(f32::from_bits(1.0f32.to_bits() + 1));
+        let s = compare([1e-9, one_up], &[1e-12, 1.0], &[2], tol);
+        assert!(s.within());
+        assert_eq!(s.ulp_max, 1);
+        let s = compare([f64::NAN, 1.0], &[1e-12, 1.0], &[2], tol);
+        assert_eq!(s.ulp_max, u64::MAX);
     }
 }
