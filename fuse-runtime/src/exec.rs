@@ -292,10 +292,48 @@ pub struct IdBound {
     pub table: &'static str,
 }
 
-/// Checks inputs against their declarations and binds the dynamic dims.
+/// Checks inputs against their declarations and binds the dynamic dims, for a model without sums of dims.
 pub fn bind_inputs(
     specs: &[InputSpec],
     dyn_dims: &[&str],
+    inputs: &[&Tensor],
+) -> Result<Vec<usize>> {
+    bind_dims(specs, dyn_dims, &|_| false, inputs)
+}
+
+/// [`bind_inputs`] for `program`'s model: its sums of dims (`past + seq`) are computed from the free dims, and an
+/// input whose shape holds one (a `[batch, seq, past + seq]` mask) must have that length there.
+pub fn bind_inputs_with(
+    program: &Program,
+    specs: &[InputSpec],
+    dyn_dims: &[&str],
+    inputs: &[&Tensor],
+) -> Result<Vec<usize>> {
+    let mut dims = bind_dims(specs, dyn_dims, &|s| program.is_sum_dim(s), inputs)?;
+    program.derive_dims(&mut dims);
+    for (spec, t) in specs.iter().zip(inputs) {
+        for (d, &n) in spec.dims.iter().zip(t.shape()) {
+            if let DimSpec::Dyn(s) = *d {
+                if program.is_sum_dim(s) && dims[s] != n {
+                    return Err(Error::InconsistentDim {
+                        dim: dyn_dims[s].into(),
+                        first: dims[s],
+                        first_input: format!("the sum of its terms ({})", dyn_dims[s]),
+                        found: n,
+                        input: spec.name.into(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(dims)
+}
+
+/// Binds every free dim from the shapes and `#[dim]` arguments; `is_sum` dims are left for the caller.
+fn bind_dims(
+    specs: &[InputSpec],
+    dyn_dims: &[&str],
+    is_sum: &dyn Fn(usize) -> bool,
     inputs: &[&Tensor],
 ) -> Result<Vec<usize>> {
     if specs.len() != inputs.len() {
@@ -330,6 +368,13 @@ pub fn bind_inputs(
                     })
                 }
                 DimSpec::Fixed(_) => {}
+                DimSpec::Dyn(s) if is_sum(s) => {
+                    if n == 0 {
+                        return Err(Error::ZeroDim {
+                            dim: dyn_dims[s].into(),
+                        });
+                    }
+                }
                 DimSpec::Dyn(s) => {
                     if n == 0 {
                         return Err(Error::ZeroDim {

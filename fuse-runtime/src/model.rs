@@ -5,7 +5,7 @@ use std::path::Path;
 
 use crate::device::Placement;
 use crate::error::{Error, Result};
-use crate::exec::{bind_inputs, EmbeddedProgram, Executor, InputSpec, PackCache};
+use crate::exec::{bind_inputs_with, EmbeddedProgram, Executor, InputSpec, PackCache};
 use crate::pool::{PoolLimits, PoolStats};
 use crate::report::PlanReport;
 use crate::tensor::Tensor;
@@ -39,9 +39,10 @@ impl ModelSpec {
     /// Checks `inputs` against their declarations, binds the dynamic dims (from shapes and `#[dim]` arguments)
     /// and checks the slice bounds that depend on them: what every call does before it runs a kernel.
     pub fn bind(&'static self, inputs: &[&Tensor]) -> Result<Vec<usize>> {
-        let dims = bind_inputs(self.inputs, self.dyn_dims, inputs)?;
-        // Both plans come from one graph, so they carry the same bounds.
-        self.fused.decode()?.check_slice_bounds(&dims)?;
+        // Both plans come from one graph, so they carry the same sum dims and bounds.
+        let program = self.fused.decode()?;
+        let dims = bind_inputs_with(program, self.inputs, self.dyn_dims, inputs)?;
+        program.check_slice_bounds(&dims)?;
         Ok(dims)
     }
 }
@@ -160,14 +161,19 @@ impl CompiledModel {
                 known: known.iter().map(|d| (*d).into()).collect(),
             });
         }
-        let dims = known
+        let program = self.spec.fused.decode()?;
+        let mut dims = known
             .iter()
-            .map(|&name| match sizes.iter().rfind(|(d, _)| *d == name) {
+            .enumerate()
+            .map(|(s, &name)| match sizes.iter().rfind(|(d, _)| *d == name) {
+                // A sum of dims (`past + seq`) is computed from its terms below.
+                _ if program.is_sum_dim(s) => Ok(1),
                 Some(&(_, 0)) => Err(Error::ZeroDim { dim: name.into() }),
                 Some(&(_, n)) => Ok(n),
                 None => Err(Error::MissingDim { dim: name.into() }),
             })
             .collect::<Result<Vec<usize>>>()?;
+        program.derive_dims(&mut dims);
         if self.placement.gpu().is_some() {
             return Ok(());
         }

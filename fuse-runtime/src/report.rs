@@ -16,19 +16,22 @@ pub struct PlanReport {
 
 impl PlanReport {
     pub(crate) fn new(spec: &'static ModelSpec, program: &'static Program) -> Self {
+        let mut dims = vec![1; spec.dyn_dims.len()];
+        program.derive_dims(&mut dims);
         PlanReport {
             spec,
             program,
-            dims: vec![1; spec.dyn_dims.len()],
+            dims,
         }
     }
 
     /// Evaluates sizes at these dynamic dims, in the order of [`PlanReport::dyn_dims`]; dims not given stay 1,
-    /// extra values are ignored.
+    /// extra values are ignored, and a sum of dims (`past + seq`) is computed from its terms whatever is given.
     pub fn at(mut self, dims: &[usize]) -> Self {
         for (slot, &d) in self.dims.iter_mut().zip(dims) {
             *slot = d;
         }
+        self.program.derive_dims(&mut self.dims);
         self
     }
 

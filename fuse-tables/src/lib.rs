@@ -12,7 +12,7 @@ mod cpu;
 mod cuda;
 
 pub use cpu::{
-    BufferKind, BufferSpec, KernelCall, KernelInfo, OutputSpec, PackedB, ProgramTables, SliceBound,
+    BufferKind, BufferSpec, KernelCall, KernelInfo, OutputSpec, PackedB, ProgramTables, SliceBound, SumDim,
 };
 pub use cuda::{CudaAccess, CudaGemm, CudaKernel, CudaLaunch, CudaTables, GridSpec, LaunchRole};
 
@@ -160,7 +160,23 @@ mod tests {
                     syms: vec![],
                 },
             }],
+            sum_dims: vec![SumDim {
+                sym: 2,
+                terms: vec![
+                    Mono {
+                        coeff: 1,
+                        syms: vec![0],
+                    },
+                    Mono {
+                        coeff: 1,
+                        syms: vec![1],
+                    },
+                ],
+            }],
         };
+        let mut dims = [3, 4, 1];
+        tables.derive_dims(&mut dims);
+        assert_eq!(dims, [3, 4, 7]);
         let back: ProgramTables = decode(&encode(&tables)).unwrap();
         assert_eq!(back, tables);
     }

@@ -317,6 +317,30 @@ pub mod ops {
         }
     }
 
+    /// Sums of dims: the concat of a `past`-long and a `seq`-long tensor is `past + seq` long, which a narrow of a
+    /// cache to `past + seq` rows and a `[batch, seq, past + seq]` mask input match structurally; a narrow at
+    /// `past` of the concat takes back its `seq` new rows.
+    pub struct SumOfDims {}
+    impl SumOfDims {
+        pub fn forward(
+            &self,
+            #[shape(batch, past, D)] old: Tensor,
+            #[shape(batch, seq, D)] new: Tensor,
+            #[shape(batch, seq, past + seq)] mask: Tensor,
+            #[shape(batch, MAX_POS, D)] cache: Tensor,
+        ) -> (Tensor, Tensor, Tensor) {
+            let (p, s) = (old.dim(1), new.dim(1));
+            let all = concat([old, new], 1);
+            let keys = cache.narrow(1, 0, p + s);
+            let attn = (new.matmul(&all.t()) * 0.25 + mask)
+                .softmax(-1)
+                .matmul(&keys);
+            let mixed = all * 2.0 + keys;
+            let back = all.narrow(1, p, s) - new;
+            (attn, mixed, back)
+        }
+    }
+
     /// A constant slice of a dynamic axis: rows 2..5 of `seq`, which exist only when `seq >= 5`.
     pub struct SliceOfDynamicAxis {}
     impl SliceOfDynamicAxis {

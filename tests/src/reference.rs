@@ -356,6 +356,15 @@ fn bind_dyn_dims(graph: &Graph, inputs: &[RefTensor]) -> Result<Vec<Option<usize
             }
         }
     }
+    // A sum of dims (`past + seq`) is its terms' sum, whatever an input's shape says: the check below then
+    // refuses an input whose length there differs.
+    for d in &graph.derived {
+        let mut sum = 0usize;
+        for t in &d.terms {
+            sum += eval_dim(graph, &vals, t)?;
+        }
+        vals[d.sym as usize] = Some(sum);
+    }
     for (index, (info, t)) in graph.inputs.iter().zip(inputs).enumerate() {
         if eval_shape(graph, &vals, &info.ty.shape)? != t.shape {
             return Err(shape_err(index));

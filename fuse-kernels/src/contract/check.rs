@@ -133,6 +133,10 @@ fn advice(why: &WhyNot) -> &'static str {
             "a kernel reads through one concat; concatenate once (e.g. the values the concats combine) or accept \
              a kernel per concat"
         }
+        WhyNot::DynamicConcat => {
+            "a concat along a dynamic axis copies its inputs in a kernel of its own; concatenate along a static \
+             axis to fuse it"
+        }
         WhyNot::ConsumerKind | WhyNot::EagerPlan => "this op cannot share the reader's kernel",
     }
 }

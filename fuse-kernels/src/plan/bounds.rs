@@ -41,7 +41,7 @@ pub fn unproved(g: &Graph) -> Vec<SliceBound> {
                 len,
             } => {
                 let size = g.ty(*input).shape.0[*axis].clone();
-                (slice_fits(start, len, &size).is_none()).then(|| SliceBound {
+                (slice_fits(g, start, len, &size).is_none()).then(|| SliceBound {
                     node: id,
                     input: *input,
                     axis: *axis,

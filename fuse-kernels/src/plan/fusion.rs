@@ -63,6 +63,9 @@ pub enum WhyNot {
     ConcatInput,
     /// A kernel reads through at most one concat.
     TwoConcats,
+    /// A concat along a dynamic axis (`past + seq` long) is a copy of its own: a fused concat's pieces start at
+    /// fixed offsets.
+    DynamicConcat,
     /// A row op fuses only its row input (not gamma/beta) as a prologue.
     NotRowInput,
     /// The consumer does not compute element by element (e.g. a view).
@@ -90,6 +93,7 @@ impl fmt::Display for WhyNot {
                 "a concat fuses only elementwise inputs, not a reduction or matmul"
             ),
             WhyNot::TwoConcats => write!(f, "a kernel reads through one concat at most"),
+            WhyNot::DynamicConcat => write!(f, "a concat along a dynamic axis is a copy of its own"),
             WhyNot::NotRowInput => {
                 write!(f, "only the row input of a norm is fused as its prologue")
             }
@@ -139,6 +143,14 @@ pub fn can_fuse(
         return Err(WhyNot::Standalone);
     }
     let consumer_class = class(&g.node(consumer).op);
+    if group
+        .nodes
+        .iter()
+        .chain([&consumer])
+        .any(|&n| is_dynamic_concat(g, n))
+    {
+        return Err(WhyNot::DynamicConcat);
+    }
     let concats = count_concats(g, &group.nodes) + usize::from(consumer_class == Class::Concat);
     if concats > 0 && !matches!(consumer_class, Class::Elementwise | Class::Concat) {
         return Err(WhyNot::ConcatReader);
@@ -182,6 +194,14 @@ pub fn can_fuse(
         return Err(WhyNot::ReadAtTwoShapes);
     }
     Ok(())
+}
+
+/// A concat whose axis has a dynamic length.
+pub fn is_dynamic_concat(g: &Graph, n: NodeId) -> bool {
+    match &g.node(n).op {
+        Op::Concat { axis, .. } => g.ty(n).shape.0[*axis].as_static().is_none(),
+        _ => false,
+    }
 }
 
 /// How many of `nodes` are concats.

@@ -555,7 +555,9 @@ fn concat(plan: &Plan, k: &Kernel, node: NodeId) -> TokenStream {
     let out_shape = &g.ty(node).shape.0;
     let out_strides = crate::plan::access::contiguous_strides(out_shape);
     let out = out_index();
-    let mut start = 0usize;
+    // Where each input starts along the axis: a constant, or the sum of the lengths before it when the axis is
+    // dynamic (`past + seq`).
+    let (mut start, mut dynamic) = (Some(0usize), vec![quote!(0usize)]);
     let mut copies = Vec::new();
     for &input in inputs {
         let Some(read) = k.read(input) else { continue };
@@ -563,12 +565,20 @@ fn concat(plan: &Plan, k: &Kernel, node: NodeId) -> TokenStream {
         let (buf, off, st) = (var("buf", input), var("off", input), var("st", input));
         let shape = read.access.shape.iter().map(dim_expr);
         let dst_strides = out_strides.iter().map(dim_expr);
-        let dst_off = dim_expr(&out_strides[*axis].mul(&crate::ir::Dim::fixed(start)));
+        let dst_off = match start {
+            Some(s) => dim_expr(&out_strides[*axis].mul(&crate::ir::Dim::fixed(s))),
+            None => {
+                let stride = dim_expr(&out_strides[*axis]);
+                quote!(#stride * (#(#dynamic)+*))
+            }
+        };
         copies.push(quote! {{
             #setup
             #rt::strided_copy(#buf, #off, &#st, &[#(#shape),*], out, #dst_off, &[#(#dst_strides),*]);
         }});
-        start += g.ty(input).shape.0[*axis].as_static().unwrap_or(0);
+        let len = &g.ty(input).shape.0[*axis];
+        start = start.zip(len.as_static()).map(|(s, l)| s + l);
+        dynamic.push(dim_expr(len));
     }
     quote! {
         let out = ctx.out_f32(#out);

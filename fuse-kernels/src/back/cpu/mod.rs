@@ -17,7 +17,7 @@ use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
 use fuse_tables::{
-    BufferKind, BufferSpec, KernelCall, KernelInfo, OutputSpec, ProgramTables, SliceBound,
+    BufferKind, BufferSpec, KernelCall, KernelInfo, OutputSpec, ProgramTables, SliceBound, SumDim,
 };
 
 use super::mono;
@@ -164,7 +164,16 @@ fn tables(plan: &Plan, function_of: &[usize]) -> ProgramTables {
             size: mono(&b.size),
         })
         .collect();
+    let sum_dims = g
+        .derived
+        .iter()
+        .map(|d| SumDim {
+            sym: d.sym as usize,
+            terms: d.terms.iter().map(mono).collect(),
+        })
+        .collect();
     ProgramTables {
+        sum_dims,
         slice_bounds,
         buffers,
         slots: plan.memory.slots.iter().map(|s| mono(&s.bytes())).collect(),

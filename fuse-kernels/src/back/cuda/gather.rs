@@ -93,25 +93,35 @@ pub fn write_concat(w: &mut String, cx: &Ctx, symbol: &str, node: NodeId) -> fmt
         .flatten()
         .unwrap_or_else(|| "0LL".into());
     writeln!(w, "{ind}float v = 0.0f;")?;
-    let mut start = 0usize;
+    // Where each input starts along the axis: a constant, or a sum of dims when the axis is dynamic (the static
+    // case keeps its constants folded).
+    let (mut start, mut start_text) = (Some(0usize), "0LL".to_string());
     for (p, &input) in inputs.iter().enumerate() {
-        let Some(len) = g.ty(input).shape.0.get(*axis).and_then(|d| d.as_static()) else {
-            return writeln!(w, "#error \"fuse: concat {node} has a dynamic axis\"");
+        let Some(len) = g.ty(input).shape.0.get(*axis) else {
+            return writeln!(w, "#error \"fuse: concat {node} has no axis {axis}\"");
         };
         let Some(r) = read_of(cx, input) else {
             return writeln!(w, "#error \"fuse: concat {node} does not read {input}\"");
         };
+        let end = start.zip(len.as_static()).map(|(s, l)| s + l);
+        let end_text = match end {
+            Some(e) => format!("{e}LL"),
+            None => format!("{start_text} + {}", expr::dim(len)),
+        };
         let mut at = idx.clone();
-        at[*axis] = Some(format!("({along} - {start}LL)"));
+        at[*axis] = Some(format!("({along} - {start_text})"));
         let cond = if p + 1 == inputs.len() {
             "".to_string()
         } else {
-            format!("if ({along} < {}LL) ", start + len)
+            format!("if ({along} < {end_text}) ")
         };
         let els = if p == 0 { "" } else { "else " };
         let offset = expr::offset(&cx.k.reads[r].access, &at);
         writeln!(w, "{ind}{els}{cond}v = fuse_to_f32(in{r}[{offset}]);")?;
-        start += len;
+        (start, start_text) = match end {
+            Some(e) => (Some(e), format!("{e}LL")),
+            None => (None, format!("({end_text})")),
+        };
     }
     writeln!(w, "{ind}out[i] = fuse_from_f32(v);")?;
     writeln!(w, "    }}")?;

@@ -297,6 +297,19 @@ impl Lowerer<'_> {
     }
 
     fn input_dim(&mut self, d: &syn::Expr) -> Option<Dim> {
+        // `past + seq`: a sum of dims (a mask over the cached and the new positions).
+        if let syn::Expr::Binary(b) = d {
+            if matches!(b.op, syn::BinOp::Add(_)) {
+                let (l, r) = (self.input_dim(&b.left), self.input_dim(&b.right));
+                let (l, r) = (l?, r?);
+                if l.as_static().is_none() || r.as_static().is_none() {
+                    return Some(self.g.sum(&[&l, &r]));
+                }
+            }
+        }
+        if let syn::Expr::Paren(p) = d {
+            return self.input_dim(&p.expr);
+        }
         if let syn::Expr::Path(p) = d {
             if let Some(ident) = p.path.get_ident() {
                 let name = ident.to_string();
