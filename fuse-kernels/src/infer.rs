@@ -162,6 +162,16 @@ fn infer_unchecked(g: &Graph, op: &Op) -> Result<TensorType, TypeError> {
             Some(param) => Ok(param.ty.clone()),
             None => err(format!("internal: there is no parameter {i}")),
         },
+        Op::State(i) => match g.states.get(*i as usize) {
+            Some(state) => Ok(state.ty.clone()),
+            None => err(format!("internal: there is no state {i}")),
+        },
+        Op::Write {
+            state,
+            axis,
+            start,
+            value,
+        } => write(g, *state, *axis, start, *value),
         Op::Scalar(_) => Ok(f32_of(Shape::scalar())),
         Op::Unary(u, a) => {
             let a = ty(*a)?;
@@ -326,6 +336,47 @@ fn infer_unchecked(g: &Graph, op: &Op) -> Result<TensorType, TypeError> {
     }
 }
 
+/// `state.write(axis, start, value)`: `value` has the state's shape except along `axis`, where it must fit at
+/// `start` (checked at run time when that depends on the dims).
+fn write(
+    g: &Graph,
+    state: NodeId,
+    axis: usize,
+    start: &Dim,
+    value: NodeId,
+) -> Result<TensorType, TypeError> {
+    let s = type_of(g, state)?;
+    if !matches!(g.node(state).op, Op::State(_)) {
+        return err(format!(
+            "`write` replaces part of a `#[state]` field (`self.k_cache.write(2, past, k)`), but this is a computed \
+             value {}",
+            g.fmt_shape(&s.shape)
+        ));
+    }
+    let v = type_of(g, value)?;
+    float_operand(g, "write", &v)?;
+    check_axis(g, &s.shape, axis)?;
+    let fits_around = v.shape.rank() == s.shape.rank()
+        && (0..s.shape.rank()).all(|i| i == axis || v.shape.0[i] == s.shape.0[i]);
+    if !fits_around {
+        return err(format!(
+            "`write` along axis {axis} of the state {}: the value {} must have the state's dims on every other axis",
+            g.fmt_shape(&s.shape),
+            g.fmt_shape(&v.shape)
+        ));
+    }
+    let len = &v.shape.0[axis];
+    if slice_fits(g, start, len, &s.shape.0[axis]) == Some(false) {
+        return err(format!(
+            "`write` of {} rows at {} along axis {axis} of the state {} always reaches past its end",
+            g.fmt_dim(len),
+            g.fmt_dim(start),
+            g.fmt_shape(&s.shape)
+        ));
+    }
+    Ok(s)
+}
+
 /// Whether `start + len <= size` with `len > 0`, as far as it is known at build time: `None` when it depends on the
 /// dynamic dims (the runtime checks it when it binds them, see [`crate::plan::bounds`]).
 pub fn slice_fits(g: &Graph, start: &Dim, len: &Dim, size: &Dim) -> Option<bool> {
@@ -471,7 +522,10 @@ fn concat(g: &Graph, inputs: &[NodeId], axis: usize) -> Result<TensorType, TypeE
         None => {
             return err(format!(
                 "internal: the concat length {} was not interned",
-                lens.iter().map(|d| g.fmt_dim(d)).collect::<Vec<_>>().join(" + ")
+                lens.iter()
+                    .map(|d| g.fmt_dim(d))
+                    .collect::<Vec<_>>()
+                    .join(" + ")
             ))
         }
     };

@@ -297,6 +297,17 @@ pub enum Op {
     Input(u32),
     /// The `index`-th parameter of the model (see [`Graph::params`]).
     Param(u32),
+    /// The value the `index`-th state (see [`Graph::states`]) holds when the call starts.
+    State(u32),
+    /// `self.cache.write(axis, start, value)`: the state with elements `[start, start + len)` of `axis` replaced
+    /// by `value` (`len` its length there). Functional in the graph; in the plan a kernel that writes `value`
+    /// into the state's buffer in place, which every reader of the result then reads.
+    Write {
+        state: NodeId,
+        axis: usize,
+        start: Dim,
+        value: NodeId,
+    },
     /// A scalar f32 constant (shape `[]`), broadcast wherever it is used.
     Scalar(f64),
     Unary(UnaryOp, NodeId),
@@ -369,7 +380,8 @@ impl Op {
     /// The nodes this op reads, in a fixed order.
     pub fn operands(&self) -> Vec<NodeId> {
         match self {
-            Op::Input(_) | Op::Param(_) | Op::Scalar(_) => Vec::new(),
+            Op::Input(_) | Op::Param(_) | Op::State(_) | Op::Scalar(_) => Vec::new(),
+            Op::Write { state, value, .. } => vec![*state, *value],
             Op::Unary(_, a) | Op::Cast(a, _) => vec![*a],
             Op::Binary(_, a, b) | Op::MatMul(a, b) => vec![*a, *b],
             Op::Where(m, a, b) => vec![*m, *a, *b],
@@ -404,7 +416,7 @@ impl Op {
     }
 
     pub fn is_leaf(&self) -> bool {
-        matches!(self, Op::Input(_) | Op::Param(_))
+        matches!(self, Op::Input(_) | Op::Param(_) | Op::State(_))
     }
 
     /// A short name for dumps and reports.
@@ -412,6 +424,8 @@ impl Op {
         match self {
             Op::Input(i) => format!("input{i}"),
             Op::Param(i) => format!("param{i}"),
+            Op::State(i) => format!("state{i}"),
+            Op::Write { .. } => "write".into(),
             Op::Scalar(v) => format!("const({v:?})"),
             Op::Unary(u, _) => u.name().to_string(),
             Op::Binary(b, ..) => b.name().to_string(),
@@ -464,6 +478,8 @@ pub struct Graph {
     pub dyn_dims: Vec<String>,
     pub inputs: Vec<InputInfo>,
     pub params: Vec<ParamInfo>,
+    /// The model's `#[state]` fields: buffers the caller's session owns, which `forward` may read and write.
+    pub states: Vec<ParamInfo>,
     pub outputs: Vec<NodeId>,
     /// The `.fused()` promises of `forward`, checked against the fused plan (`crate::contract`).
     pub promises: Vec<FusedPromise>,
@@ -625,16 +641,13 @@ impl Graph {
     /// order the sums were made; saturating, so an absurd sum fails a bound check rather than wrapping.
     pub fn derive_values(&self, values: &mut [usize]) {
         for d in &self.derived {
-            let v = d
-                .terms
-                .iter()
-                .fold(0usize, |acc, t| {
-                    let term = t
-                        .syms
-                        .iter()
-                        .fold(t.coeff, |p, &s| p.saturating_mul(values[s as usize]));
-                    acc.saturating_add(term)
-                });
+            let v = d.terms.iter().fold(0usize, |acc, t| {
+                let term = t
+                    .syms
+                    .iter()
+                    .fold(t.coeff, |p, &s| p.saturating_mul(values[s as usize]));
+                acc.saturating_add(term)
+            });
             values[d.sym as usize] = v;
         }
     }

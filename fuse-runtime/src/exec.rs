@@ -533,14 +533,16 @@ impl Executor {
     }
 
     /// Runs the program on validated inputs with dims already bound.
+    /// `states` are the session's `#[state]` buffers (empty for a model without state), updated in place.
     pub fn run(
         &self,
         dims: &[usize],
         weights: &[Tensor],
         inputs: &[&Tensor],
+        states: &mut [Tensor],
     ) -> Result<Vec<Tensor>> {
         let mut outputs = self.program.fresh_outputs(dims)?;
-        self.execute(dims, weights, inputs, &mut outputs, None, None)?;
+        self.execute(dims, weights, inputs, states, &mut outputs, None, None)?;
         Ok(outputs)
     }
 
@@ -551,10 +553,19 @@ impl Executor {
         dims: &[usize],
         weights: &[Tensor],
         inputs: &[&Tensor],
+        states: &mut [Tensor],
         observe: KernelObserver<'_>,
     ) -> Result<Vec<Tensor>> {
         let mut outputs = self.program.fresh_outputs(dims)?;
-        self.execute(dims, weights, inputs, &mut outputs, None, Some(observe))?;
+        self.execute(
+            dims,
+            weights,
+            inputs,
+            states,
+            &mut outputs,
+            None,
+            Some(observe),
+        )?;
         Ok(outputs)
     }
 
@@ -566,24 +577,40 @@ impl Executor {
         dims: &[usize],
         weights: &[Tensor],
         inputs: &[&Tensor],
+        states: &mut [Tensor],
         outputs: &mut Vec<Tensor>,
         times: Option<&mut [f64]>,
     ) -> Result<()> {
         self.program.fit_outputs(dims, outputs)?;
-        self.execute(dims, weights, inputs, outputs, times, None)
+        self.execute(dims, weights, inputs, states, outputs, times, None)
     }
 
-    /// Runs every kernel; `outputs` are f32 tensors of the program's output shapes at `dims`.
+    /// Runs every kernel; `outputs` are f32 tensors of the program's output shapes at `dims`, `states` the
+    /// session's buffers (checked against the program's state shapes by the caller).
+    #[allow(clippy::too_many_arguments)]
     fn execute(
         &self,
         dims: &[usize],
         weights: &[Tensor],
         inputs: &[&Tensor],
+        states: &mut [Tensor],
         outputs: &mut [Tensor],
         mut times: Option<&mut [f64]>,
         mut observe: Option<KernelObserver<'_>>,
     ) -> Result<()> {
         let p = self.program;
+        if states.len() != p.states.len() {
+            return Err(Error::NeedsSession {
+                model: p.model.into(),
+            });
+        }
+        let state_ptrs: Vec<*mut u8> = states
+            .iter_mut()
+            .map(|t| {
+                t.as_f32_mut()
+                    .map_or(std::ptr::null_mut(), |v| v.as_mut_ptr() as *mut u8)
+            })
+            .collect();
         let (offsets, arena_bytes) = p.layout(dims)?;
         let mut arena = self.pool.take(arena_bytes)?;
         if cfg!(debug_assertions) {
@@ -605,6 +632,10 @@ impl Executor {
             let ptr = match spec.kind {
                 BufferKind::Input(i) => inputs[i].data_ptr() as *mut u8,
                 BufferKind::Param(i) => weights[i].data_ptr() as *mut u8,
+                // The session's buffer, borrowed mutably for the call: read as the state, written in place by its
+                // write kernel, which the plan orders before every reader of the new value and after every reader
+                // of the old one (the front end refuses the latter in a call that writes).
+                BufferKind::State(i) => state_ptrs[i],
                 // SAFETY: offsets + sizes lie within the arena by construction of `layout`.
                 BufferKind::Arena(s) => unsafe { base.add(offsets[s]) },
                 BufferKind::Output(i) => out_ptrs[i],

@@ -9,6 +9,9 @@ use crate::{DType, Mono};
 pub enum BufferKind {
     Input(usize),
     Param(usize),
+    /// A state's buffer, owned by the caller's session (`#[state]` fields): read, and written in place by the
+    /// state's `write` kernel.
+    State(usize),
     /// An arena slot, by index into [`ProgramTables::slots`].
     Arena(usize),
     Output(usize),
@@ -71,6 +74,17 @@ pub struct ProgramTables {
     /// bound. Empty (and absent from the encoding) when the model has none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sum_dims: Vec<SumDim>,
+    /// The model's `#[state]` buffers, in [`BufferKind::State`] order: a session allocates them, and each call
+    /// checks them against these shapes. Empty (and absent from the encoding) for a model without state.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub states: Vec<StateSpec>,
+}
+
+/// A `#[state]` buffer (f32): its checkpoint-style name and its dims, which may name dynamic dims (`batch`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateSpec {
+    pub name: String,
+    pub dims: Vec<Mono>,
 }
 
 /// A dynamic dim defined as a sum: `dims[sym] = Σ terms`, each term over free dims only.

@@ -12,7 +12,8 @@ mod cpu;
 mod cuda;
 
 pub use cpu::{
-    BufferKind, BufferSpec, KernelCall, KernelInfo, OutputSpec, PackedB, ProgramTables, SliceBound, SumDim,
+    BufferKind, BufferSpec, KernelCall, KernelInfo, OutputSpec, PackedB, ProgramTables, SliceBound,
+    StateSpec, SumDim,
 };
 pub use cuda::{CudaAccess, CudaGemm, CudaKernel, CudaLaunch, CudaTables, GridSpec, LaunchRole};
 
@@ -106,7 +107,7 @@ mod tests {
 
     #[test]
     fn tables_round_trip() {
-        let tables = ProgramTables {
+        let mut tables = ProgramTables {
             buffers: vec![BufferSpec {
                 kind: BufferKind::Arena(0),
                 dtype: DType::F32,
@@ -173,7 +174,15 @@ mod tests {
                     },
                 ],
             }],
+            states: vec![],
         };
+        tables.states = vec![StateSpec {
+            name: "k_cache".into(),
+            dims: vec![Mono {
+                coeff: 1,
+                syms: vec![0],
+            }],
+        }];
         let mut dims = [3, 4, 1];
         tables.derive_dims(&mut dims);
         assert_eq!(dims, [3, 4, 7]);

@@ -341,6 +341,27 @@ pub mod ops {
         }
     }
 
+    /// A KV cache: a `[batch, MAX_POS, D]` state the call writes at `past` with its `seq` new rows, then reads
+    /// `[0, past + seq)` of (attention over the cached and new rows, and the prefix itself).
+    pub struct CacheWrite {
+        #[state]
+        #[shape(batch, MAX_POS, D)]
+        cache: Tensor,
+    }
+    impl CacheWrite {
+        pub fn forward(
+            &self,
+            #[shape(batch, seq, D)] x: Tensor,
+            #[dim] past: usize,
+        ) -> (Tensor, Tensor) {
+            let seq = x.dim(1);
+            let all = self.cache.write(1, past, x * 2.0 - 1.0);
+            let keys = all.narrow(1, 0, past + seq);
+            let attn = (x.matmul(&keys.t()) * 0.25).softmax(-1).matmul(&keys);
+            (attn, keys + 0.5)
+        }
+    }
+
     /// A constant slice of a dynamic axis: rows 2..5 of `seq`, which exist only when `seq >= 5`.
     pub struct SliceOfDynamicAxis {}
     impl SliceOfDynamicAxis {

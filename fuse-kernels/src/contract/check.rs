@@ -120,7 +120,7 @@ fn advice(why: &WhyNot) -> &'static str {
             "a kernel reads each value at one shape; read this value at one shape in the expression (e.g. \
              broadcast it once, then reuse the broadcast value)"
         }
-        WhyNot::Standalone => "an embedding gather runs as a kernel of its own",
+        WhyNot::Standalone => "an embedding gather or a state write runs as a kernel of its own",
         WhyNot::ConcatReader => {
             "a concat fuses only into elementwise ops; apply the elementwise ops to the concat first, then the \
              reduction or matmul to their result"

@@ -50,6 +50,24 @@ pub fn unproved(g: &Graph) -> Vec<SliceBound> {
                     size,
                 })
             }
+            // A state write replaces `[start, start + len)` of its axis: it must not reach past the buffer.
+            Op::Write {
+                state,
+                axis,
+                start,
+                value,
+            } => {
+                let size = g.ty(*state).shape.0[*axis].clone();
+                let len = g.ty(*value).shape.0[*axis].clone();
+                (slice_fits(g, start, &len, &size).is_none()).then(|| SliceBound {
+                    node: id,
+                    input: *state,
+                    axis: *axis,
+                    start: start.clone(),
+                    len,
+                    size,
+                })
+            }
             _ => None,
         })
         .collect()

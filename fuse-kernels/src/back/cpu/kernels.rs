@@ -26,6 +26,7 @@ pub fn kernel_body(plan: &Plan, k: &Kernel) -> TokenStream {
         KernelKind::Concat { node } => concat(plan, k, *node),
         KernelKind::Piecewise(pw) => super::piecewise::piecewise(plan, k, pw),
         KernelKind::Attention(att) => super::attention::attention(plan, k, att),
+        KernelKind::Write { node } => write_state(plan, k, *node),
     }
 }
 
@@ -583,5 +584,36 @@ fn concat(plan: &Plan, k: &Kernel, node: NodeId) -> TokenStream {
     quote! {
         let out = ctx.out_f32(#out);
         #(#copies)*
+    }
+}
+
+/// `state.write(axis, start, value)`: the value copied by its longest contiguous runs into its span of the state's
+/// buffer (the kernel's output), which it updates in place; the rest of the state is left as it was.
+fn write_state(plan: &Plan, k: &Kernel, node: NodeId) -> TokenStream {
+    let rt = RT();
+    let g = &plan.graph;
+    let Op::Write {
+        state,
+        axis,
+        start,
+        value,
+    } = &g.node(node).op
+    else {
+        return quote!();
+    };
+    let Some(read) = k.read(*value) else {
+        return quote!();
+    };
+    let strides = crate::plan::access::contiguous_strides(&g.ty(*state).shape.0);
+    let setup = read_setup(plan, k, read);
+    let (buf, off, st) = (var("buf", *value), var("off", *value), var("st", *value));
+    let shape = read.access.shape.iter().map(dim_expr);
+    let dst_strides = strides.iter().map(dim_expr);
+    let dst_off = dim_expr(&strides[*axis].mul(start));
+    let out = out_index();
+    quote! {
+        let out = ctx.out_f32(#out);
+        #setup
+        #rt::strided_copy(#buf, #off, &#st, &[#(#shape),*], out, #dst_off, &[#(#dst_strides),*]);
     }
 }

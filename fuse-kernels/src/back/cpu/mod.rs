@@ -17,7 +17,8 @@ use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
 use fuse_tables::{
-    BufferKind, BufferSpec, KernelCall, KernelInfo, OutputSpec, ProgramTables, SliceBound, SumDim,
+    BufferKind, BufferSpec, KernelCall, KernelInfo, OutputSpec, ProgramTables, SliceBound,
+    StateSpec, SumDim,
 };
 
 use super::mono;
@@ -115,6 +116,7 @@ fn tables(plan: &Plan, function_of: &[usize]) -> ProgramTables {
             let kind = match plan.storage_of(b) {
                 Storage::Input(i) => BufferKind::Input(i as usize),
                 Storage::Param(i) => BufferKind::Param(i as usize),
+                Storage::State(i) => BufferKind::State(i as usize),
                 Storage::Arena(s) => BufferKind::Arena(s),
                 Storage::Output(i) => BufferKind::Output(i),
             };
@@ -172,7 +174,16 @@ fn tables(plan: &Plan, function_of: &[usize]) -> ProgramTables {
             terms: d.terms.iter().map(mono).collect(),
         })
         .collect();
+    let states = g
+        .states
+        .iter()
+        .map(|s| StateSpec {
+            name: s.name.clone(),
+            dims: s.ty.shape.0.iter().map(mono).collect(),
+        })
+        .collect();
     ProgramTables {
+        states,
         sum_dims,
         slice_bounds,
         buffers,

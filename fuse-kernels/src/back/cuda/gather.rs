@@ -127,3 +127,51 @@ pub fn write_concat(w: &mut String, cx: &Ctx, symbol: &str, node: NodeId) -> fmt
     writeln!(w, "    }}")?;
     writeln!(w, "}}")
 }
+
+/// `state.write(axis, start, value)`: each element of the value goes to its place in the state's buffer, the index
+/// along `axis` shifted by `start`. The loop runs over the value, not the (larger) state.
+pub fn write_state(w: &mut String, cx: &Ctx, symbol: &str, node: NodeId) -> fmt::Result {
+    let g = cx.g;
+    let Op::Write {
+        state,
+        axis,
+        start,
+        value,
+    } = &g.node(node).op
+    else {
+        return writeln!(w, "#error \"fuse: {node} is not a state write\"");
+    };
+    let Some(r) = read_of(cx, *value) else {
+        return writeln!(w, "#error \"fuse: write {node} does not read {value}\"");
+    };
+    let shape = &g.ty(*value).shape.0;
+    let strides = crate::plan::access::contiguous_strides(&g.ty(*state).shape.0);
+    signature(w, cx, symbol, THREADS)?;
+    writeln!(
+        w,
+        "    const long long n = {};",
+        expr::dim(&g.ty(*value).shape.numel())
+    )?;
+    writeln!(
+        w,
+        "    const long long step = (long long)gridDim.x * blockDim.x;"
+    )?;
+    writeln!(w, "    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {{")?;
+    let ind = "        ";
+    let needed: BTreeSet<usize> = (0..shape.len()).filter(|&d| !shape[d].is_one()).collect();
+    let idx = expr::unravel(w, ind, "i", shape, &needed, "x")?;
+    let mut dst: Vec<String> = vec![format!(
+        "{} * {}",
+        expr::dim(start),
+        expr::dim(&strides[*axis])
+    )];
+    for (d, name) in idx.iter().enumerate() {
+        if let Some(name) = name {
+            dst.push(format!("{name} * {}", expr::dim(&strides[d])));
+        }
+    }
+    let src = expr::offset(&cx.k.reads[r].access, &idx);
+    writeln!(w, "{ind}out[{}] = in{r}[{src}];", dst.join(" + "))?;
+    writeln!(w, "    }}")?;
+    writeln!(w, "}}")
+}

@@ -158,9 +158,13 @@ impl Lowerer<'_> {
                     return Value::Poison;
                 };
                 match &field.kind {
-                    crate::front::model::FieldKind::Tensor { .. } => {
+                    crate::front::model::FieldKind::Tensor { state, .. } => {
                         let path = super::join(&inst.path, &field.checkpoint_name);
-                        self.param(&path, name.span())
+                        if *state {
+                            self.state(&path, name.span())
+                        } else {
+                            self.param(&path, name.span())
+                        }
                     }
                     crate::front::model::FieldKind::Model { .. } => {
                         match self
