@@ -395,15 +395,18 @@ fn expand_model(
             #session_fn
 
             #(#docs)*
+            #[allow(clippy::too_many_arguments)]
             pub fn forward(&self, #session_param #(#arg_params),*) -> ::fuse_runtime::Result<#ret_ty> {
                 self.forward_with(::fuse_runtime::PlanMode::Fused, #session_arg #(#arg_names),*)
             }
 
             /// `forward` on the unfused plan (one kernel per op).
+            #[allow(clippy::too_many_arguments)]
             pub fn forward_eager(&self, #session_param #(#arg_params),*) -> ::fuse_runtime::Result<#ret_ty> {
                 self.forward_with(::fuse_runtime::PlanMode::Eager, #session_arg #(#arg_names),*)
             }
 
+            #[allow(clippy::too_many_arguments)]
             pub fn forward_with(&self, __fuse_mode: ::fuse_runtime::PlanMode, #session_param #(#arg_params),*) -> ::fuse_runtime::Result<#ret_ty> {
                 #(#dim_args)*
                 #ret_expr

@@ -70,6 +70,18 @@ impl PlanReport {
         self.checked_bytes_moved().unwrap_or(usize::MAX)
     }
 
+    /// Bytes of the `#[state]` buffers (a session's, outside the arena) at the report's dims, or `None` when that
+    /// overflows `usize`; 0 for a model without state.
+    pub fn checked_state_bytes(&self) -> Option<usize> {
+        self.program.states.iter().try_fold(0usize, |sum, s| {
+            let numel = s
+                .dims
+                .iter()
+                .try_fold(1usize, |n, m| n.checked_mul(m.checked_eval(&self.dims)?))?;
+            sum.checked_add(numel.checked_mul(4)?)
+        })
+    }
+
     /// The full plan text (the compiler's dump).
     pub fn dump(&self) -> &'static str {
         self.program.dump
@@ -134,6 +146,15 @@ impl fmt::Display for PlanReport {
             Megabytes(self.checked_bytes_moved()),
             Megabytes(self.checked_arena_bytes())
         )?;
+        if !p.states.is_empty() {
+            // The session holds these between calls; the write kernels update them in place.
+            writeln!(
+                f,
+                "  state {} in {} buffer(s), the session's (outside the arena)",
+                Megabytes(self.checked_state_bytes()),
+                p.states.len()
+            )?;
+        }
         if !p.refusals.is_empty() {
             writeln!(f, "  not fused:")?;
             for r in &p.refusals {

@@ -5,8 +5,8 @@
 //!
 //! The reference is `tests/data/llama_greedy.json`, made by `scripts/llama_reference.py` (which says how); the
 //! weights come from the generator that script uses, repeated in [`weight`], so no checkpoint is committed. The
-//! model has no KV cache yet: each step runs the whole prefix again (positions, rotary tables and the causal mask
-//! are inputs), which is what the reference's logits were computed with too. The prompts run as one left-padded
+//! uncached model runs the whole prefix again at each step (positions, rotary tables and the causal mask are
+//! inputs); the cached one (`TinyLlamaCached`, same weights) prefills once and then runs one token per step. The prompts run as one left-padded
 //! batch, so the test also shows that a batch of prompts of different lengths gives each its own tokens.
 
 use std::ops::ControlFlow;

@@ -108,3 +108,17 @@ fn sessions_are_the_callers_and_checked() {
     assert!(a.states()[0].as_f32().unwrap().iter().all(|v| *v == 0.0));
     assert_eq!(a.bytes(), 2 * MAX_POS * D * 4);
 }
+
+#[test]
+fn the_plan_report_shows_the_state_bytes() {
+    let m = CacheWrite::random(33);
+    // batch, seq, past, past + seq: 2 × 16 × 24 f32 of state at batch 2.
+    let report = m.plan().at(&[2, 3, 4]);
+    assert_eq!(report.checked_state_bytes(), Some(2 * MAX_POS * D * 4));
+    let text = report.to_string();
+    assert!(
+        text.contains("state 0.00 MB in 1 buffer(s), the session's"),
+        "{text}"
+    );
+    assert!(m.plan().dump().contains("write"), "{}", m.plan().dump());
+}

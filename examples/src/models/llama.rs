@@ -4,8 +4,10 @@
 //!
 //! The blocks are one library, generic over the sizes; each configuration is a model of its own: `tiny` (the
 //! configuration `tests/tests/llama.rs` checks token for token against transformers) and `smollm` (SmolLM-135M's
-//! shape, benchmark W5). There is no KV cache yet: each call runs the whole sequence, and the rotary tables and the
-//! attention mask are inputs (`inputs` builds them for a left-padded batch).
+//! shape, benchmark W5). `TinyLlama` and `SmolLm` run the whole sequence on each call; `TinyLlamaCached` and
+//! `SmolLmCached` (the same parameters) keep a KV cache in the caller's session and run only the new positions
+//! (`CachedDecoder` drives them). The rotary tables and the attention mask are inputs (`inputs` builds them for a
+//! left-padded batch, `step_inputs` for one cached step).
 
 use fuse_runtime::{fused_model, CompiledModel, PlanMode, Result, Session, Tensor};
 
