@@ -36,7 +36,7 @@ impl Session {
         Ok(Session { model, states })
     }
 
-    /// The states, in declaration order (`Model::spec()` has no names for them; see [`Session::state`]).
+    /// The states, in the order the model declares its `#[state]` fields (sub-models depth first).
     pub fn states(&self) -> &[Tensor] {
         &self.states
     }
