@@ -162,6 +162,16 @@ fn infer_unchecked(g: &Graph, op: &Op) -> Result<TensorType, TypeError> {
             Some(param) => Ok(param.ty.clone()),
             None => err(format!("internal: there is no parameter {i}")),
         },
+        Op::State(i) => match g.states.get(*i as usize) {
+            Some(state) => Ok(state.ty.clone()),
+            None => err(format!("internal: there is no state {i}")),
+        },
+        Op::Write {
+            state,
+            axis,
+            start,
+            value,
+        } => write(g, *state, *axis, start, *value),
         Op::Scalar(_) => Ok(f32_of(Shape::scalar())),
         Op::Unary(u, a) => {
             let a = ty(*a)?;
@@ -291,7 +301,7 @@ fn infer_unchecked(g: &Graph, op: &Op) -> Result<TensorType, TypeError> {
             let a = ty(*input)?;
             check_axis(g, &a.shape, *axis)?;
             let size = &a.shape.0[*axis];
-            if slice_fits(start, len, size) == Some(false) {
+            if slice_fits(g, start, len, size) == Some(false) {
                 return err(slice_out_of_range(g, &a.shape, *axis, start, len));
             }
             let mut dims = a.shape.0.clone();
@@ -326,11 +336,56 @@ fn infer_unchecked(g: &Graph, op: &Op) -> Result<TensorType, TypeError> {
     }
 }
 
+/// `state.write(axis, start, value)`: `value` has the state's shape except along `axis`, where it must fit at
+/// `start` (checked at run time when that depends on the dims).
+fn write(
+    g: &Graph,
+    state: NodeId,
+    axis: usize,
+    start: &Dim,
+    value: NodeId,
+) -> Result<TensorType, TypeError> {
+    let s = type_of(g, state)?;
+    if !matches!(g.node(state).op, Op::State(_)) {
+        return err(format!(
+            "`write` replaces part of a `#[state]` field (`self.k_cache.write(2, past, k)`), but this is a computed \
+             value {}",
+            g.fmt_shape(&s.shape)
+        ));
+    }
+    let v = type_of(g, value)?;
+    float_operand(g, "write", &v)?;
+    check_axis(g, &s.shape, axis)?;
+    let fits_around = v.shape.rank() == s.shape.rank()
+        && (0..s.shape.rank()).all(|i| i == axis || v.shape.0[i] == s.shape.0[i]);
+    if !fits_around {
+        return err(format!(
+            "`write` along axis {axis} of the state {}: the value {} must have the state's dims on every other axis",
+            g.fmt_shape(&s.shape),
+            g.fmt_shape(&v.shape)
+        ));
+    }
+    let len = &v.shape.0[axis];
+    if slice_fits(g, start, len, &s.shape.0[axis]) == Some(false) {
+        return err(format!(
+            "`write` of {} rows at {} along axis {axis} of the state {} always reaches past its end",
+            g.fmt_dim(len),
+            g.fmt_dim(start),
+            g.fmt_shape(&s.shape)
+        ));
+    }
+    Ok(s)
+}
+
 /// Whether `start + len <= size` with `len > 0`, as far as it is known at build time: `None` when it depends on the
 /// dynamic dims (the runtime checks it when it binds them, see [`crate::plan::bounds`]).
-pub fn slice_fits(start: &Dim, len: &Dim, size: &Dim) -> Option<bool> {
+pub fn slice_fits(g: &Graph, start: &Dim, len: &Dim, size: &Dim) -> Option<bool> {
     if len.coeff == 0 {
         return Some(false);
+    }
+    // `narrow(axis, past, seq)` of a `past + seq` axis ends exactly at its end, whatever the dims.
+    if start.as_static() != Some(0) && g.sum_terms(&[start, len]) == g.sum_terms(&[size]) {
+        return Some(true);
     }
     match (start.as_static(), len.as_static(), size.as_static()) {
         (Some(s), Some(l), Some(n)) => Some(s.checked_add(l).is_some_and(|end| end <= n)),
@@ -443,7 +498,7 @@ fn concat(g: &Graph, inputs: &[NodeId], axis: usize) -> Result<TensorType, TypeE
     };
     let first = type_of(g, *first)?;
     check_axis(g, &first.shape, axis)?;
-    let mut total = 0usize;
+    let mut lens = Vec::with_capacity(inputs.len());
     for &id in inputs {
         let t = &type_of(g, id)?;
         float_operand(g, "concat", t)?;
@@ -457,19 +512,25 @@ fn concat(g: &Graph, inputs: &[NodeId], axis: usize) -> Result<TensorType, TypeE
                 g.fmt_shape(&t.shape)
             ));
         }
-        let Some(len) = t.shape.0[axis].as_static() else {
-            return err(format!(
-                "concat along axis {axis} of {}: the axis is dynamic; concat needs a static axis",
-                g.fmt_shape(&t.shape)
-            ));
-        };
-        total = match total.checked_add(len) {
-            Some(t) => t,
-            None => return err("concat: the result is too large"),
-        };
+        lens.push(t.shape.0[axis].clone());
     }
+    let refs: Vec<&Dim> = lens.iter().collect();
+    let terms = g.sum_terms(&refs);
+    let total = match g.find_sum(&terms) {
+        Some(d) if d.coeff <= MAX_ELEMENTS => d,
+        Some(_) => return err("concat: the result is too large"),
+        None => {
+            return err(format!(
+                "internal: the concat length {} was not interned",
+                lens.iter()
+                    .map(|d| g.fmt_dim(d))
+                    .collect::<Vec<_>>()
+                    .join(" + ")
+            ))
+        }
+    };
     let mut dims = first.shape.0.clone();
-    dims[axis] = Dim::fixed(total);
+    dims[axis] = total;
     Ok(TensorType {
         dtype: DType::F32,
         shape: Shape(dims),

@@ -297,6 +297,17 @@ pub enum Op {
     Input(u32),
     /// The `index`-th parameter of the model (see [`Graph::params`]).
     Param(u32),
+    /// The value the `index`-th state (see [`Graph::states`]) holds when the call starts.
+    State(u32),
+    /// `self.cache.write(axis, start, value)`: the state with elements `[start, start + len)` of `axis` replaced
+    /// by `value` (`len` its length there). Functional in the graph; in the plan a kernel that writes `value`
+    /// into the state's buffer in place, which every reader of the result then reads.
+    Write {
+        state: NodeId,
+        axis: usize,
+        start: Dim,
+        value: NodeId,
+    },
     /// A scalar f32 constant (shape `[]`), broadcast wherever it is used.
     Scalar(f64),
     Unary(UnaryOp, NodeId),
@@ -369,7 +380,8 @@ impl Op {
     /// The nodes this op reads, in a fixed order.
     pub fn operands(&self) -> Vec<NodeId> {
         match self {
-            Op::Input(_) | Op::Param(_) | Op::Scalar(_) => Vec::new(),
+            Op::Input(_) | Op::Param(_) | Op::State(_) | Op::Scalar(_) => Vec::new(),
+            Op::Write { state, value, .. } => vec![*state, *value],
             Op::Unary(_, a) | Op::Cast(a, _) => vec![*a],
             Op::Binary(_, a, b) | Op::MatMul(a, b) => vec![*a, *b],
             Op::Where(m, a, b) => vec![*m, *a, *b],
@@ -404,7 +416,7 @@ impl Op {
     }
 
     pub fn is_leaf(&self) -> bool {
-        matches!(self, Op::Input(_) | Op::Param(_))
+        matches!(self, Op::Input(_) | Op::Param(_) | Op::State(_))
     }
 
     /// A short name for dumps and reports.
@@ -412,6 +424,8 @@ impl Op {
         match self {
             Op::Input(i) => format!("input{i}"),
             Op::Param(i) => format!("param{i}"),
+            Op::State(i) => format!("state{i}"),
+            Op::Write { .. } => "write".into(),
             Op::Scalar(v) => format!("const({v:?})"),
             Op::Unary(u, _) => u.name().to_string(),
             Op::Binary(b, ..) => b.name().to_string(),
@@ -464,9 +478,25 @@ pub struct Graph {
     pub dyn_dims: Vec<String>,
     pub inputs: Vec<InputInfo>,
     pub params: Vec<ParamInfo>,
+    /// The model's `#[state]` fields: buffers the caller's session owns, which `forward` may read and write.
+    pub states: Vec<ParamInfo>,
     pub outputs: Vec<NodeId>,
     /// The `.fused()` promises of `forward`, checked against the fused plan (`crate::contract`).
     pub promises: Vec<FusedPromise>,
+    /// Symbols that stand for a sum of dims (`past + seq`), in the order they were made; see [`DerivedDim`].
+    pub derived: Vec<DerivedDim>,
+}
+
+/// A dynamic dim defined as a sum of monomials over the free symbols (`past + seq`). A `Dim` stays a monomial, so
+/// a sum is a symbol of its own, named by its definition: slot sizes, offsets and kernels treat it like any symbol,
+/// and the runtime computes its value from the free ones after binding them. Sums are interned with their terms in
+/// a canonical order, so `past + seq` written twice, or made by a concat of a `past`-long and a `seq`-long
+/// tensor, is the same symbol and inference compares it structurally.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DerivedDim {
+    pub sym: u16,
+    /// At least two monomials over free symbols only, sorted by symbols, each symbol set once.
+    pub terms: Vec<Dim>,
 }
 
 /// `expr.fused()`: every computing op the front end added while evaluating `expr` (the nodes `first..end`) must
@@ -507,6 +537,18 @@ impl Graph {
         op: Op,
         span: proc_macro2::Span,
     ) -> Result<NodeId, crate::infer::TypeError> {
+        if let Op::Concat { inputs, axis } = &op {
+            // A concat along a dynamic axis has the sum of its inputs' lengths: intern it first, so inference
+            // (which only reads the graph) finds it.
+            let lens: Vec<Dim> = inputs
+                .iter()
+                .filter_map(|i| self.nodes.get(i.index())?.ty.shape.0.get(*axis).cloned())
+                .collect();
+            if lens.len() == inputs.len() && lens.iter().any(|d| d.as_static().is_none()) {
+                let refs: Vec<&Dim> = lens.iter().collect();
+                self.sum(&refs);
+            }
+        }
         let ty = crate::infer::infer(self, &op)?;
         Ok(self.push(Node { op, ty }, span))
     }
@@ -525,6 +567,89 @@ impl Graph {
         }
         self.dyn_dims.push(name.to_string());
         (self.dyn_dims.len() - 1) as u16
+    }
+
+    /// The definition of `sym` when it is a sum of dims.
+    pub fn derived_of(&self, sym: u16) -> Option<&DerivedDim> {
+        self.derived.iter().find(|d| d.sym == sym)
+    }
+
+    /// `dim` as a sum of monomials over free symbols: a derived symbol in it is replaced by its definition
+    /// (multiplied out), so sums of sums flatten.
+    fn expand(&self, dim: &Dim) -> Vec<Dim> {
+        let mut terms = vec![Dim::fixed(dim.coeff)];
+        for &s in &dim.syms {
+            let factor = match self.derived_of(s) {
+                Some(d) => d.terms.clone(),
+                None => vec![Dim::symbol(s)],
+            };
+            terms = terms
+                .iter()
+                .flat_map(|t| factor.iter().map(move |f| t.mul(f)))
+                .collect();
+        }
+        terms
+    }
+
+    /// `a + b` in canonical form: like monomials merged, sorted by their symbols (the constant first).
+    pub fn sum_terms(&self, dims: &[&Dim]) -> Vec<Dim> {
+        let mut terms: Vec<Dim> = Vec::new();
+        for d in dims {
+            for t in self.expand(d) {
+                match terms.iter_mut().find(|u| u.syms == t.syms) {
+                    Some(u) => u.coeff = u.coeff.saturating_add(t.coeff),
+                    None => terms.push(t),
+                }
+            }
+        }
+        terms.retain(|t| t.coeff != 0);
+        terms.sort_by(|a, b| a.syms.cmp(&b.syms));
+        terms
+    }
+
+    /// The dim equal to the sum of `terms` (canonical, from [`Graph::sum_terms`]) if it exists without a new
+    /// symbol: a monomial, or a sum interned before. Inference uses this; [`Graph::sum`] makes the symbol.
+    pub fn find_sum(&self, terms: &[Dim]) -> Option<Dim> {
+        match terms {
+            [] => Some(Dim::fixed(0)),
+            [one] => Some(one.clone()),
+            _ => self
+                .derived
+                .iter()
+                .find(|d| d.terms == terms)
+                .map(|d| Dim::symbol(d.sym)),
+        }
+    }
+
+    /// `a + b + ..` as a dim, interning a derived symbol for it when it is not a monomial.
+    pub fn sum(&mut self, dims: &[&Dim]) -> Dim {
+        let terms = self.sum_terms(dims);
+        if let Some(d) = self.find_sum(&terms) {
+            return d;
+        }
+        let name = terms
+            .iter()
+            .map(|t| self.fmt_dim(t))
+            .collect::<Vec<_>>()
+            .join(" + ");
+        let sym = self.dyn_dim(&name);
+        self.derived.push(DerivedDim { sym, terms });
+        Dim::symbol(sym)
+    }
+
+    /// Values of every symbol from those of the free ones (`values[s]` for a derived `s` is overwritten), in the
+    /// order the sums were made; saturating, so an absurd sum fails a bound check rather than wrapping.
+    pub fn derive_values(&self, values: &mut [usize]) {
+        for d in &self.derived {
+            let v = d.terms.iter().fold(0usize, |acc, t| {
+                let term = t
+                    .syms
+                    .iter()
+                    .fold(t.coeff, |p, &s| p.saturating_mul(values[s as usize]));
+                acc.saturating_add(term)
+            });
+            values[d.sym as usize] = v;
+        }
     }
 
     /// Number of nodes that read each node, outputs counted as readers.
@@ -552,7 +677,15 @@ impl Graph {
         if dim.coeff != 1 || dim.syms.is_empty() {
             parts.push(dim.coeff.to_string());
         }
-        parts.extend(dim.syms.iter().map(|&s| self.dyn_dims[s as usize].clone()));
+        let alone = parts.is_empty() && dim.syms.len() == 1;
+        parts.extend(dim.syms.iter().map(|&s| {
+            let name = self.dyn_dims[s as usize].clone();
+            // A sum inside a product needs its parentheses: `2*(past + seq)`.
+            match self.derived_of(s) {
+                Some(_) if !alone => format!("({name})"),
+                _ => name,
+            }
+        }));
         parts.join("*")
     }
 }

@@ -269,18 +269,47 @@ fn expand_model(
         .map(|(_, name)| quote!(let #name = &#rt::dim_arg(#name)?;))
         .collect();
     let n_out = g.outputs.len();
-    let (ret_ty, ret_expr) = if n_out == 1 {
+    // A model with `#[state]` fields runs with the caller's session, its first argument.
+    let stateful = !g.states.is_empty();
+    let (session_param, session_arg) = if stateful {
         (
-            quote!(::fuse_runtime::Tensor),
-            quote!(self.core.run_one(__fuse_mode, &[#(#arg_names),*])),
+            quote!(session: &mut ::fuse_runtime::Session,),
+            quote!(session,),
         )
+    } else {
+        (quote!(), quote!())
+    };
+    let (run_one, run_all) = if stateful {
+        (
+            quote!(self.core.run_one_session(__fuse_mode, session, &[#(#arg_names),*])),
+            quote!(self.core.run_session(__fuse_mode, session, &[#(#arg_names),*])),
+        )
+    } else {
+        (
+            quote!(self.core.run_one(__fuse_mode, &[#(#arg_names),*])),
+            quote!(self.core.run(__fuse_mode, &[#(#arg_names),*])),
+        )
+    };
+    let session_fn = if stateful {
+        quote! {
+            /// Zeroed state (`#[state]` fields) for a stream of calls, at the dims its shapes name
+            /// (`[("batch", 2)]`); pass it to every `forward`. One model serves many sessions.
+            pub fn session(&self, sizes: &[(&str, usize)]) -> ::fuse_runtime::Result<::fuse_runtime::Session> {
+                self.core.session(sizes)
+            }
+        }
+    } else {
+        quote!()
+    };
+    let (ret_ty, ret_expr) = if n_out == 1 {
+        (quote!(::fuse_runtime::Tensor), run_one)
     } else {
         let tys = (0..n_out).map(|_| quote!(::fuse_runtime::Tensor));
         let vars: Vec<syn::Ident> = (0..n_out).map(|i| format_ident!("out{}", i)).collect();
         (
             quote!((#(#tys),*)),
             quote! {{
-                let mut outs = self.core.run(__fuse_mode, &[#(#arg_names),*])?.into_iter();
+                let mut outs = #run_all?.into_iter();
                 #(let #vars = outs.next().ok_or(::fuse_runtime::Error::InputCount { expected: #n_out, found: 0 })?;)*
                 Ok((#(#vars),*))
             }},
@@ -363,17 +392,22 @@ fn expand_model(
                 ::fuse_runtime::CompiledModel::from_weights(&#private::SPEC, weights).map(|core| Self { core })
             }
 
+            #session_fn
+
             #(#docs)*
-            pub fn forward(&self, #(#arg_params),*) -> ::fuse_runtime::Result<#ret_ty> {
-                self.forward_with(::fuse_runtime::PlanMode::Fused, #(#arg_names),*)
+            #[allow(clippy::too_many_arguments)]
+            pub fn forward(&self, #session_param #(#arg_params),*) -> ::fuse_runtime::Result<#ret_ty> {
+                self.forward_with(::fuse_runtime::PlanMode::Fused, #session_arg #(#arg_names),*)
             }
 
             /// `forward` on the unfused plan (one kernel per op).
-            pub fn forward_eager(&self, #(#arg_params),*) -> ::fuse_runtime::Result<#ret_ty> {
-                self.forward_with(::fuse_runtime::PlanMode::Eager, #(#arg_names),*)
+            #[allow(clippy::too_many_arguments)]
+            pub fn forward_eager(&self, #session_param #(#arg_params),*) -> ::fuse_runtime::Result<#ret_ty> {
+                self.forward_with(::fuse_runtime::PlanMode::Eager, #session_arg #(#arg_names),*)
             }
 
-            pub fn forward_with(&self, __fuse_mode: ::fuse_runtime::PlanMode, #(#arg_params),*) -> ::fuse_runtime::Result<#ret_ty> {
+            #[allow(clippy::too_many_arguments)]
+            pub fn forward_with(&self, __fuse_mode: ::fuse_runtime::PlanMode, #session_param #(#arg_params),*) -> ::fuse_runtime::Result<#ret_ty> {
                 #(#dim_args)*
                 #ret_expr
             }

@@ -102,6 +102,19 @@ fn stub_model(module: &syn::ItemMod, name: &syn::Ident) -> TokenStream {
                 .collect()
         })
         .unwrap_or_default();
+    // A model with `#[state]` fields (anywhere in the module) takes the caller's session first.
+    let (session_param, session_fn) = if has_state_field(module) {
+        (
+            quote!(session: &mut ::fuse_runtime::Session,),
+            quote! {
+                pub fn session(&self, sizes: &[(&str, usize)]) -> ::fuse_runtime::Result<::fuse_runtime::Session> {
+                    ::core::unimplemented!("model did not compile")
+                }
+            },
+        )
+    } else {
+        (quote!(), quote!())
+    };
     let outputs = forward.map_or(1, output_count);
     let tensor = quote!(::fuse_runtime::Tensor);
     let ret = if outputs == 1 {
@@ -133,13 +146,14 @@ fn stub_model(module: &syn::ItemMod, name: &syn::Ident) -> TokenStream {
             pub fn from_weights(weights: ::std::vec::Vec<::fuse_runtime::Tensor>) -> ::fuse_runtime::Result<Self> {
                 #fail
             }
-            pub fn forward(&self, #(#args),*) -> ::fuse_runtime::Result<#ret> {
+            #session_fn
+            pub fn forward(&self, #session_param #(#args),*) -> ::fuse_runtime::Result<#ret> {
                 #fail
             }
-            pub fn forward_eager(&self, #(#args),*) -> ::fuse_runtime::Result<#ret> {
+            pub fn forward_eager(&self, #session_param #(#args),*) -> ::fuse_runtime::Result<#ret> {
                 #fail
             }
-            pub fn forward_with(&self, mode: ::fuse_runtime::PlanMode, #(#args),*) -> ::fuse_runtime::Result<#ret> {
+            pub fn forward_with(&self, mode: ::fuse_runtime::PlanMode, #session_param #(#args),*) -> ::fuse_runtime::Result<#ret> {
                 #fail
             }
             pub fn plan(&self) -> ::fuse_runtime::PlanReport {
@@ -162,6 +176,20 @@ fn stub_model(module: &syn::ItemMod, name: &syn::Ident) -> TokenStream {
             }
         }
     }
+}
+
+/// Whether any struct of the module has a `#[state]` field.
+fn has_state_field(module: &syn::ItemMod) -> bool {
+    let Some((_, items)) = &module.content else {
+        return false;
+    };
+    items.iter().any(|item| match item {
+        syn::Item::Struct(s) => s
+            .fields
+            .iter()
+            .any(|f| f.attrs.iter().any(|a| a.path().is_ident("state"))),
+        _ => false,
+    })
 }
 
 pub fn stub(module: &syn::ItemMod, roots: &[syn::Ident], errors: syn::Error) -> TokenStream {

@@ -82,6 +82,34 @@ pub enum Error {
     MissingDim { dim: String },
 
     #[error(
+        "model `{model}` keeps state between calls (#[state] fields): make a session with `model.session(&[(\"batch\", n)])` \
+         and pass it to `forward`"
+    )]
+    NeedsSession { model: String },
+
+    #[error("this session belongs to model `{session_model}`, not `{model}`")]
+    SessionMismatch {
+        model: String,
+        session_model: String,
+    },
+
+    #[error(
+        "state `{state}` of this session has shape {found:?}, but this call needs {expected:?}: a session serves the \
+         dims it was made for"
+    )]
+    StateShape {
+        state: String,
+        expected: Vec<usize>,
+        found: Vec<usize>,
+    },
+
+    #[error(
+        "model `{model}` keeps state between calls (#[state] fields), which the GPU path does not run yet; run it on \
+         the CPU"
+    )]
+    StateOnGpu { model: String },
+
+    #[error(
         "cannot allocate {what} ({}): not enough memory{}",
         .bytes.map_or_else(|| "a size past the address space".to_string(), |b| format!("{b} bytes")),
         .available.map_or_else(String::new, |a| format!("; the process may use {} more bytes ({})", a.bytes, a.limit))

@@ -292,10 +292,48 @@ pub struct IdBound {
     pub table: &'static str,
 }
 
-/// Checks inputs against their declarations and binds the dynamic dims.
+/// Checks inputs against their declarations and binds the dynamic dims, for a model without sums of dims.
 pub fn bind_inputs(
     specs: &[InputSpec],
     dyn_dims: &[&str],
+    inputs: &[&Tensor],
+) -> Result<Vec<usize>> {
+    bind_dims(specs, dyn_dims, &|_| false, inputs)
+}
+
+/// [`bind_inputs`] for `program`'s model: its sums of dims (`past + seq`) are computed from the free dims, and an
+/// input whose shape holds one (a `[batch, seq, past + seq]` mask) must have that length there.
+pub fn bind_inputs_with(
+    program: &Program,
+    specs: &[InputSpec],
+    dyn_dims: &[&str],
+    inputs: &[&Tensor],
+) -> Result<Vec<usize>> {
+    let mut dims = bind_dims(specs, dyn_dims, &|s| program.is_sum_dim(s), inputs)?;
+    program.derive_dims(&mut dims);
+    for (spec, t) in specs.iter().zip(inputs) {
+        for (d, &n) in spec.dims.iter().zip(t.shape()) {
+            if let DimSpec::Dyn(s) = *d {
+                if program.is_sum_dim(s) && dims[s] != n {
+                    return Err(Error::InconsistentDim {
+                        dim: dyn_dims[s].into(),
+                        first: dims[s],
+                        first_input: format!("the sum of its terms ({})", dyn_dims[s]),
+                        found: n,
+                        input: spec.name.into(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(dims)
+}
+
+/// Binds every free dim from the shapes and `#[dim]` arguments; `is_sum` dims are left for the caller.
+fn bind_dims(
+    specs: &[InputSpec],
+    dyn_dims: &[&str],
+    is_sum: &dyn Fn(usize) -> bool,
     inputs: &[&Tensor],
 ) -> Result<Vec<usize>> {
     if specs.len() != inputs.len() {
@@ -330,6 +368,13 @@ pub fn bind_inputs(
                     })
                 }
                 DimSpec::Fixed(_) => {}
+                DimSpec::Dyn(s) if is_sum(s) => {
+                    if n == 0 {
+                        return Err(Error::ZeroDim {
+                            dim: dyn_dims[s].into(),
+                        });
+                    }
+                }
                 DimSpec::Dyn(s) => {
                     if n == 0 {
                         return Err(Error::ZeroDim {
@@ -488,14 +533,16 @@ impl Executor {
     }
 
     /// Runs the program on validated inputs with dims already bound.
+    /// `states` are the session's `#[state]` buffers (empty for a model without state), updated in place.
     pub fn run(
         &self,
         dims: &[usize],
         weights: &[Tensor],
         inputs: &[&Tensor],
+        states: &mut [Tensor],
     ) -> Result<Vec<Tensor>> {
         let mut outputs = self.program.fresh_outputs(dims)?;
-        self.execute(dims, weights, inputs, &mut outputs, None, None)?;
+        self.execute(dims, weights, inputs, states, &mut outputs, None, None)?;
         Ok(outputs)
     }
 
@@ -506,10 +553,19 @@ impl Executor {
         dims: &[usize],
         weights: &[Tensor],
         inputs: &[&Tensor],
+        states: &mut [Tensor],
         observe: KernelObserver<'_>,
     ) -> Result<Vec<Tensor>> {
         let mut outputs = self.program.fresh_outputs(dims)?;
-        self.execute(dims, weights, inputs, &mut outputs, None, Some(observe))?;
+        self.execute(
+            dims,
+            weights,
+            inputs,
+            states,
+            &mut outputs,
+            None,
+            Some(observe),
+        )?;
         Ok(outputs)
     }
 
@@ -521,24 +577,40 @@ impl Executor {
         dims: &[usize],
         weights: &[Tensor],
         inputs: &[&Tensor],
+        states: &mut [Tensor],
         outputs: &mut Vec<Tensor>,
         times: Option<&mut [f64]>,
     ) -> Result<()> {
         self.program.fit_outputs(dims, outputs)?;
-        self.execute(dims, weights, inputs, outputs, times, None)
+        self.execute(dims, weights, inputs, states, outputs, times, None)
     }
 
-    /// Runs every kernel; `outputs` are f32 tensors of the program's output shapes at `dims`.
+    /// Runs every kernel; `outputs` are f32 tensors of the program's output shapes at `dims`, `states` the
+    /// session's buffers (checked against the program's state shapes by the caller).
+    #[allow(clippy::too_many_arguments)]
     fn execute(
         &self,
         dims: &[usize],
         weights: &[Tensor],
         inputs: &[&Tensor],
+        states: &mut [Tensor],
         outputs: &mut [Tensor],
         mut times: Option<&mut [f64]>,
         mut observe: Option<KernelObserver<'_>>,
     ) -> Result<()> {
         let p = self.program;
+        if states.len() != p.states.len() {
+            return Err(Error::NeedsSession {
+                model: p.model.into(),
+            });
+        }
+        let state_ptrs: Vec<*mut u8> = states
+            .iter_mut()
+            .map(|t| {
+                t.as_f32_mut()
+                    .map_or(std::ptr::null_mut(), |v| v.as_mut_ptr() as *mut u8)
+            })
+            .collect();
         let (offsets, arena_bytes) = p.layout(dims)?;
         let mut arena = self.pool.take(arena_bytes)?;
         if cfg!(debug_assertions) {
@@ -560,6 +632,10 @@ impl Executor {
             let ptr = match spec.kind {
                 BufferKind::Input(i) => inputs[i].data_ptr() as *mut u8,
                 BufferKind::Param(i) => weights[i].data_ptr() as *mut u8,
+                // The session's buffer, borrowed mutably for the call: read as the state, written in place by its
+                // write kernel, which the plan orders before every reader of the new value and after every reader
+                // of the old one (the front end refuses the latter in a call that writes).
+                BufferKind::State(i) => state_ptrs[i],
                 // SAFETY: offsets + sizes lie within the arena by construction of `layout`.
                 BufferKind::Arena(s) => unsafe { base.add(offsets[s]) },
                 BufferKind::Output(i) => out_ptrs[i],

@@ -176,6 +176,23 @@ pub fn generate_batch(
     prompts: &[Vec<i64>],
     options: &GenerateOptions,
     mut next_logits: impl FnMut(&[&[i64]]) -> Result<Vec<Vec<f32>>>,
+    on_token: impl FnMut(usize, i64) -> ControlFlow<()>,
+) -> Result<Vec<Generation>> {
+    generate_batch_indexed(
+        prompts,
+        options,
+        |_, sequences| next_logits(sequences),
+        on_token,
+    )
+}
+
+/// [`generate_batch`] whose `next_logits(running, sequences)` also gets each running sequence's index in
+/// `prompts`: what a decoder with a KV cache needs, whose session keeps a row per prompt (prefill on the first
+/// call, then one token per row per step).
+pub fn generate_batch_indexed(
+    prompts: &[Vec<i64>],
+    options: &GenerateOptions,
+    mut next_logits: impl FnMut(&[usize], &[&[i64]]) -> Result<Vec<Vec<f32>>>,
     mut on_token: impl FnMut(usize, i64) -> ControlFlow<()>,
 ) -> Result<Vec<Generation>> {
     let mut samplers = Vec::with_capacity(prompts.len());
@@ -202,7 +219,7 @@ pub fn generate_batch(
             break;
         }
         let views: Vec<&[i64]> = running.iter().map(|&i| sequences[i].as_slice()).collect();
-        let logits = next_logits(&views)?;
+        let logits = next_logits(&running, &views)?;
         if logits.len() != running.len() {
             return Err(Error::Generation(format!(
                 "next_logits returned {} rows of logits for {} running sequences",

@@ -14,6 +14,7 @@ pub mod memory;
 pub mod model;
 pub mod pool;
 pub mod report;
+pub mod session;
 pub mod tensor;
 pub mod tensor_file;
 pub mod weights;
@@ -26,6 +27,7 @@ pub use fuse_macros::fused_model;
 pub use model::{CompiledModel, ModelSpec, PlanMode};
 pub use pool::{PoolLimits, PoolStats};
 pub use report::PlanReport;
+pub use session::Session;
 pub use tensor::{DType, Element, Tensor, TensorData};
 pub use tensor_file::{read_tensors, save_tensors, TensorFile};
 

@@ -5,9 +5,10 @@ use std::path::Path;
 
 use crate::device::Placement;
 use crate::error::{Error, Result};
-use crate::exec::{bind_inputs, EmbeddedProgram, Executor, InputSpec, PackCache};
+use crate::exec::{bind_inputs_with, EmbeddedProgram, Executor, InputSpec, PackCache};
 use crate::pool::{PoolLimits, PoolStats};
 use crate::report::PlanReport;
+use crate::session::Session;
 use crate::tensor::Tensor;
 use crate::weights::{load_safetensors, ParamSpec};
 
@@ -39,9 +40,10 @@ impl ModelSpec {
     /// Checks `inputs` against their declarations, binds the dynamic dims (from shapes and `#[dim]` arguments)
     /// and checks the slice bounds that depend on them: what every call does before it runs a kernel.
     pub fn bind(&'static self, inputs: &[&Tensor]) -> Result<Vec<usize>> {
-        let dims = bind_inputs(self.inputs, self.dyn_dims, inputs)?;
-        // Both plans come from one graph, so they carry the same bounds.
-        self.fused.decode()?.check_slice_bounds(&dims)?;
+        // Both plans come from one graph, so they carry the same sum dims and bounds.
+        let program = self.fused.decode()?;
+        let dims = bind_inputs_with(program, self.inputs, self.dyn_dims, inputs)?;
+        program.check_slice_bounds(&dims)?;
         Ok(dims)
     }
 }
@@ -160,14 +162,19 @@ impl CompiledModel {
                 known: known.iter().map(|d| (*d).into()).collect(),
             });
         }
-        let dims = known
+        let program = self.spec.fused.decode()?;
+        let mut dims = known
             .iter()
-            .map(|&name| match sizes.iter().rfind(|(d, _)| *d == name) {
+            .enumerate()
+            .map(|(s, &name)| match sizes.iter().rfind(|(d, _)| *d == name) {
+                // A sum of dims (`past + seq`) is computed from its terms below.
+                _ if program.is_sum_dim(s) => Ok(1),
                 Some(&(_, 0)) => Err(Error::ZeroDim { dim: name.into() }),
                 Some(&(_, n)) => Ok(n),
                 None => Err(Error::MissingDim { dim: name.into() }),
             })
             .collect::<Result<Vec<usize>>>()?;
+        program.derive_dims(&mut dims);
         if self.placement.gpu().is_some() {
             return Ok(());
         }
@@ -201,7 +208,8 @@ impl CompiledModel {
         }
     }
 
-    /// Validates `inputs` and runs the chosen plan.
+    /// Validates `inputs` and runs the chosen plan. A model with `#[state]` fields runs with a session instead
+    /// ([`CompiledModel::run_session`]).
     pub fn run(&self, mode: PlanMode, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
         let dims = self.spec.bind(inputs)?;
         if let Some(gpu) = self.placement.gpu() {
@@ -209,7 +217,99 @@ impl CompiledModel {
             gpu.run(mode, &dims, inputs, &mut outputs)?;
             return Ok(outputs);
         }
-        self.executor(mode).run(&dims, &self.weights, inputs)
+        self.executor(mode)
+            .run(&dims, &self.weights, inputs, &mut [])
+    }
+
+    /// Zeroed state buffers for a stream of calls of this model (a decoder's KV cache), at the dims its state
+    /// shapes name, by name: `[("batch", 2)]`. Allocated once here; every call with the session updates them in
+    /// place. A model serves any number of sessions at once.
+    pub fn session(&self, sizes: &[(&str, usize)]) -> Result<Session> {
+        let program = self.spec.fused.decode()?;
+        let known = self.spec.dyn_dims;
+        if let Some((dim, _)) = sizes.iter().find(|(d, _)| !known.contains(d)) {
+            return Err(Error::UnknownDim {
+                dim: (*dim).into(),
+                known: known.iter().map(|d| (*d).into()).collect(),
+            });
+        }
+        let used = |s: usize| {
+            program
+                .states
+                .iter()
+                .any(|st| st.dims.iter().any(|m| m.syms.contains(&s)))
+        };
+        let mut dims = known
+            .iter()
+            .enumerate()
+            .map(|(s, &name)| match sizes.iter().rfind(|(d, _)| *d == name) {
+                _ if program.is_sum_dim(s) => Ok(1),
+                Some(&(_, 0)) => Err(Error::ZeroDim { dim: name.into() }),
+                Some(&(_, n)) => Ok(n),
+                None if used(s) => Err(Error::MissingDim { dim: name.into() }),
+                None => Ok(1),
+            })
+            .collect::<Result<Vec<usize>>>()?;
+        program.derive_dims(&mut dims);
+        Session::new(program.model, program, &dims)
+    }
+
+    /// [`CompiledModel::run`] for a model with state: the session's buffers are read and updated in place.
+    pub fn run_session(
+        &self,
+        mode: PlanMode,
+        session: &mut Session,
+        inputs: &[&Tensor],
+    ) -> Result<Vec<Tensor>> {
+        let dims = self.bind_session(mode, session, inputs)?;
+        self.executor(mode)
+            .run(&dims, &self.weights, inputs, &mut session.states)
+    }
+
+    /// [`CompiledModel::run_session`] returning the single output.
+    pub fn run_one_session(
+        &self,
+        mode: PlanMode,
+        session: &mut Session,
+        inputs: &[&Tensor],
+    ) -> Result<Tensor> {
+        self.run_session(mode, session, inputs)?
+            .into_iter()
+            .next()
+            .ok_or(Error::InputCount {
+                expected: 1,
+                found: 0,
+            })
+    }
+
+    /// [`CompiledModel::run_observed`] for a model with state.
+    pub fn run_observed_session(
+        &self,
+        mode: PlanMode,
+        session: &mut Session,
+        inputs: &[&Tensor],
+        observe: &mut dyn FnMut(usize, &[f32]),
+    ) -> Result<Vec<Tensor>> {
+        let dims = self.bind_session(mode, session, inputs)?;
+        self.executor(mode)
+            .run_observed(&dims, &self.weights, inputs, &mut session.states, observe)
+    }
+
+    /// Binds the dims and checks the session against them; a model with state runs on the CPU only.
+    fn bind_session(
+        &self,
+        mode: PlanMode,
+        session: &Session,
+        inputs: &[&Tensor],
+    ) -> Result<Vec<usize>> {
+        let dims = self.spec.bind(inputs)?;
+        if self.placement.gpu().is_some() {
+            return Err(Error::StateOnGpu {
+                model: self.spec.name.into(),
+            });
+        }
+        session.check(self.executor(mode).program(), &dims)?;
+        Ok(dims)
     }
 
     /// Runs the chosen plan on the CPU (wherever the model is placed), handing `observe` each kernel's index in
@@ -223,7 +323,7 @@ impl CompiledModel {
     ) -> Result<Vec<Tensor>> {
         let dims = self.spec.bind(inputs)?;
         self.executor(mode)
-            .run_observed(&dims, &self.weights, inputs, observe)
+            .run_observed(&dims, &self.weights, inputs, &mut [], observe)
     }
 
     /// As [`CompiledModel::run`], reusing `outputs` when their shapes fit: no allocation per call.
@@ -238,7 +338,7 @@ impl CompiledModel {
             return gpu.run(mode, &dims, inputs, outputs);
         }
         self.executor(mode)
-            .run_into(&dims, &self.weights, inputs, outputs, None)
+            .run_into(&dims, &self.weights, inputs, &mut [], outputs, None)
     }
 
     pub(crate) fn executor(&self, mode: PlanMode) -> &Executor {
@@ -261,9 +361,16 @@ impl CompiledModel {
         let mut times = vec![0.0; program.kernels.len()];
         // Outputs are reused across runs so page faults of fresh allocations do not land on the last kernel.
         let mut outputs = Vec::new();
-        exec.run_into(&dims, &self.weights, inputs, &mut outputs, None)?;
+        exec.run_into(&dims, &self.weights, inputs, &mut [], &mut outputs, None)?;
         for _ in 0..runs.max(1) {
-            exec.run_into(&dims, &self.weights, inputs, &mut outputs, Some(&mut times))?;
+            exec.run_into(
+                &dims,
+                &self.weights,
+                inputs,
+                &mut [],
+                &mut outputs,
+                Some(&mut times),
+            )?;
         }
         Ok(program
             .kernel_info

@@ -16,19 +16,22 @@ pub struct PlanReport {
 
 impl PlanReport {
     pub(crate) fn new(spec: &'static ModelSpec, program: &'static Program) -> Self {
+        let mut dims = vec![1; spec.dyn_dims.len()];
+        program.derive_dims(&mut dims);
         PlanReport {
             spec,
             program,
-            dims: vec![1; spec.dyn_dims.len()],
+            dims,
         }
     }
 
     /// Evaluates sizes at these dynamic dims, in the order of [`PlanReport::dyn_dims`]; dims not given stay 1,
-    /// extra values are ignored.
+    /// extra values are ignored, and a sum of dims (`past + seq`) is computed from its terms whatever is given.
     pub fn at(mut self, dims: &[usize]) -> Self {
         for (slot, &d) in self.dims.iter_mut().zip(dims) {
             *slot = d;
         }
+        self.program.derive_dims(&mut self.dims);
         self
     }
 
@@ -65,6 +68,18 @@ impl PlanReport {
     /// overflows.
     pub fn bytes_moved(&self) -> usize {
         self.checked_bytes_moved().unwrap_or(usize::MAX)
+    }
+
+    /// Bytes of the `#[state]` buffers (a session's, outside the arena) at the report's dims, or `None` when that
+    /// overflows `usize`; 0 for a model without state.
+    pub fn checked_state_bytes(&self) -> Option<usize> {
+        self.program.states.iter().try_fold(0usize, |sum, s| {
+            let numel = s
+                .dims
+                .iter()
+                .try_fold(1usize, |n, m| n.checked_mul(m.checked_eval(&self.dims)?))?;
+            sum.checked_add(numel.checked_mul(4)?)
+        })
     }
 
     /// The full plan text (the compiler's dump).
@@ -131,6 +146,15 @@ impl fmt::Display for PlanReport {
             Megabytes(self.checked_bytes_moved()),
             Megabytes(self.checked_arena_bytes())
         )?;
+        if !p.states.is_empty() {
+            // The session holds these between calls; the write kernels update them in place.
+            writeln!(
+                f,
+                "  state {} in {} buffer(s), the session's (outside the arena)",
+                Megabytes(self.checked_state_bytes()),
+                p.states.len()
+            )?;
+        }
         if !p.refusals.is_empty() {
             writeln!(f, "  not fused:")?;
             for r in &p.refusals {

@@ -9,6 +9,9 @@ use crate::{DType, Mono};
 pub enum BufferKind {
     Input(usize),
     Param(usize),
+    /// A state's buffer, owned by the caller's session (`#[state]` fields): read, and written in place by the
+    /// state's `write` kernel.
+    State(usize),
     /// An arena slot, by index into [`ProgramTables::slots`].
     Arena(usize),
     Output(usize),
@@ -67,6 +70,48 @@ pub struct ProgramTables {
     /// proved at build time.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub slice_bounds: Vec<SliceBound>,
+    /// The dims that are sums of others (`past + seq`), in the order to compute them once the free dims are
+    /// bound. Empty (and absent from the encoding) when the model has none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sum_dims: Vec<SumDim>,
+    /// The model's `#[state]` buffers, in [`BufferKind::State`] order: a session allocates them, and each call
+    /// checks them against these shapes. Empty (and absent from the encoding) for a model without state.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub states: Vec<StateSpec>,
+}
+
+/// A `#[state]` buffer (f32): its checkpoint-style name and its dims, which may name dynamic dims (`batch`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateSpec {
+    pub name: String,
+    pub dims: Vec<Mono>,
+}
+
+/// A dynamic dim defined as a sum: `dims[sym] = Σ terms`, each term over free dims only.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SumDim {
+    pub sym: usize,
+    pub terms: Vec<Mono>,
+}
+
+impl ProgramTables {
+    /// Fills in the sum dims from the free ones (saturating: an absurd sum fails a bound check, never wraps).
+    pub fn derive_dims(&self, dims: &mut [usize]) {
+        for d in &self.sum_dims {
+            let v = d
+                .terms
+                .iter()
+                .fold(0usize, |acc, t| acc.saturating_add(t.eval(dims)));
+            if let Some(slot) = dims.get_mut(d.sym) {
+                *slot = v;
+            }
+        }
+    }
+
+    /// Whether dim `sym` is a sum of others (computed, never bound by an input).
+    pub fn is_sum_dim(&self, sym: usize) -> bool {
+        self.sum_dims.iter().any(|d| d.sym == sym)
+    }
 }
 
 /// `start + len <= size` for one slice of an axis, each side symbolic in the dynamic dims.

@@ -13,6 +13,7 @@ mod cuda;
 
 pub use cpu::{
     BufferKind, BufferSpec, KernelCall, KernelInfo, OutputSpec, PackedB, ProgramTables, SliceBound,
+    StateSpec, SumDim,
 };
 pub use cuda::{CudaAccess, CudaGemm, CudaKernel, CudaLaunch, CudaTables, GridSpec, LaunchRole};
 
@@ -106,7 +107,7 @@ mod tests {
 
     #[test]
     fn tables_round_trip() {
-        let tables = ProgramTables {
+        let mut tables = ProgramTables {
             buffers: vec![BufferSpec {
                 kind: BufferKind::Arena(0),
                 dtype: DType::F32,
@@ -160,7 +161,31 @@ mod tests {
                     syms: vec![],
                 },
             }],
+            sum_dims: vec![SumDim {
+                sym: 2,
+                terms: vec![
+                    Mono {
+                        coeff: 1,
+                        syms: vec![0],
+                    },
+                    Mono {
+                        coeff: 1,
+                        syms: vec![1],
+                    },
+                ],
+            }],
+            states: vec![],
         };
+        tables.states = vec![StateSpec {
+            name: "k_cache".into(),
+            dims: vec![Mono {
+                coeff: 1,
+                syms: vec![0],
+            }],
+        }];
+        let mut dims = [3, 4, 1];
+        tables.derive_dims(&mut dims);
+        assert_eq!(dims, [3, 4, 7]);
         let back: ProgramTables = decode(&encode(&tables)).unwrap();
         assert_eq!(back, tables);
     }

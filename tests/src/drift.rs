@@ -25,9 +25,9 @@ pub use stats::{compare, ulp_distance, unravel, ErrorStats, Tolerance};
 use fuse_kernels::ir::Graph;
 use fuse_kernels::plan::{plan, Mode, Plan};
 use fuse_runtime::exec::DimSpec;
-use fuse_runtime::{CompiledModel, DType, ModelSpec, PlanMode, Tensor};
+use fuse_runtime::{CompiledModel, DType, ModelSpec, PlanMode, Session, Tensor};
 
-use crate::harness::{try_graph_of, try_reference_of, ReferenceError};
+use crate::harness::{try_graph_of, try_reference_of, try_reference_with_states, ReferenceError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DriftError {
@@ -121,7 +121,24 @@ pub fn check(
     inputs: &[&Tensor],
     tolerance: Tolerance,
 ) -> Result<DriftReport, DriftError> {
+    check_with_session(model, None, inputs, tolerance)
+}
+
+/// [`check`] for a model with `#[state]` fields: each plan runs on its own copy of `session`, and the states as
+/// each leaves them are compared like outputs (after the model's outputs, in declaration order).
+pub fn check_with_session(
+    model: &CompiledModel,
+    session: Option<&Session>,
+    inputs: &[&Tensor],
+    tolerance: Tolerance,
+) -> Result<DriftReport, DriftError> {
     let spec = model.spec();
+    // One copy of the session per plan, so both start from the same state.
+    let mut sessions = match session {
+        Some(s) => Some((s.try_clone()?, s.try_clone()?)),
+        None => None,
+    };
+    let states_before: Vec<Tensor> = session.map(|s| s.states().to_vec()).unwrap_or_default();
     let dims = spec.bind(inputs)?;
     let graph = try_graph_of(spec)?;
     let fused_plan = planned(&graph, spec, Mode::Fused)?;
@@ -134,14 +151,22 @@ pub fn check(
         .map(|k| eager_plan.kernels.iter().position(|e| e.output == k.output))
         .collect();
     let mut kept: Vec<Option<Vec<f32>>> = vec![None; eager_plan.kernels.len()];
-    let eager = model.run_observed(PlanMode::Eager, inputs, &mut |i, out| {
+    let mut keep = |i: usize, out: &[f32]| {
         if eager_of.contains(&Some(i)) {
             kept[i] = Some(out.to_vec());
         }
-    })?;
+    };
+    let eager = match sessions.as_mut() {
+        Some((_, s)) => {
+            let mut outs = model.run_observed_session(PlanMode::Eager, s, inputs, &mut keep)?;
+            outs.extend(s.states().iter().cloned());
+            outs
+        }
+        None => model.run_observed(PlanMode::Eager, inputs, &mut keep)?,
+    };
 
     let mut kernels: Vec<KernelDrift> = Vec::new();
-    let fused = model.run_observed(PlanMode::Fused, inputs, &mut |i, out| {
+    let mut compare_kernel = |i: usize, out: &[f32]| {
         let (Some(k), Some(Some(j))) = (fused_plan.kernels.get(i), eager_of.get(i)) else {
             return;
         };
@@ -161,9 +186,23 @@ pub fn check(
             eager_kernel: eager_plan.kernels[*j].name.clone(),
             stats,
         });
-    })?;
+    };
+    let fused = match sessions.as_mut() {
+        Some((s, _)) => {
+            let mut outs =
+                model.run_observed_session(PlanMode::Fused, s, inputs, &mut compare_kernel)?;
+            outs.extend(s.states().iter().cloned());
+            outs
+        }
+        None => model.run_observed(PlanMode::Fused, inputs, &mut compare_kernel)?,
+    };
 
-    let want = try_reference_of(&graph, spec, model.weights(), inputs)?;
+    let want = match session {
+        Some(_) => {
+            try_reference_with_states(&graph, spec, model.weights(), inputs, &states_before)?
+        }
+        None => try_reference_of(&graph, spec, model.weights(), inputs)?,
+    };
     if fused.len() != want.len() || eager.len() != want.len() {
         return Err(DriftError::OutputCount {
             model: spec.name,

@@ -67,6 +67,29 @@ pub fn try_reference_of(
     })
 }
 
+/// Reference outputs of a model with `#[state]` fields, followed by each state as the call leaves it, for the
+/// states `states` it starts from.
+pub fn try_reference_with_states(
+    graph: &Graph,
+    spec: &ModelSpec,
+    weights: &[Tensor],
+    inputs: &[&Tensor],
+    states: &[Tensor],
+) -> Result<Vec<RefTensor>, ReferenceError> {
+    let inputs: Vec<RefTensor> = inputs.iter().map(|t| to_ref(t)).collect();
+    let params: Vec<RefTensor> = weights.iter().map(to_ref).collect();
+    let states: Vec<RefTensor> = states.iter().map(to_ref).collect();
+    let (mut outputs, after) = crate::reference::interpret_with_states(
+        graph, &inputs, &params, &states,
+    )
+    .map_err(|source| ReferenceError::Interpret {
+        model: spec.name.to_string(),
+        source: Box::new(source),
+    })?;
+    outputs.extend(after);
+    Ok(outputs)
+}
+
 /// Reference outputs for a model's weights and inputs (panics on failure: tests).
 pub fn reference(spec: &ModelSpec, weights: &[Tensor], inputs: &[&Tensor]) -> Vec<RefTensor> {
     try_reference_of(&graph_of(spec), spec, weights, inputs).unwrap_or_else(|e| panic!("{e}"))

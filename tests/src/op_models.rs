@@ -317,6 +317,51 @@ pub mod ops {
         }
     }
 
+    /// Sums of dims: the concat of a `past`-long and a `seq`-long tensor is `past + seq` long, which a narrow of a
+    /// cache to `past + seq` rows and a `[batch, seq, past + seq]` mask input match structurally; a narrow at
+    /// `past` of the concat takes back its `seq` new rows.
+    pub struct SumOfDims {}
+    impl SumOfDims {
+        pub fn forward(
+            &self,
+            #[shape(batch, past, D)] old: Tensor,
+            #[shape(batch, seq, D)] new: Tensor,
+            #[shape(batch, seq, past + seq)] mask: Tensor,
+            #[shape(batch, MAX_POS, D)] cache: Tensor,
+        ) -> (Tensor, Tensor, Tensor) {
+            let (p, s) = (old.dim(1), new.dim(1));
+            let all = concat([old, new], 1);
+            let keys = cache.narrow(1, 0, p + s);
+            let attn = (new.matmul(&all.t()) * 0.25 + mask)
+                .softmax(-1)
+                .matmul(&keys);
+            let mixed = all * 2.0 + keys;
+            let back = all.narrow(1, p, s) - new;
+            (attn, mixed, back)
+        }
+    }
+
+    /// A KV cache: a `[batch, MAX_POS, D]` state the call writes at `past` with its `seq` new rows, then reads
+    /// `[0, past + seq)` of (attention over the cached and new rows, and the prefix itself).
+    pub struct CacheWrite {
+        #[state]
+        #[shape(batch, MAX_POS, D)]
+        cache: Tensor,
+    }
+    impl CacheWrite {
+        pub fn forward(
+            &self,
+            #[shape(batch, seq, D)] x: Tensor,
+            #[dim] past: usize,
+        ) -> (Tensor, Tensor) {
+            let seq = x.dim(1);
+            let all = self.cache.write(1, past, x * 2.0 - 1.0);
+            let keys = all.narrow(1, 0, past + seq);
+            let attn = (x.matmul(&keys.t()) * 0.25).softmax(-1).matmul(&keys);
+            (attn, keys + 0.5)
+        }
+    }
+
     /// A constant slice of a dynamic axis: rows 2..5 of `seq`, which exist only when `seq >= 5`.
     pub struct SliceOfDynamicAxis {}
     impl SliceOfDynamicAxis {

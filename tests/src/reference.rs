@@ -127,13 +127,48 @@ pub fn interpret(
         .collect())
 }
 
+/// [`interpret`] for a model with `#[state]` fields: `states[i]` is what state i holds when the call starts; returns
+/// the outputs and then every state as the call leaves it (its `write`'s value, or unchanged).
+pub fn interpret_with_states(
+    graph: &Graph,
+    inputs: &[RefTensor],
+    params: &[RefTensor],
+    states: &[RefTensor],
+) -> Result<(Vec<RefTensor>, Vec<RefTensor>), RefError> {
+    let values = interpret_nodes(graph, inputs, params, states)?;
+    let outputs = graph
+        .outputs
+        .iter()
+        .map(|id| values[id.index()].clone())
+        .collect();
+    let mut after = states.to_vec();
+    for id in graph.ids() {
+        if let Op::Write { state, .. } = graph.node(id).op {
+            if let Op::State(i) = graph.node(state).op {
+                after[i as usize] = values[id.index()].clone();
+            }
+        }
+    }
+    Ok((outputs, after))
+}
+
 /// Same as [`interpret`], but returns the value of every node, indexed like `graph.nodes`.
 pub fn interpret_all(
     graph: &Graph,
     inputs: &[RefTensor],
     params: &[RefTensor],
 ) -> Result<Vec<RefTensor>, RefError> {
+    interpret_nodes(graph, inputs, params, &[])
+}
+
+fn interpret_nodes(
+    graph: &Graph,
+    inputs: &[RefTensor],
+    params: &[RefTensor],
+    states: &[RefTensor],
+) -> Result<Vec<RefTensor>, RefError> {
     check_tensors("input", graph.inputs.len(), inputs)?;
+    check_tensors("state", graph.states.len(), states)?;
     check_tensors("param", graph.params.len(), params)?;
     let dyn_values = bind_dyn_dims(graph, inputs)?;
     for (index, (info, t)) in graph.params.iter().zip(params).enumerate() {
@@ -169,6 +204,19 @@ pub fn interpret_all(
         let value = match &node.op {
             Op::Input(i) => inputs.get(*i as usize).cloned(),
             Op::Param(i) => params.get(*i as usize).cloned(),
+            Op::State(i) => states
+                .get(*i as usize)
+                .filter(|t| t.shape == expected)
+                .cloned(),
+            Op::Write {
+                state,
+                axis,
+                start,
+                value,
+            } => {
+                let start = eval_dim(graph, &dyn_values, start)?;
+                ops::write(v(*state), *axis, start, v(*value))
+            }
             Op::Scalar(x) => Some(RefTensor::scalar(*x)),
             Op::Unary(u, a) => Some(ops::unary(*u, v(*a))),
             Op::Binary(b, x, y) => ops::binary(*b, v(*x), v(*y)),
@@ -355,6 +403,15 @@ fn bind_dyn_dims(graph: &Graph, inputs: &[RefTensor]) -> Result<Vec<Option<usize
                 }
             }
         }
+    }
+    // A sum of dims (`past + seq`) is its terms' sum, whatever an input's shape says: the check below then
+    // refuses an input whose length there differs.
+    for d in &graph.derived {
+        let mut sum = 0usize;
+        for t in &d.terms {
+            sum += eval_dim(graph, &vals, t)?;
+        }
+        vals[d.sym as usize] = Some(sum);
     }
     for (index, (info, t)) in graph.inputs.iter().zip(inputs).enumerate() {
         if eval_shape(graph, &vals, &info.ty.shape)? != t.shape {

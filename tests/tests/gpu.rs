@@ -778,3 +778,23 @@ fn a_broken_generated_kernel_is_caught_on_the_simulator() {
         assert!(text.contains(part), "`{part}` missing from: {text}");
     }
 }
+
+/// A model with `#[state]` runs on the CPU: the GPU path has no session buffers yet, so placing it on a GPU is a
+/// typed error (its generated CUDA compiles: `cuda_compiles.rs`), and the model stays on the CPU and runs.
+#[test]
+fn a_model_with_state_is_refused_on_the_gpu_and_runs_on_the_cpu() {
+    use fuse_tests::op_models::ops::{CacheWrite, D as OPS_D};
+    let Some(device) = gpu() else { return };
+    let m = CacheWrite::random(1);
+    let err = m
+        .compiled()
+        .to_device(device)
+        .expect_err("state on the GPU");
+    assert!(
+        matches!(&err, fuse_runtime::Error::StateOnGpu { model } if model == "CacheWrite"),
+        "{err:?}"
+    );
+    let mut session = m.session(&[("batch", 1)]).unwrap();
+    let x = Tensor::randn(&[1, 2, OPS_D], 1);
+    assert!(m.forward(&mut session, &x, 0).is_ok());
+}

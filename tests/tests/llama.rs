@@ -5,15 +5,17 @@
 //!
 //! The reference is `tests/data/llama_greedy.json`, made by `scripts/llama_reference.py` (which says how); the
 //! weights come from the generator that script uses, repeated in [`weight`], so no checkpoint is committed. The
-//! model has no KV cache yet: each step runs the whole prefix again (positions, rotary tables and the causal mask
-//! are inputs), which is what the reference's logits were computed with too. The prompts run as one left-padded
+//! uncached model runs the whole prefix again at each step (positions, rotary tables and the causal mask are
+//! inputs); the cached one (`TinyLlamaCached`, same weights) prefills once and then runs one token per step. The prompts run as one left-padded
 //! batch, so the test also shows that a batch of prompts of different lengths gives each its own tokens.
 
 use std::ops::ControlFlow;
 use std::path::Path;
 
-use fuse_examples::models::llama::{inputs, last_logits, tiny};
-use fuse_runtime::generate::{generate_batch, Decoding, Finish, GenerateOptions};
+use fuse_examples::models::llama::{inputs, last_logits, step_inputs, tiny, CachedDecoder};
+use fuse_runtime::generate::{
+    generate_batch, generate_batch_indexed, Decoding, Finish, GenerateOptions,
+};
 use fuse_runtime::{PlanMode, Tensor};
 
 use tiny::*;
@@ -231,4 +233,148 @@ fn rotary_embeddings_cost_one_kernel_for_q_and_one_for_k() {
     assert_eq!((concats, rotations), (0, 2 * LAYERS), "{dump}");
     // 37 kernels when the rotation cost a negation, a concat and the rotation itself, for q and for k.
     assert_eq!(fused.kernels.len(), 29, "{dump}");
+}
+
+/// The cached model with the same weights as `uncached` (the same parameters, in the same order).
+fn cached(uncached: &TinyLlama) -> TinyLlamaCached {
+    let names = |spec: &'static fuse_runtime::ModelSpec| {
+        spec.params.iter().map(|p| p.name).collect::<Vec<_>>()
+    };
+    assert_eq!(names(TinyLlama::spec()), names(TinyLlamaCached::spec()));
+    TinyLlamaCached::from_weights(uncached.weights().to_vec()).expect("the same weights fit")
+}
+
+/// The transformers check through the KV cache: the prompts prefilled once as a left-padded batch, then one token
+/// per step per sequence, fused and eager plans: the same tokens and the same logits at the recorded steps.
+#[test]
+fn cached_greedy_continuation_matches_transformers() {
+    let r = reference();
+    let model = cached(&model());
+    let theta = r.config["rope_theta"].as_f64().expect("rope_theta");
+    let prompts: Vec<Vec<i64>> = r.cases.iter().map(|c| c.prompt.clone()).collect();
+    let options = GenerateOptions {
+        decoding: Decoding::Greedy,
+        max_new_tokens: 32,
+        stop_tokens: vec![],
+    };
+    for mode in [PlanMode::Fused, PlanMode::Eager] {
+        let mut decoder = CachedDecoder::new(
+            model.compiled(),
+            mode,
+            prompts.len(),
+            HEAD_DIM,
+            VOCAB,
+            theta,
+        )
+        .expect("a session");
+        let generated = generate_batch_indexed(
+            &prompts,
+            &options,
+            |running, sequences| {
+                let rows = decoder.next_logits(running, sequences)?;
+                for (&i, (seq, logits)) in running.iter().zip(sequences.iter().zip(&rows)) {
+                    let case = &r.cases[i];
+                    let step = seq.len() - case.prompt.len();
+                    if let Some((_, reference)) = case.logits.iter().find(|(s, _)| *s == step) {
+                        for (j, (&got, &want)) in logits.iter().zip(reference).enumerate() {
+                            assert!(
+                                (f64::from(got) - want).abs() <= 2e-4 + 2e-4 * want.abs(),
+                                "{mode:?} cached, prompt {:?} step {step} logit {j}: {got} vs transformers {want}",
+                                case.prompt
+                            );
+                        }
+                    }
+                }
+                Ok(rows)
+            },
+            |_, _| ControlFlow::Continue(()),
+        )
+        .expect("cached generation runs");
+        for (case, g) in r.cases.iter().zip(&generated) {
+            assert_eq!(
+                g.tokens, case.tokens,
+                "{mode:?} cached, prompt {:?}",
+                case.prompt
+            );
+        }
+    }
+}
+
+/// Random weights and prompts: each cached step's logits equal those of running the whole prefix again, in both
+/// plans, within f32 tolerance.
+#[test]
+fn cached_decoding_gives_the_logits_of_recomputing_the_prefix() {
+    let full = TinyLlama::random(7);
+    let model = cached(&full);
+    let prompts: Vec<Vec<i64>> = vec![vec![3, 90, 17, 4], vec![111], vec![5, 6, 7, 8, 9, 10, 11]];
+    for mode in [PlanMode::Fused, PlanMode::Eager] {
+        let mut decoder = CachedDecoder::new(
+            model.compiled(),
+            mode,
+            prompts.len(),
+            HEAD_DIM,
+            VOCAB,
+            10_000.0,
+        )
+        .unwrap();
+        let mut sequences = prompts.clone();
+        let mut worst = 0f32;
+        for step in 0..12 {
+            let views: Vec<&[i64]> = sequences.iter().map(Vec::as_slice).collect();
+            // Sequence 1 stops after 5 steps: the others go on without it.
+            let running: Vec<usize> = (0..sequences.len())
+                .filter(|&i| i != 1 || step < 5)
+                .collect();
+            let running_views: Vec<&[i64]> = running.iter().map(|&i| views[i]).collect();
+            let got = decoder.next_logits(&running, &running_views).unwrap();
+            for (&i, row) in running.iter().zip(&got) {
+                let want = next_logits(&full, mode, &[views[i]], 10_000.0).remove(0);
+                for (a, b) in row.iter().zip(&want) {
+                    let err = (a - b).abs() / (1e-4 + 1e-4 * b.abs());
+                    worst = worst.max(err);
+                }
+            }
+            for (&i, row) in running.iter().zip(&got) {
+                let token = row
+                    .iter()
+                    .enumerate()
+                    .max_by(|a, b| a.1.total_cmp(b.1))
+                    .map(|(t, _)| t as i64)
+                    .unwrap();
+                sequences[i].push(token);
+            }
+        }
+        assert!(
+            worst <= 1.0,
+            "{mode:?}: cached logits off by {worst}x the tolerance"
+        );
+    }
+}
+
+/// A step past the cache's `MAX_SEQ` positions is a typed error, never a write past the buffer.
+#[test]
+fn decoding_past_the_cache_is_a_typed_error() {
+    let model = cached(&TinyLlama::random(8));
+    let mut session = model.session(&[("batch", 1)]).unwrap();
+    let [ids, cos, sin, mask] = step_inputs(&[1], &[0], MAX_SEQ, HEAD_DIM, 10_000.0).unwrap();
+    let err = model
+        .forward(&mut session, &ids, &cos, &sin, &mask, MAX_SEQ)
+        .expect_err("past the cache");
+    assert!(
+        matches!(
+            err,
+            fuse_runtime::Error::NarrowOutOfRange {
+                start: 64,
+                len: 1,
+                size: 64,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    // The last position fits.
+    let [ids, cos, sin, mask] = step_inputs(&[1], &[0], MAX_SEQ - 1, HEAD_DIM, 10_000.0).unwrap();
+    assert!(model
+        .forward(&mut session, &ids, &cos, &sin, &mask, MAX_SEQ - 1)
+        .is_ok());
 }

@@ -436,3 +436,61 @@ fn a_constant_slice_of_a_dynamic_axis_runs_where_it_fits_and_is_a_typed_error_wh
         );
     }
 }
+
+#[test]
+fn sums_of_dims_size_a_concat_a_narrow_and_an_input_against_the_reference() {
+    let m = SumOfDims::random(19);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(19);
+    for (batch, _, seed) in cases(19) {
+        let (past, seq) = (rng.gen_range(1..=8), rng.gen_range(1..=8));
+        let old = Tensor::randn(&[batch, past, D], seed);
+        let new = Tensor::randn(&[batch, seq, D], seed + 1);
+        let mask = Tensor::randn(&[batch, seq, past + seq], seed + 2);
+        let cache = Tensor::randn(&[batch, MAX_POS, D], seed + 3);
+        check_model(
+            "sum of dims",
+            m.compiled(),
+            &[&old, &new, &mask, &cache],
+            1e-5,
+            1e-5,
+        );
+    }
+    // The plan names the sum and the bound it is checked against per call.
+    let dump = m.plan().dump();
+    assert!(dump.contains("sum dim past + seq = "), "{dump}");
+    assert!(dump.contains("0 + past + seq <= 16"), "{dump}");
+    let (old, new) = (Tensor::randn(&[1, 9, D], 1), Tensor::randn(&[1, 8, D], 2));
+    let cache = Tensor::randn(&[1, MAX_POS, D], 3);
+    // 9 + 8 rows of a 16-row cache: a typed error before any kernel, in both plans.
+    let mask = Tensor::randn(&[1, 8, 17], 4);
+    for (mode, run) in [
+        ("fused", m.forward(&old, &new, &mask, &cache)),
+        ("eager", m.forward_eager(&old, &new, &mask, &cache)),
+    ] {
+        let err = run.expect_err(mode);
+        assert!(
+            matches!(
+                err,
+                fuse_runtime::Error::NarrowOutOfRange {
+                    axis: 1,
+                    start: 0,
+                    len: 17,
+                    size: 16,
+                    ..
+                }
+            ),
+            "{mode}: {err:?}"
+        );
+    }
+    // A mask whose last axis is not `past + seq`.
+    let (old, new) = (Tensor::randn(&[1, 3, D], 1), Tensor::randn(&[1, 2, D], 2));
+    let mask = Tensor::randn(&[1, 2, 6], 4);
+    let err = m.forward(&old, &new, &mask, &cache).expect_err("mask");
+    assert!(
+        matches!(
+            &err,
+            fuse_runtime::Error::InconsistentDim { dim, first: 5, found: 6, .. } if dim == "past + seq"
+        ),
+        "{err:?}"
+    );
+}

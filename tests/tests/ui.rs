@@ -15,6 +15,7 @@ fn ui() {
         "signatures",
         "libraries",
         "contracts",
+        "state",
     ] {
         t.compile_fail(format!("ui/{category}/*.rs"));
     }

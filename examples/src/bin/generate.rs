@@ -3,18 +3,26 @@
 //! ```text
 //! generate [--model tiny|smollm] [--weights model.safetensors] [--prompt 1,17,42] [--max-new 32]
 //!          [--temperature T] [--top-k K] [--top-p P] [--seed S] [--stop 2,0]
-//! generate --bench [--json]      benchmark W5's prefill: SmolLM-135M's shape, 128 tokens, batch 1
-//!                                (FUSE_PROFILE=1: its slowest kernels too)
+//!          [--cached]
+//! generate --bench [--json]      benchmark W5: SmolLM-135M's shape, the prefill of 128 tokens at batch 1, then
+//!                                decoding with the KV cache: 128 new tokens after a 128-token prefill, at batch
+//!                                1 and 8 (FUSE_PROFILE=1: the prefill's slowest kernels too)
 //! ```
 //! Without `--weights` the model has seeded random weights (`--seed`), so the tokens are a demonstration of the
 //! loop, not of language. With no sampling option, decoding is greedy. There is no tokenizer: prompts and output
-//! are token ids. There is no KV cache yet: each step runs the whole sequence again.
+//! are token ids. Without `--cached` each step runs the whole sequence again; with it the prompt is prefilled once
+//! into the model's KV cache and each step runs one token.
 
 use std::ops::ControlFlow;
 
-use fuse_examples::models::llama::{inputs, last_logits, smollm::SmolLm, tiny::TinyLlama};
+use fuse_examples::models::llama::{
+    inputs, last_logits, smollm::SmolLm, smollm::SmolLmCached, tiny::TinyLlama,
+    tiny::TinyLlamaCached, CachedDecoder,
+};
 use fuse_examples::timing::{cpu_line, json_line, sample_ms, threads};
-use fuse_runtime::generate::{generate, Decoding, GenerateOptions, Sampler, Sampling};
+use fuse_runtime::generate::{
+    generate, generate_batch_indexed, Decoding, GenerateOptions, Sampler, Sampling,
+};
 use fuse_runtime::{CompiledModel, PlanMode, Tensor};
 
 /// Rotary base of both configurations (Hugging Face's Llama default, and SmolLM-135M's).
@@ -27,31 +35,46 @@ struct Loaded {
     vocab: usize,
 }
 
+/// The configuration `name`, with a KV cache when `cached` (the same weights either way: the cached models take
+/// the uncached ones' parameters, in the same order).
 fn load(
     name: &str,
     weights: Option<&str>,
     seed: u64,
+    cached: bool,
 ) -> Result<Loaded, Box<dyn std::error::Error>> {
     use fuse_examples::models::llama::{smollm, tiny};
     Ok(match name {
-        "tiny" => Loaded {
-            model: match weights {
+        "tiny" => {
+            let model = match weights {
                 Some(path) => TinyLlama::load(path)?,
                 None => TinyLlama::try_random(seed)?,
+            };
+            Loaded {
+                model: if cached {
+                    TinyLlamaCached::from_weights(model.weights().to_vec())?.into_compiled()
+                } else {
+                    model.into_compiled()
+                },
+                head_dim: tiny::HEAD_DIM,
+                vocab: tiny::VOCAB,
             }
-            .into_compiled(),
-            head_dim: tiny::HEAD_DIM,
-            vocab: tiny::VOCAB,
-        },
-        "smollm" => Loaded {
-            model: match weights {
+        }
+        "smollm" => {
+            let model = match weights {
                 Some(path) => SmolLm::load(path)?,
                 None => SmolLm::try_random(seed)?,
+            };
+            Loaded {
+                model: if cached {
+                    SmolLmCached::from_weights(model.weights().to_vec())?.into_compiled()
+                } else {
+                    model.into_compiled()
+                },
+                head_dim: smollm::HEAD_DIM,
+                vocab: smollm::VOCAB,
             }
-            .into_compiled(),
-            head_dim: smollm::HEAD_DIM,
-            vocab: smollm::VOCAB,
-        },
+        }
         other => return Err(format!("unknown model `{other}`: tiny or smollm").into()),
     })
 }
@@ -76,9 +99,74 @@ fn ids(list: &str) -> Result<Vec<i64>, String> {
         .collect()
 }
 
-/// W5's prefill: one forward over 128 tokens at batch 1, SmolLM-135M's shape, seeded weights.
+/// W5's decoding: `batch` prompts of 128 tokens prefilled into the KV cache, then 128 greedy steps of one token
+/// per sequence; returns (prefill ms, mean ms per decode step).
+fn bench_decode(m: &Loaded, batch: usize) -> Result<(f64, f64), Box<dyn std::error::Error>> {
+    let prompts: Vec<Vec<i64>> = (0..batch)
+        .map(|b| {
+            (0..128)
+                .map(|i| ((i * 7919 + b * 131) % m.vocab) as i64)
+                .collect()
+        })
+        .collect();
+    let options = GenerateOptions {
+        decoding: Decoding::Greedy,
+        max_new_tokens: 128,
+        stop_tokens: vec![],
+    };
+    let mut decoder =
+        CachedDecoder::new(&m.model, PlanMode::Fused, batch, m.head_dim, m.vocab, THETA)?;
+    let (mut prefill, mut steps, mut calls) = (0.0, 0.0, 0usize);
+    generate_batch_indexed(
+        &prompts,
+        &options,
+        |running, sequences| {
+            let start = std::time::Instant::now();
+            let rows = decoder.next_logits(running, sequences);
+            let ms = start.elapsed().as_secs_f64() * 1e3;
+            if calls == 0 {
+                prefill = ms;
+            } else {
+                steps += ms;
+            }
+            calls += 1;
+            rows
+        },
+        |_, _| ControlFlow::Continue(()),
+    )?;
+    // The first call prefills and picks the first new token; each later one is a decode step.
+    Ok((prefill, steps / (calls.max(2) - 1) as f64))
+}
+
+/// W5's prefill: one forward over 128 tokens at batch 1, SmolLM-135M's shape, seeded weights; then its decoding.
 fn bench(json: bool) -> Result<(), Box<dyn std::error::Error>> {
-    let m = load("smollm", None, 1)?;
+    let cached = load("smollm", None, 1, true)?;
+    for batch in [1, 8] {
+        let (prefill, step) = bench_decode(&cached, batch)?;
+        let tokens_per_s = batch as f64 * 1e3 / step;
+        if json {
+            let line = serde_json::json!({
+                "workload": "W5",
+                "mode": "fused",
+                "phase": "decode",
+                "batch": batch,
+                "prompt": 128,
+                "new_tokens": 128,
+                "prefill_ms": prefill,
+                "ms_per_step": step,
+                "tokens_per_s": tokens_per_s,
+                "threads": threads(),
+            });
+            println!("{line}");
+        } else {
+            println!(
+                "W5 decode (SmolLM-135M shape, KV cache, 128 new tokens after a 128-token prefill), batch {batch}: \
+                 {step:.1} ms/step, {tokens_per_s:.1} tokens/s (prefill {prefill:.0} ms)"
+            );
+        }
+    }
+    drop(cached);
+    let m = load("smollm", None, 1, false)?;
     let prompt: Vec<i64> = (0..128).map(|i| (i * 7919 % m.vocab) as i64).collect();
     let inputs = inputs(&[&prompt], m.head_dim, THETA)?;
     let refs: Vec<&Tensor> = inputs.iter().collect();
@@ -136,7 +224,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .transpose()
     };
     let seed = number("--seed")?.unwrap_or(0.0) as u64;
-    let m = load(value("--model").unwrap_or("tiny"), value("--weights"), seed)?;
+    let cached = args.iter().any(|a| a == "--cached");
+    let m = load(
+        value("--model").unwrap_or("tiny"),
+        value("--weights"),
+        seed,
+        cached,
+    )?;
     let prompt = ids(value("--prompt").unwrap_or("1"))?;
     let (temperature, top_k, top_p) = (
         number("--temperature")?,
@@ -168,17 +262,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .collect::<Vec<_>>()
             .join(" ")
     );
-    let done = generate(
-        &prompt,
-        &options,
-        |sequence| next_logits(&m, sequence),
-        |token| {
-            use std::io::Write;
-            print!(" {token}");
-            let _ = std::io::stdout().flush();
-            ControlFlow::Continue(())
-        },
-    )?;
+    let show = |token: i64| {
+        use std::io::Write;
+        print!(" {token}");
+        let _ = std::io::stdout().flush();
+        ControlFlow::Continue(())
+    };
+    let done = if cached {
+        let mut decoder =
+            CachedDecoder::new(&m.model, PlanMode::Fused, 1, m.head_dim, m.vocab, THETA)?;
+        generate_batch_indexed(
+            std::slice::from_ref(&prompt),
+            &options,
+            |running, sequences| decoder.next_logits(running, sequences),
+            |_, token| show(token),
+        )?
+        .remove(0)
+    } else {
+        generate(
+            &prompt,
+            &options,
+            |sequence| next_logits(&m, sequence),
+            show,
+        )?
+    };
     println!(
         "\n({} new tokens, finished by {:?})",
         done.tokens.len(),

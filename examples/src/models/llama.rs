@@ -4,10 +4,12 @@
 //!
 //! The blocks are one library, generic over the sizes; each configuration is a model of its own: `tiny` (the
 //! configuration `tests/tests/llama.rs` checks token for token against transformers) and `smollm` (SmolLM-135M's
-//! shape, benchmark W5). There is no KV cache yet: each call runs the whole sequence, and the rotary tables and the
-//! attention mask are inputs (`inputs` builds them for a left-padded batch).
+//! shape, benchmark W5). `TinyLlama` and `SmolLm` run the whole sequence on each call; `TinyLlamaCached` and
+//! `SmolLmCached` (the same parameters) keep a KV cache in the caller's session and run only the new positions
+//! (`CachedDecoder` drives them). The rotary tables and the attention mask are inputs (`inputs` builds them for a
+//! left-padded batch, `step_inputs` for one cached step).
 
-use fuse_runtime::{fused_model, Result, Tensor};
+use fuse_runtime::{fused_model, CompiledModel, PlanMode, Result, Session, Tensor};
 
 #[fused_model(library)]
 pub mod llama_blocks {
@@ -111,6 +113,87 @@ pub mod llama_blocks {
         }
     }
 
+    /// [`Attention`] with a KV cache: k and v (after RoPE) of the new positions are written into per-layer caches
+    /// at `past`, and the queries attend over `[0, past + seq)` of them. The caches are `#[state]`: they belong to
+    /// the caller's session, sized for `MAX_SEQ` positions.
+    pub struct CachedAttention<
+        const H: usize,
+        const HEADS: usize,
+        const KV_HEADS: usize,
+        const D: usize,
+        const KV_DIM: usize,
+        const MAX_SEQ: usize,
+    > {
+        q_proj: Linear<H, H>,
+        k_proj: Linear<H, KV_DIM>,
+        v_proj: Linear<H, KV_DIM>,
+        o_proj: Linear<H, H>,
+        #[state]
+        #[shape(batch, KV_HEADS, MAX_SEQ, D)]
+        k_cache: Tensor,
+        #[state]
+        #[shape(batch, KV_HEADS, MAX_SEQ, D)]
+        v_cache: Tensor,
+    }
+
+    impl<
+            const H: usize,
+            const HEADS: usize,
+            const KV_HEADS: usize,
+            const D: usize,
+            const KV_DIM: usize,
+            const MAX_SEQ: usize,
+        > CachedAttention<H, HEADS, KV_HEADS, D, KV_DIM, MAX_SEQ>
+    {
+        fn rope(&self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor {
+            let x1 = x.slice(3, 0, D / 2);
+            let x2 = x.slice(3, D / 2, D);
+            x * &cos + concat([x2.neg(), x1], 3) * &sin
+        }
+
+        /// `x`: `[batch, seq, H]` (the new positions); `cos`/`sin`: `[batch, seq, D]` at their positions; `mask`:
+        /// `[batch, seq, past + seq]` over the cached and the new positions, added to the scores.
+        pub fn forward(
+            &self,
+            x: Tensor,
+            cos: Tensor,
+            sin: Tensor,
+            mask: Tensor,
+            past: usize,
+        ) -> Tensor {
+            let (b, s) = (x.dim(0), x.dim(1));
+            let t = past + s;
+            let (cos, sin) = (cos.reshape([b, 1, s, D]), sin.reshape([b, 1, s, D]));
+            let q = self
+                .q_proj
+                .forward(x)
+                .reshape([b, s, HEADS, D])
+                .permute([0, 2, 1, 3]);
+            let k = self
+                .k_proj
+                .forward(x)
+                .reshape([b, s, KV_HEADS, D])
+                .permute([0, 2, 1, 3]);
+            let v = self
+                .v_proj
+                .forward(x)
+                .reshape([b, s, KV_HEADS, D])
+                .permute([0, 2, 1, 3]);
+            let (q, k) = (self.rope(q, cos, sin), self.rope(k, cos, sin));
+            // The new keys and values join the cache; attention reads every position so far from it.
+            let k = self.k_cache.write(2, past, k).narrow(2, 0, t);
+            let v = self.v_cache.write(2, past, v).narrow(2, 0, t);
+            let q = q.reshape([b, KV_HEADS, HEADS / KV_HEADS, s, D]);
+            let k = k.reshape([b, KV_HEADS, 1, t, D]);
+            let v = v.reshape([b, KV_HEADS, 1, t, D]);
+            let scale = 1.0 / (D as f64).sqrt();
+            let scores = q.matmul(&k.transpose(3, 4)) * scale + &mask.reshape([b, 1, 1, s, t]);
+            let out = scores.softmax(-1).matmul(&v).reshape([b, HEADS, s, D]);
+            self.o_proj
+                .forward(out.permute([0, 2, 1, 3]).reshape([b, s, H]))
+        }
+    }
+
     pub struct Mlp<const H: usize, const F: usize> {
         gate_proj: Linear<H, F>,
         up_proj: Linear<H, F>,
@@ -151,6 +234,48 @@ pub mod llama_blocks {
             let attended = self
                 .self_attn
                 .forward(self.input_layernorm.forward(x), cos, sin, mask);
+            let x = x + attended;
+            x + self.mlp.forward(self.post_attention_layernorm.forward(x))
+        }
+    }
+
+    /// [`DecoderLayer`] over [`CachedAttention`]: the same parameters, by the same names.
+    pub struct CachedDecoderLayer<
+        const H: usize,
+        const HEADS: usize,
+        const KV_HEADS: usize,
+        const D: usize,
+        const KV_DIM: usize,
+        const F: usize,
+        const MAX_SEQ: usize,
+    > {
+        input_layernorm: RmsNorm<H>,
+        self_attn: CachedAttention<H, HEADS, KV_HEADS, D, KV_DIM, MAX_SEQ>,
+        post_attention_layernorm: RmsNorm<H>,
+        mlp: Mlp<H, F>,
+    }
+
+    impl<
+            const H: usize,
+            const HEADS: usize,
+            const KV_HEADS: usize,
+            const D: usize,
+            const KV_DIM: usize,
+            const F: usize,
+            const MAX_SEQ: usize,
+        > CachedDecoderLayer<H, HEADS, KV_HEADS, D, KV_DIM, F, MAX_SEQ>
+    {
+        pub fn forward(
+            &self,
+            x: Tensor,
+            cos: Tensor,
+            sin: Tensor,
+            mask: Tensor,
+            past: usize,
+        ) -> Tensor {
+            let attended =
+                self.self_attn
+                    .forward(self.input_layernorm.forward(x), cos, sin, mask, past);
             let x = x + attended;
             x + self.mlp.forward(self.post_attention_layernorm.forward(x))
         }
@@ -197,6 +322,41 @@ pub mod tiny {
             self.lm_head.forward(self.model.norm.forward(x))
         }
     }
+
+    /// Positions the KV cache of [`TinyLlamaCached`] holds.
+    pub const MAX_SEQ: usize = 64;
+
+    pub struct TinyCachedModel {
+        embed_tokens: Embedding<VOCAB, HIDDEN>,
+        layers:
+            [CachedDecoderLayer<HIDDEN, HEADS, KV_HEADS, HEAD_DIM, KV_DIM, FFN, MAX_SEQ>; LAYERS],
+        norm: RmsNorm<HIDDEN>,
+    }
+
+    /// [`TinyLlama`] with a KV cache (the same parameters, in the same order): a call runs only the new positions
+    /// `[past, past + seq)`, attending over the cached ones.
+    pub struct TinyLlamaCached {
+        model: TinyCachedModel,
+        lm_head: Linear<HIDDEN, VOCAB>,
+    }
+
+    impl TinyLlamaCached {
+        /// The logits `[batch, seq, VOCAB]` of the new positions.
+        pub fn forward(
+            &self,
+            #[shape(batch, seq)] ids: Tensor<i64>,
+            #[shape(batch, seq, HEAD_DIM)] cos: Tensor,
+            #[shape(batch, seq, HEAD_DIM)] sin: Tensor,
+            #[shape(batch, seq, past + seq)] mask: Tensor,
+            #[dim] past: usize,
+        ) -> Tensor {
+            let mut x = self.model.embed_tokens.forward(ids);
+            for layer in &self.model.layers {
+                x = layer.forward(x, cos, sin, mask, past);
+            }
+            self.lm_head.forward(self.model.norm.forward(x))
+        }
+    }
 }
 
 /// SmolLM-135M's shape (benchmark W5): 30 layers, hidden 576, 9 heads over 3 KV heads, FFN 1536, vocabulary
@@ -234,6 +394,39 @@ pub mod smollm {
             let mut x = self.model.embed_tokens.forward(ids);
             for layer in &self.model.layers {
                 x = layer.forward(x, cos, sin, mask);
+            }
+            self.model.embed_tokens.logits(self.model.norm.forward(x))
+        }
+    }
+
+    /// Positions the KV cache of [`SmolLmCached`] holds: W5's 128-token prompt and 128 new tokens.
+    pub const MAX_SEQ: usize = 256;
+
+    pub struct SmolCachedModel {
+        embed_tokens: Embedding<VOCAB, HIDDEN>,
+        layers:
+            [CachedDecoderLayer<HIDDEN, HEADS, KV_HEADS, HEAD_DIM, KV_DIM, FFN, MAX_SEQ>; LAYERS],
+        norm: RmsNorm<HIDDEN>,
+    }
+
+    /// [`SmolLm`] with a KV cache (the same parameters, in the same order).
+    pub struct SmolLmCached {
+        model: SmolCachedModel,
+    }
+
+    impl SmolLmCached {
+        /// The logits `[batch, seq, VOCAB]` of the new positions `[past, past + seq)`.
+        pub fn forward(
+            &self,
+            #[shape(batch, seq)] ids: Tensor<i64>,
+            #[shape(batch, seq, HEAD_DIM)] cos: Tensor,
+            #[shape(batch, seq, HEAD_DIM)] sin: Tensor,
+            #[shape(batch, seq, past + seq)] mask: Tensor,
+            #[dim] past: usize,
+        ) -> Tensor {
+            let mut x = self.model.embed_tokens.forward(ids);
+            for layer in &self.model.layers {
+                x = layer.forward(x, cos, sin, mask, past);
             }
             self.model.embed_tokens.logits(self.model.norm.forward(x))
         }
@@ -285,4 +478,129 @@ pub fn last_logits(logits: &Tensor, vocab: usize) -> Vec<Vec<f32>> {
     (0..batch)
         .map(|b| all[((b + 1) * seq - 1) * vocab..(b + 1) * seq * vocab].to_vec())
         .collect()
+}
+
+/// Cached decoding of a batch of prompts with a model that keeps a KV cache ([`tiny::TinyLlamaCached`],
+/// [`smollm::SmolLmCached`]): the first call prefills every prompt at once (left-padded, as [`inputs`]), each later
+/// call feeds one token per sequence at the next position. A sequence that has finished still takes a step (its
+/// token is ignored, its cache rows are its own), so the batch keeps its shape.
+pub struct CachedDecoder<'m> {
+    model: &'m CompiledModel,
+    mode: PlanMode,
+    session: Session,
+    head_dim: usize,
+    vocab: usize,
+    theta: f64,
+    /// Padding before each prompt, from the prefill.
+    pads: Vec<usize>,
+    /// Positions in the cache so far (the prefill's length, then one more per step).
+    past: usize,
+}
+
+impl<'m> CachedDecoder<'m> {
+    /// A decoder for `batch` prompts, its session allocated here.
+    pub fn new(
+        model: &'m CompiledModel,
+        mode: PlanMode,
+        batch: usize,
+        head_dim: usize,
+        vocab: usize,
+        theta: f64,
+    ) -> Result<Self> {
+        Ok(CachedDecoder {
+            model,
+            mode,
+            session: model.session(&[("batch", batch)])?,
+            head_dim,
+            vocab,
+            theta,
+            pads: Vec::new(),
+            past: 0,
+        })
+    }
+
+    /// For `fuse_runtime::generate::generate_batch_indexed`: the next-token logits of the running sequences
+    /// (`running[i]` is `sequences[i]`'s index in the batch). The first call prefills; every later one feeds each
+    /// sequence's last token.
+    pub fn next_logits(
+        &mut self,
+        running: &[usize],
+        sequences: &[&[i64]],
+    ) -> Result<Vec<Vec<f32>>> {
+        let batch = self.session.states().first().map_or(0, |s| s.shape()[0]);
+        if self.past == 0 {
+            if running.len() != batch {
+                return Err(fuse_runtime::Error::Generation(format!(
+                    "a cached decoder for {batch} prompts was first called with {}",
+                    running.len()
+                )));
+            }
+            let [ids, cos, sin, mask] = inputs(sequences, self.head_dim, self.theta)?;
+            let seq = ids.shape()[1];
+            self.pads = sequences.iter().map(|s| seq - s.len()).collect();
+            let past = fuse_runtime::exec::dim_arg(0)?;
+            let logits = self.model.run_one_session(
+                self.mode,
+                &mut self.session,
+                &[&ids, &cos, &sin, &mask, &past],
+            )?;
+            self.past = seq;
+            return Ok(last_logits(&logits, self.vocab));
+        }
+        let mut last = vec![0i64; batch];
+        for (&row, s) in running.iter().zip(sequences) {
+            if let (Some(slot), Some(&token)) = (last.get_mut(row), s.last()) {
+                *slot = token;
+            }
+        }
+        let [ids, cos, sin, mask] =
+            step_inputs(&last, &self.pads, self.past, self.head_dim, self.theta)?;
+        let past = fuse_runtime::exec::dim_arg(self.past)?;
+        let logits = self.model.run_one_session(
+            self.mode,
+            &mut self.session,
+            &[&ids, &cos, &sin, &mask, &past],
+        )?;
+        self.past += 1;
+        let rows = last_logits(&logits, self.vocab);
+        Ok(running
+            .iter()
+            .filter_map(|&r| rows.get(r).cloned())
+            .collect())
+    }
+}
+
+/// The inputs of one cached step: each sequence's `token` at position `past` of the cache, its rotary tables at
+/// its own position (counted from its first real token, `pads` before it), and a mask that lets it see its real
+/// tokens in the cache and itself.
+pub fn step_inputs(
+    tokens: &[i64],
+    pads: &[usize],
+    past: usize,
+    head_dim: usize,
+    theta: f64,
+) -> Result<[Tensor; 4]> {
+    let batch = tokens.len();
+    let half = head_dim / 2;
+    let (mut cos, mut sin, mut mask) = (Vec::new(), Vec::new(), Vec::new());
+    for b in 0..batch {
+        let pad = pads.get(b).copied().unwrap_or(0);
+        let pos = past.saturating_sub(pad);
+        for i in 0..head_dim {
+            let inv_freq = 1.0 / theta.powf((2 * (i % half)) as f64 / head_dim as f64);
+            let angle = pos as f64 * inv_freq;
+            cos.push(angle.cos() as f32);
+            sin.push(angle.sin() as f32);
+        }
+        for col in 0..=past {
+            mask.push(if col >= pad { 0.0 } else { -1e9 });
+        }
+    }
+    let table = [batch, 1, head_dim];
+    Ok([
+        Tensor::from_i64(&[batch, 1], tokens.to_vec())?,
+        Tensor::from_f32(&table, cos)?,
+        Tensor::from_f32(&table, sin)?,
+        Tensor::from_f32(&[batch, 1, past + 1], mask)?,
+    ])
 }

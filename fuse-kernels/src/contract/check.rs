@@ -120,7 +120,7 @@ fn advice(why: &WhyNot) -> &'static str {
             "a kernel reads each value at one shape; read this value at one shape in the expression (e.g. \
              broadcast it once, then reuse the broadcast value)"
         }
-        WhyNot::Standalone => "an embedding gather runs as a kernel of its own",
+        WhyNot::Standalone => "an embedding gather or a state write runs as a kernel of its own",
         WhyNot::ConcatReader => {
             "a concat fuses only into elementwise ops; apply the elementwise ops to the concat first, then the \
              reduction or matmul to their result"
@@ -132,6 +132,10 @@ fn advice(why: &WhyNot) -> &'static str {
         WhyNot::TwoConcats => {
             "a kernel reads through one concat; concatenate once (e.g. the values the concats combine) or accept \
              a kernel per concat"
+        }
+        WhyNot::DynamicConcat => {
+            "a concat along a dynamic axis copies its inputs in a kernel of its own; concatenate along a static \
+             axis to fuse it"
         }
         WhyNot::ConsumerKind | WhyNot::EagerPlan => "this op cannot share the reader's kernel",
     }

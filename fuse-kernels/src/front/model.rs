@@ -29,8 +29,14 @@ pub struct FieldDef {
 }
 
 pub enum FieldKind {
-    /// A parameter tensor: dims are const expressions of the struct's generics and the module's consts.
-    Tensor { dtype: DType, shape: Vec<syn::Expr> },
+    /// A parameter tensor: dims are const expressions of the struct's generics and the module's consts. With
+    /// `#[state]`, a buffer the caller's session owns instead (its dims may name dynamic dims, bound when the
+    /// session is made), which `forward` reads and may `write` in place.
+    Tensor {
+        dtype: DType,
+        shape: Vec<syn::Expr>,
+        state: bool,
+    },
     /// A sub-model with its const generic arguments.
     Model {
         ty: syn::Ident,
@@ -295,6 +301,7 @@ fn read_field(field: &syn::Field, diags: &mut Diagnostics) -> Option<FieldDef> {
     let name = field.ident.clone()?;
     let mut checkpoint_name = name.to_string();
     let mut shape = None;
+    let state = field.attrs.iter().any(|a| a.path().is_ident("state"));
     for attr in &field.attrs {
         if attr.path().is_ident("rename") {
             match attr.parse_args::<syn::LitStr>() {
@@ -347,7 +354,11 @@ fn read_field(field: &syn::Field, diags: &mut Diagnostics) -> Option<FieldDef> {
                 );
                 return None;
             }
-            FieldKind::Tensor { dtype, shape }
+            FieldKind::Tensor {
+                dtype,
+                shape,
+                state,
+            }
         }
         other => {
             let (ty, args) = model_type(other, diags)?;

@@ -41,12 +41,30 @@ pub fn unproved(g: &Graph) -> Vec<SliceBound> {
                 len,
             } => {
                 let size = g.ty(*input).shape.0[*axis].clone();
-                (slice_fits(start, len, &size).is_none()).then(|| SliceBound {
+                (slice_fits(g, start, len, &size).is_none()).then(|| SliceBound {
                     node: id,
                     input: *input,
                     axis: *axis,
                     start: start.clone(),
                     len: len.clone(),
+                    size,
+                })
+            }
+            // A state write replaces `[start, start + len)` of its axis: it must not reach past the buffer.
+            Op::Write {
+                state,
+                axis,
+                start,
+                value,
+            } => {
+                let size = g.ty(*state).shape.0[*axis].clone();
+                let len = g.ty(*value).shape.0[*axis].clone();
+                (slice_fits(g, start, &len, &size).is_none()).then(|| SliceBound {
+                    node: id,
+                    input: *state,
+                    axis: *axis,
+                    start: start.clone(),
+                    len,
                     size,
                 })
             }

@@ -22,13 +22,13 @@ pub enum Class {
     MatMul,
     /// A concat: fused into an elementwise consumer, or a kernel of its own (see [`super::concat`]).
     Concat,
-    /// Embedding gather: a kernel of its own.
+    /// Embedding gather, state write: a kernel of its own.
     Standalone,
 }
 
 pub fn class(op: &Op) -> Class {
     match op {
-        Op::Input(_) | Op::Param(_) => Class::Leaf,
+        Op::Input(_) | Op::Param(_) | Op::State(_) => Class::Leaf,
         Op::Scalar(_) => Class::Constant,
         Op::Permute { .. } | Op::Reshape { .. } | Op::Slice { .. } => Class::View,
         Op::Unary(..) | Op::Binary(..) | Op::Where(..) | Op::Cast(..) => Class::Elementwise,
@@ -37,7 +37,7 @@ pub fn class(op: &Op) -> Class {
         }
         Op::MatMul(..) => Class::MatMul,
         Op::Concat { .. } => Class::Concat,
-        Op::Embedding { .. } => Class::Standalone,
+        Op::Embedding { .. } | Op::Write { .. } => Class::Standalone,
     }
 }
 
@@ -63,6 +63,9 @@ pub enum WhyNot {
     ConcatInput,
     /// A kernel reads through at most one concat.
     TwoConcats,
+    /// A concat along a dynamic axis (`past + seq` long) is a copy of its own: a fused concat's pieces start at
+    /// fixed offsets.
+    DynamicConcat,
     /// A row op fuses only its row input (not gamma/beta) as a prologue.
     NotRowInput,
     /// The consumer does not compute element by element (e.g. a view).
@@ -80,7 +83,7 @@ impl fmt::Display for WhyNot {
             WhyNot::Broadcast => write!(f, "value is broadcast into a larger shape"),
             WhyNot::TwoAnchors => write!(f, "both sides hold a reduction or matmul"),
             WhyNot::MatMulOperand => write!(f, "matmul reads its operands from memory"),
-            WhyNot::Standalone => write!(f, "gathers run as kernels of their own"),
+            WhyNot::Standalone => write!(f, "gathers and state writes run as kernels of their own"),
             WhyNot::ConcatReader => write!(
                 f,
                 "a concat fuses only into elementwise ops, not a row op, matmul or attention"
@@ -90,6 +93,9 @@ impl fmt::Display for WhyNot {
                 "a concat fuses only elementwise inputs, not a reduction or matmul"
             ),
             WhyNot::TwoConcats => write!(f, "a kernel reads through one concat at most"),
+            WhyNot::DynamicConcat => {
+                write!(f, "a concat along a dynamic axis is a copy of its own")
+            }
             WhyNot::NotRowInput => {
                 write!(f, "only the row input of a norm is fused as its prologue")
             }
@@ -139,6 +145,14 @@ pub fn can_fuse(
         return Err(WhyNot::Standalone);
     }
     let consumer_class = class(&g.node(consumer).op);
+    if group
+        .nodes
+        .iter()
+        .chain([&consumer])
+        .any(|&n| is_dynamic_concat(g, n))
+    {
+        return Err(WhyNot::DynamicConcat);
+    }
     let concats = count_concats(g, &group.nodes) + usize::from(consumer_class == Class::Concat);
     if concats > 0 && !matches!(consumer_class, Class::Elementwise | Class::Concat) {
         return Err(WhyNot::ConcatReader);
@@ -184,6 +198,14 @@ pub fn can_fuse(
     Ok(())
 }
 
+/// A concat whose axis has a dynamic length.
+pub fn is_dynamic_concat(g: &Graph, n: NodeId) -> bool {
+    match &g.node(n).op {
+        Op::Concat { axis, .. } => g.ty(n).shape.0[*axis].as_static().is_none(),
+        _ => false,
+    }
+}
+
 /// How many of `nodes` are concats.
 pub fn count_concats(g: &Graph, nodes: &[NodeId]) -> usize {
     nodes
@@ -207,10 +229,16 @@ pub fn reads_from_memory(g: &Graph, nodes: &[NodeId]) -> Vec<(NodeId, Shape)> {
 /// The non-constant operands of one node, each with the shape the node reads it at.
 fn node_reads(g: &Graph, id: NodeId) -> Vec<(NodeId, Shape)> {
     let node = g.node(id);
+    // A state write reads only its value: the state it replaces part of is its output buffer.
+    let written = match node.op {
+        Op::Write { state, .. } => Some(state),
+        _ => None,
+    };
     node.op
         .operands()
         .into_iter()
         .filter(|&operand| !matches!(g.node(operand).op, Op::Scalar(_)))
+        .filter(|&operand| Some(operand) != written)
         .map(|operand| {
             let at = match &node.op {
                 Op::MatMul(..) => matmul_operand_shape(g, id, operand),
@@ -219,6 +247,7 @@ fn node_reads(g: &Graph, id: NodeId) -> Vec<(NodeId, Shape)> {
                 | Op::LayerNorm { .. }
                 | Op::RmsNorm { .. }
                 | Op::Embedding { .. }
+                | Op::Write { .. }
                 | Op::Concat { .. } => g.ty(operand).shape.clone(),
                 _ => g.ty(id).shape.clone(),
             };

@@ -58,6 +58,10 @@ pub enum KernelKind {
     Piecewise(Piecewise),
     /// `softmax(f(Q·Kᵀ)) · V` by blocks of query rows, the scores never in memory (see [`attention`]).
     Attention(Attention),
+    /// `state.write(axis, start, value)`: copies the value into its span of the state's buffer, in place.
+    Write {
+        node: NodeId,
+    },
 }
 
 impl KernelKind {
@@ -69,6 +73,7 @@ impl KernelKind {
             KernelKind::Gather { .. } => "gather",
             KernelKind::Concat { .. } => "concat",
             KernelKind::Attention(_) => "attention",
+            KernelKind::Write { .. } => "write",
         }
     }
 }
@@ -106,6 +111,8 @@ impl Kernel {
 pub enum Storage {
     Input(u32),
     Param(u32),
+    /// A state's buffer, owned by the caller's session: read as the state and written by its `write`.
+    State(u32),
     Arena(usize),
     Output(usize),
 }
@@ -160,13 +167,14 @@ pub fn plan(graph: &Graph, mode: Mode) -> Plan {
     plan
 }
 
-/// A model output that is an input or a parameter itself gets a node of its own (an identity reshape, i.e. a view),
-/// so that it has an output buffer distinct from the leaf's for its copy kernel to fill.
+/// A model output that is an input, a parameter or a state itself (or a state's written value, which lives in the
+/// state's buffer) gets a node of its own (an identity reshape, i.e. a view), so that it has an output buffer
+/// distinct from the leaf's for its copy kernel to fill.
 fn separate_leaf_outputs(graph: &Graph) -> Graph {
     let mut g = graph.clone();
     for i in 0..g.outputs.len() {
         let out = g.outputs[i];
-        if g.node(out).op.is_leaf() {
+        if g.node(out).op.is_leaf() || matches!(g.node(out).op, Op::Write { .. }) {
             let shape = g.ty(out).shape.clone();
             let span = g.span(out);
             if let Ok(id) = g.add(Op::Reshape { input: out, shape }, span) {
@@ -199,7 +207,7 @@ fn views_needing_copies(g: &Graph, roots: &BTreeSet<NodeId>) -> BTreeSet<NodeId>
 }
 
 fn is_materialized(g: &Graph, roots: &BTreeSet<NodeId>, n: NodeId) -> bool {
-    roots.contains(&n) || matches!(g.node(n).op, Op::Input(_) | Op::Param(_))
+    roots.contains(&n) || matches!(g.node(n).op, Op::Input(_) | Op::Param(_) | Op::State(_))
 }
 
 fn build_kernels(g: &Graph, groups: Vec<fusion::Group>, copies: &BTreeSet<NodeId>) -> Vec<Kernel> {
@@ -227,6 +235,7 @@ fn build_kernels(g: &Graph, groups: Vec<fusion::Group>, copies: &BTreeSet<NodeId
             (None, Some((a, _))) => KernelKind::MatMul { anchor: a },
             (None, None) => match &g.node(root).op {
                 Op::Embedding { .. } => KernelKind::Gather { node: root },
+                Op::Write { .. } => KernelKind::Write { node: root },
                 Op::Concat { .. } if nodes.len() == 1 => KernelKind::Concat { node: root },
                 _ => match concat::recognise(g, &nodes) {
                     Some(pieces) => KernelKind::Piecewise(pieces),
@@ -292,13 +301,22 @@ fn storage(g: &Graph, kernels: &[Kernel]) -> Vec<(NodeId, Storage)> {
         match g.node(id).op {
             Op::Input(i) => buffers.push((id, Storage::Input(i))),
             Op::Param(i) => buffers.push((id, Storage::Param(i))),
+            Op::State(i) => buffers.push((id, Storage::State(i))),
             _ => {}
         }
     }
     for k in kernels {
-        let storage = match g.outputs.iter().position(|&o| o == k.output) {
-            Some(i) => Storage::Output(i),
-            None => Storage::Arena(usize::MAX),
+        let storage = match (
+            g.outputs.iter().position(|&o| o == k.output),
+            &g.node(k.output).op,
+        ) {
+            // A write's result is the state's buffer itself (never an output: see `separate_leaf_outputs`).
+            (_, Op::Write { state, .. }) => match g.node(*state).op {
+                Op::State(i) => Storage::State(i),
+                _ => Storage::Arena(usize::MAX),
+            },
+            (Some(i), _) => Storage::Output(i),
+            (None, _) => Storage::Arena(usize::MAX),
         };
         buffers.push((k.output, storage));
     }

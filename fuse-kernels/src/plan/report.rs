@@ -21,6 +21,14 @@ fn fmt_sum(g: &Graph, terms: &[Dim]) -> String {
 pub fn dump_graph(g: &Graph) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "dyn dims: [{}]", g.dyn_dims.join(", "));
+    for d in &g.derived {
+        let terms: Vec<String> = d
+            .terms
+            .iter()
+            .map(|t| format!("{}{:?}", t.coeff, t.syms))
+            .collect();
+        let _ = writeln!(out, "sum dim {}: {}", d.sym, terms.join(" + "));
+    }
     for (i, input) in g.inputs.iter().enumerate() {
         let _ = writeln!(
             out,
@@ -73,6 +81,19 @@ pub fn dump(plan: &Plan) -> String {
     let g = &plan.graph;
     let mut out = String::new();
     let _ = writeln!(out, "plan {:?}: {} kernels", plan.mode, plan.kernels.len());
+    // The runtime computes these from the free dims, so their definitions are part of the plan (and its hash).
+    for d in &g.derived {
+        let _ = writeln!(
+            out,
+            "sum dim {} = {}",
+            g.dyn_dims[d.sym as usize],
+            d.terms
+                .iter()
+                .map(|t| format!("{}{:?}", t.coeff, t.syms))
+                .collect::<Vec<_>>()
+                .join(" + ")
+        );
+    }
     for k in &plan.kernels {
         let ops: Vec<String> = k
             .nodes

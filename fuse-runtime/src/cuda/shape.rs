@@ -79,6 +79,11 @@ impl ShapeState {
                         .ok_or_else(|| bad_table(format!("weight {i} does not exist")))?;
                     w.ptr(stream)
                 }
+                BufferKind::State(_) => {
+                    return Err(bad_table(
+                        "a state buffer: models with #[state] run on the CPU only".into(),
+                    ))
+                }
                 BufferKind::Arena(s) => {
                     owned.push(None);
                     let offset = offsets

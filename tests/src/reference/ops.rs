@@ -274,3 +274,26 @@ pub fn embedding(table: &RefTensor, ids: &RefTensor) -> Result<Option<RefTensor>
     shape.push(d);
     Ok(Some(RefTensor::new(shape, data)))
 }
+
+/// `state` with elements `[start, start + len)` of `axis` replaced by `value` (`len` its length there); `None` when
+/// the value does not fit there or differs from the state outside that axis.
+pub fn write(state: &RefTensor, axis: usize, start: usize, value: &RefTensor) -> Option<RefTensor> {
+    let (s, v) = (&state.shape, &value.shape);
+    if axis >= s.len() || v.len() != s.len() || (0..s.len()).any(|d| d != axis && s[d] != v[d]) {
+        return None;
+    }
+    if start.checked_add(v[axis])? > s[axis] {
+        return None;
+    }
+    let inner: usize = s[axis + 1..].iter().product();
+    let outer: usize = s[..axis].iter().product();
+    let mut out = state.clone();
+    for o in 0..outer {
+        for a in 0..v[axis] {
+            let src = (o * v[axis] + a) * inner;
+            let dst = (o * s[axis] + start + a) * inner;
+            out.data[dst..dst + inner].copy_from_slice(&value.data[src..src + inner]);
+        }
+    }
+    Some(out)
+}

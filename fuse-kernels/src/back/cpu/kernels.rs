@@ -26,6 +26,7 @@ pub fn kernel_body(plan: &Plan, k: &Kernel) -> TokenStream {
         KernelKind::Concat { node } => concat(plan, k, *node),
         KernelKind::Piecewise(pw) => super::piecewise::piecewise(plan, k, pw),
         KernelKind::Attention(att) => super::attention::attention(plan, k, att),
+        KernelKind::Write { node } => write_state(plan, k, *node),
     }
 }
 
@@ -555,7 +556,9 @@ fn concat(plan: &Plan, k: &Kernel, node: NodeId) -> TokenStream {
     let out_shape = &g.ty(node).shape.0;
     let out_strides = crate::plan::access::contiguous_strides(out_shape);
     let out = out_index();
-    let mut start = 0usize;
+    // Where each input starts along the axis: a constant, or the sum of the lengths before it when the axis is
+    // dynamic (`past + seq`).
+    let (mut start, mut dynamic) = (Some(0usize), vec![quote!(0usize)]);
     let mut copies = Vec::new();
     for &input in inputs {
         let Some(read) = k.read(input) else { continue };
@@ -563,15 +566,54 @@ fn concat(plan: &Plan, k: &Kernel, node: NodeId) -> TokenStream {
         let (buf, off, st) = (var("buf", input), var("off", input), var("st", input));
         let shape = read.access.shape.iter().map(dim_expr);
         let dst_strides = out_strides.iter().map(dim_expr);
-        let dst_off = dim_expr(&out_strides[*axis].mul(&crate::ir::Dim::fixed(start)));
+        let dst_off = match start {
+            Some(s) => dim_expr(&out_strides[*axis].mul(&crate::ir::Dim::fixed(s))),
+            None => {
+                let stride = dim_expr(&out_strides[*axis]);
+                quote!(#stride * (#(#dynamic)+*))
+            }
+        };
         copies.push(quote! {{
             #setup
             #rt::strided_copy(#buf, #off, &#st, &[#(#shape),*], out, #dst_off, &[#(#dst_strides),*]);
         }});
-        start += g.ty(input).shape.0[*axis].as_static().unwrap_or(0);
+        let len = &g.ty(input).shape.0[*axis];
+        start = start.zip(len.as_static()).map(|(s, l)| s + l);
+        dynamic.push(dim_expr(len));
     }
     quote! {
         let out = ctx.out_f32(#out);
         #(#copies)*
+    }
+}
+
+/// `state.write(axis, start, value)`: the value copied by its longest contiguous runs into its span of the state's
+/// buffer (the kernel's output), which it updates in place; the rest of the state is left as it was.
+fn write_state(plan: &Plan, k: &Kernel, node: NodeId) -> TokenStream {
+    let rt = RT();
+    let g = &plan.graph;
+    let Op::Write {
+        state,
+        axis,
+        start,
+        value,
+    } = &g.node(node).op
+    else {
+        return quote!();
+    };
+    let Some(read) = k.read(*value) else {
+        return quote!();
+    };
+    let strides = crate::plan::access::contiguous_strides(&g.ty(*state).shape.0);
+    let setup = read_setup(plan, k, read);
+    let (buf, off, st) = (var("buf", *value), var("off", *value), var("st", *value));
+    let shape = read.access.shape.iter().map(dim_expr);
+    let dst_strides = strides.iter().map(dim_expr);
+    let dst_off = dim_expr(&strides[*axis].mul(start));
+    let out = out_index();
+    quote! {
+        let out = ctx.out_f32(#out);
+        #setup
+        #rt::strided_copy(#buf, #off, &#st, &[#(#shape),*], out, #dst_off, &[#(#dst_strides),*]);
     }
 }

@@ -18,6 +18,7 @@ use quote::{format_ident, quote};
 
 use fuse_tables::{
     BufferKind, BufferSpec, KernelCall, KernelInfo, OutputSpec, ProgramTables, SliceBound,
+    StateSpec, SumDim,
 };
 
 use super::mono;
@@ -115,6 +116,7 @@ fn tables(plan: &Plan, function_of: &[usize]) -> ProgramTables {
             let kind = match plan.storage_of(b) {
                 Storage::Input(i) => BufferKind::Input(i as usize),
                 Storage::Param(i) => BufferKind::Param(i as usize),
+                Storage::State(i) => BufferKind::State(i as usize),
                 Storage::Arena(s) => BufferKind::Arena(s),
                 Storage::Output(i) => BufferKind::Output(i),
             };
@@ -164,7 +166,25 @@ fn tables(plan: &Plan, function_of: &[usize]) -> ProgramTables {
             size: mono(&b.size),
         })
         .collect();
+    let sum_dims = g
+        .derived
+        .iter()
+        .map(|d| SumDim {
+            sym: d.sym as usize,
+            terms: d.terms.iter().map(mono).collect(),
+        })
+        .collect();
+    let states = g
+        .states
+        .iter()
+        .map(|s| StateSpec {
+            name: s.name.clone(),
+            dims: s.ty.shape.0.iter().map(mono).collect(),
+        })
+        .collect();
     ProgramTables {
+        states,
+        sum_dims,
         slice_bounds,
         buffers,
         slots: plan.memory.slots.iter().map(|s| mono(&s.bytes())).collect(),

@@ -93,27 +93,85 @@ pub fn write_concat(w: &mut String, cx: &Ctx, symbol: &str, node: NodeId) -> fmt
         .flatten()
         .unwrap_or_else(|| "0LL".into());
     writeln!(w, "{ind}float v = 0.0f;")?;
-    let mut start = 0usize;
+    // Where each input starts along the axis: a constant, or a sum of dims when the axis is dynamic (the static
+    // case keeps its constants folded).
+    let (mut start, mut start_text) = (Some(0usize), "0LL".to_string());
     for (p, &input) in inputs.iter().enumerate() {
-        let Some(len) = g.ty(input).shape.0.get(*axis).and_then(|d| d.as_static()) else {
-            return writeln!(w, "#error \"fuse: concat {node} has a dynamic axis\"");
+        let Some(len) = g.ty(input).shape.0.get(*axis) else {
+            return writeln!(w, "#error \"fuse: concat {node} has no axis {axis}\"");
         };
         let Some(r) = read_of(cx, input) else {
             return writeln!(w, "#error \"fuse: concat {node} does not read {input}\"");
         };
+        let end = start.zip(len.as_static()).map(|(s, l)| s + l);
+        let end_text = match end {
+            Some(e) => format!("{e}LL"),
+            None => format!("{start_text} + {}", expr::dim(len)),
+        };
         let mut at = idx.clone();
-        at[*axis] = Some(format!("({along} - {start}LL)"));
+        at[*axis] = Some(format!("({along} - {start_text})"));
         let cond = if p + 1 == inputs.len() {
             "".to_string()
         } else {
-            format!("if ({along} < {}LL) ", start + len)
+            format!("if ({along} < {end_text}) ")
         };
         let els = if p == 0 { "" } else { "else " };
         let offset = expr::offset(&cx.k.reads[r].access, &at);
         writeln!(w, "{ind}{els}{cond}v = fuse_to_f32(in{r}[{offset}]);")?;
-        start += len;
+        (start, start_text) = match end {
+            Some(e) => (Some(e), format!("{e}LL")),
+            None => (None, format!("({end_text})")),
+        };
     }
     writeln!(w, "{ind}out[i] = fuse_from_f32(v);")?;
+    writeln!(w, "    }}")?;
+    writeln!(w, "}}")
+}
+
+/// `state.write(axis, start, value)`: each element of the value goes to its place in the state's buffer, the index
+/// along `axis` shifted by `start`. The loop runs over the value, not the (larger) state.
+pub fn write_state(w: &mut String, cx: &Ctx, symbol: &str, node: NodeId) -> fmt::Result {
+    let g = cx.g;
+    let Op::Write {
+        state,
+        axis,
+        start,
+        value,
+    } = &g.node(node).op
+    else {
+        return writeln!(w, "#error \"fuse: {node} is not a state write\"");
+    };
+    let Some(r) = read_of(cx, *value) else {
+        return writeln!(w, "#error \"fuse: write {node} does not read {value}\"");
+    };
+    let shape = &g.ty(*value).shape.0;
+    let strides = crate::plan::access::contiguous_strides(&g.ty(*state).shape.0);
+    signature(w, cx, symbol, THREADS)?;
+    writeln!(
+        w,
+        "    const long long n = {};",
+        expr::dim(&g.ty(*value).shape.numel())
+    )?;
+    writeln!(
+        w,
+        "    const long long step = (long long)gridDim.x * blockDim.x;"
+    )?;
+    writeln!(w, "    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {{")?;
+    let ind = "        ";
+    let needed: BTreeSet<usize> = (0..shape.len()).filter(|&d| !shape[d].is_one()).collect();
+    let idx = expr::unravel(w, ind, "i", shape, &needed, "x")?;
+    let mut dst: Vec<String> = vec![format!(
+        "{} * {}",
+        expr::dim(start),
+        expr::dim(&strides[*axis])
+    )];
+    for (d, name) in idx.iter().enumerate() {
+        if let Some(name) = name {
+            dst.push(format!("{name} * {}", expr::dim(&strides[d])));
+        }
+    }
+    let src = expr::offset(&cx.k.reads[r].access, &idx);
+    writeln!(w, "{ind}out[{}] = in{r}[{src}];", dst.join(" + "))?;
     writeln!(w, "    }}")?;
     writeln!(w, "}}")
 }

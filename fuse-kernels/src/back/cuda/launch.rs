@@ -99,6 +99,7 @@ pub fn launches(plan: &Plan, model_name: &str) -> Vec<Launch> {
             KernelKind::Elementwise
             | KernelKind::Piecewise(_)
             | KernelKind::Gather { .. }
+            | KernelKind::Write { .. }
             | KernelKind::Concat { .. } => {
                 out.push(whole([elementwise::THREADS, 1, 1], elements()));
             }

@@ -173,6 +173,7 @@ fn write_kernel(w: &mut String, cx: &Ctx, symbol: &str) -> fmt::Result {
         KernelKind::Concat { node } => gather::write_concat(w, cx, symbol, *node),
         KernelKind::Piecewise(pw) => piecewise::write(w, cx, symbol, pw),
         KernelKind::Attention(att) => attention::write(w, cx, symbol, att),
+        KernelKind::Write { node } => gather::write_state(w, cx, symbol, *node),
     }
 }
 

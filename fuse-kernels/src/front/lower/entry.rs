@@ -69,6 +69,43 @@ impl Lowerer<'_> {
         self.call_stack.pop();
         self.scopes.pop();
         self.set_outputs(out, &forward);
+        self.check_state_reads();
+    }
+
+    /// In a call that writes a state, nothing else may read the value it held before: the planner may put such a
+    /// read (fused into a later op) after the write, which would see the new contents. Read the value `write`
+    /// returns instead.
+    fn check_state_reads(&mut self) {
+        let g = &self.g;
+        let mut errors = Vec::new();
+        for w in g.ids() {
+            let Op::Write { state, .. } = g.node(w).op else {
+                continue;
+            };
+            let Op::State(index) = g.node(state).op else {
+                continue;
+            };
+            let name = g.states[index as usize].name.clone();
+            for reader in g.ids().filter(|&r| r != w) {
+                if g.node(reader).op.operands().contains(&state) {
+                    errors.push((g.span(reader), name.clone()));
+                }
+            }
+            if g.outputs.contains(&state) {
+                errors.push((g.span(state), name.clone()));
+            }
+        }
+        for (span, name) in errors {
+            self.diags.error(
+                At::token(span),
+                format!(
+                    "this reads the state `{name}` as it was before this call's `write` to it; in a call that \
+                     writes a state, read the value `write` returns (`let all = self.{field}.write(..); \
+                     all.narrow(..)`): a read of the old value could run after the write",
+                    field = name.rsplit('.').next().unwrap_or(&name)
+                ),
+            );
+        }
     }
 
     /// False when lowering the body would only produce follow-on errors.
@@ -296,7 +333,20 @@ impl Lowerer<'_> {
         Some((name, Value::Dim(Dim::symbol(sym))))
     }
 
-    fn input_dim(&mut self, d: &syn::Expr) -> Option<Dim> {
+    pub(super) fn input_dim(&mut self, d: &syn::Expr) -> Option<Dim> {
+        // `past + seq`: a sum of dims (a mask over the cached and the new positions).
+        if let syn::Expr::Binary(b) = d {
+            if matches!(b.op, syn::BinOp::Add(_)) {
+                let (l, r) = (self.input_dim(&b.left), self.input_dim(&b.right));
+                let (l, r) = (l?, r?);
+                if l.as_static().is_none() || r.as_static().is_none() {
+                    return Some(self.g.sum(&[&l, &r]));
+                }
+            }
+        }
+        if let syn::Expr::Paren(p) = d {
+            return self.input_dim(&p.expr);
+        }
         if let syn::Expr::Path(p) = d {
             if let Some(ident) = p.path.get_ident() {
                 let name = ident.to_string();

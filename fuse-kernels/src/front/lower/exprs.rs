@@ -158,9 +158,13 @@ impl Lowerer<'_> {
                     return Value::Poison;
                 };
                 match &field.kind {
-                    crate::front::model::FieldKind::Tensor { .. } => {
+                    crate::front::model::FieldKind::Tensor { state, .. } => {
                         let path = super::join(&inst.path, &field.checkpoint_name);
-                        self.param(&path, name.span())
+                        if *state {
+                            self.state(&path, name.span())
+                        } else {
+                            self.param(&path, name.span())
+                        }
                     }
                     crate::front::model::FieldKind::Model { .. } => {
                         match self
@@ -347,9 +351,19 @@ impl Lowerer<'_> {
         }
     }
 
-    /// Arithmetic on shape dims where one side is dynamic: only products stay a dim (`batch * seq`).
+    /// Arithmetic on shape dims where one side is dynamic: products (`batch * seq`) and sums (`past + seq`, a
+    /// derived symbol, see [`crate::ir::DerivedDim`]) stay a dim.
     fn dim_arith(&mut self, op: &syn::BinOp, b: &syn::ExprBinary, l: &Value, r: &Value) -> Value {
         let dims = (super::dim_of(l), super::dim_of(r));
+        if let (syn::BinOp::Add(_), (Some(x), Some(y))) = (op, &dims) {
+            let sum = self.g.sum(&[x, y]);
+            if sum.coeff > crate::infer::MAX_ELEMENTS {
+                self.diags
+                    .error_at(b, "this dim sum is too large for any tensor");
+                return Value::Poison;
+            }
+            return dim_value(&sum);
+        }
         if let (syn::BinOp::Mul(_), (Some(x), Some(y))) = (op, &dims) {
             return match crate::infer::mul_dims(x, y) {
                 Some(d) => dim_value(&d),
@@ -378,8 +392,9 @@ impl Lowerer<'_> {
                  be the same for every input size; compare module consts instead"
             ),
             _ => format!(
-                "`{dynamic}` is a dynamic dim: a shape dim can only be a product of dynamic dims and constants \
-                 (`batch * seq`, `2 * seq`); other arithmetic on it is not known until run time"
+                "`{dynamic}` is a dynamic dim: a shape dim can only be a product or a sum of dynamic dims and \
+                 constants (`batch * seq`, `2 * seq`, `past + seq`); other arithmetic on it is not known until \
+                 run time"
             ),
         };
         self.diags.error_at(b, message);

@@ -46,6 +46,24 @@ impl Lowerer<'_> {
         for field in &def.fields {
             let path = join(&inst.path, &field.checkpoint_name);
             match &field.kind {
+                FieldKind::Tensor {
+                    dtype,
+                    shape,
+                    state: true,
+                } => {
+                    let Some(shape) = self.state_shape(shape, inst) else {
+                        continue;
+                    };
+                    self.state_index
+                        .insert(path.clone(), self.g.states.len() as u32);
+                    self.g.states.push(crate::ir::ParamInfo {
+                        name: path,
+                        ty: TensorType {
+                            dtype: *dtype,
+                            shape,
+                        },
+                    });
+                }
                 FieldKind::Tensor { dtype, shape, .. } => {
                     if self.g.params.len() >= MAX_PARAMS {
                         self.diags.error_at(
@@ -82,6 +100,35 @@ impl Lowerer<'_> {
                 }
             }
         }
+    }
+
+    /// A state's shape: constants, or lowercase names for the dynamic dims a session binds (`batch`).
+    fn state_shape(&mut self, dims: &[syn::Expr], inst: &Instance) -> Option<Shape> {
+        let mut out = Vec::new();
+        for d in dims {
+            let lowercase = matches!(d, syn::Expr::Path(p)
+            if p.path.get_ident().is_some_and(|i| {
+                let n = i.to_string();
+                n.starts_with(|c: char| c.is_ascii_lowercase()) && !inst.generics.contains_key(&n)
+            }));
+            if lowercase {
+                out.push(self.input_dim(d)?);
+                continue;
+            }
+            match eval_const(d, self.src.module_consts(), &inst.generics) {
+                Ok(ConstVal::Int(n)) if n > 0 => out.push(Dim::fixed(n as usize)),
+                Ok(v) => self.diags.error_at(
+                    d,
+                    format!("a state dim must be a positive integer constant or a dynamic dim, but this is {v}"),
+                ),
+                Err(ConstError::Invalid(e)) => self.diags.push(e),
+                Err(ConstError::UsesRejected) => {}
+            }
+        }
+        if out.len() != dims.len() {
+            return None;
+        }
+        Some(Shape(out))
     }
 
     fn param_shape(&mut self, dims: &[syn::Expr], inst: &Instance) -> Option<Shape> {

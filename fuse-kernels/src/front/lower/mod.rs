@@ -71,6 +71,10 @@ pub struct Lowerer<'a> {
     diags: &'a mut Diagnostics,
     param_index: BTreeMap<String, u32>,
     param_nodes: BTreeMap<u32, NodeId>,
+    /// `#[state]` fields by checkpoint path, their nodes, and where each was written (once per call at most).
+    state_index: BTreeMap<String, u32>,
+    state_nodes: BTreeMap<u32, NodeId>,
+    state_writes: BTreeMap<u32, At>,
     scopes: Vec<Scope>,
     call_stack: Vec<String>,
     /// Evaluation steps so far, against [`MAX_STEPS`].
@@ -97,6 +101,9 @@ impl<'a> Lowerer<'a> {
             diags,
             param_index: BTreeMap::new(),
             param_nodes: BTreeMap::new(),
+            state_index: BTreeMap::new(),
+            state_nodes: BTreeMap::new(),
+            state_writes: BTreeMap::new(),
             scopes: Vec::new(),
             call_stack: Vec::new(),
             steps: 0,
@@ -270,6 +277,29 @@ impl<'a> Lowerer<'a> {
             span,
         );
         self.param_nodes.insert(index, id);
+        Value::Tensor(id)
+    }
+
+    /// The value a `#[state]` field holds when the call starts (one node per state).
+    fn state(&mut self, path: &str, span: Span) -> Value {
+        let Some(&index) = self.state_index.get(path) else {
+            return Value::Poison;
+        };
+        if let Some(&id) = self.state_nodes.get(&index) {
+            return Value::Tensor(id);
+        }
+        let Some(info) = self.g.states.get(index as usize) else {
+            return Value::Poison;
+        };
+        let ty = info.ty.clone();
+        let id = self.g.push(
+            Node {
+                op: Op::State(index),
+                ty,
+            },
+            span,
+        );
+        self.state_nodes.insert(index, id);
         Value::Tensor(id)
     }
 

@@ -50,6 +50,7 @@ const METHODS: &[(&str, &str)] = &[
     ("reshape", "x.reshape([batch, seq, HEADS, HEAD_DIM])"),
     ("slice", "x.slice(axis, start, end)"),
     ("narrow", "x.narrow(axis, start, len)"),
+    ("write", "self.cache.write(axis, start, value)"),
     ("dim", "x.dim(axis)"),
 ];
 
@@ -223,6 +224,7 @@ impl Lowerer<'_> {
             }
             ("slice", 3) => self.slice(x, &args, &arg_at, at),
             ("narrow", 3) => self.narrow(x, &args, &arg_at, at),
+            ("write", 3) => self.write_state(x, &args, &arg_at, at),
             ("dim", 1) => match self.axis(&args[0], arg_at[0], x) {
                 Some(axis) => dim_value(&self.g.ty(x).shape.0[axis]),
                 None => Value::Poison,
@@ -301,6 +303,40 @@ impl Lowerer<'_> {
                 axis,
                 start,
                 len,
+            },
+            at,
+        )
+    }
+
+    /// `self.cache.write(axis, start, value)`: the state with `[start, start + len)` of `axis` replaced by
+    /// `value`. A state is written once per call: a second write would have to order two in-place updates.
+    fn write_state(&mut self, x: NodeId, args: &[Value], arg_at: &[At], at: At) -> Value {
+        let axis = self.axis(&args[0], arg_at[0], x);
+        let start = self.dim_bound(&args[1], arg_at[1], "a write start", 0);
+        let value = self.operand(&args[2], arg_at[2]);
+        let (Some(axis), Some(start), Some(value)) = (axis, start, value) else {
+            return Value::Poison;
+        };
+        if let Op::State(index) = self.g.node(x).op {
+            if self.state_writes.contains_key(&index) {
+                let name = self.g.states[index as usize].name.clone();
+                self.diags.error(
+                    at,
+                    format!(
+                        "the state `{name}` is written a second time in this call; a call writes each state once \
+                         (concatenate the values and write them together)"
+                    ),
+                );
+                return Value::Poison;
+            }
+            self.state_writes.insert(index, at);
+        }
+        self.add(
+            Op::Write {
+                state: x,
+                axis,
+                start,
+                value,
             },
             at,
         )

@@ -1,0 +1,95 @@
+//! The state a model keeps between calls (`#[state]` fields, e.g. a decoder's KV cache) belongs to a [`Session`]
+//! the caller owns, not to the model: one loaded model serves many sessions at once, each call borrowing its
+//! session mutably while the plan's write kernels update the state in place.
+
+use crate::error::{Error, Result};
+use crate::exec::Program;
+use crate::tensor::Tensor;
+
+/// The `#[state]` buffers of one model for one stream of calls, zeroed when made. Make it with
+/// `model.session(&[("batch", 2)])` (the dims its state shapes name), pass it to every `forward`.
+pub struct Session {
+    pub(crate) model: &'static str,
+    pub(crate) states: Vec<Tensor>,
+}
+
+impl Session {
+    /// Zeroed states of `program`'s shapes at `dims` (every dim of the model, sums derived).
+    pub(crate) fn new(model: &'static str, program: &Program, dims: &[usize]) -> Result<Self> {
+        let states = program
+            .states
+            .iter()
+            .map(|s| {
+                let shape: Vec<usize> = s.dims.iter().map(|m| m.eval(dims)).collect();
+                let numel = s
+                    .dims
+                    .iter()
+                    .try_fold(1usize, |acc, m| acc.checked_mul(m.checked_eval(dims)?))
+                    .ok_or(Error::OutOfMemory {
+                        what: "a state",
+                        bytes: None,
+                        available: None,
+                    })?;
+                Tensor::from_f32(&shape, crate::arena::zeroed_f32("a state", numel)?)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Session { model, states })
+    }
+
+    /// The states, in the order the model declares its `#[state]` fields (sub-models depth first).
+    pub fn states(&self) -> &[Tensor] {
+        &self.states
+    }
+
+    /// Bytes the states hold.
+    pub fn bytes(&self) -> usize {
+        self.states.iter().map(|t| t.numel() * 4).sum()
+    }
+
+    /// Zeroes every state: the session starts over (a new prompt) without allocating.
+    pub fn reset(&mut self) {
+        for t in &mut self.states {
+            if let Some(v) = t.as_f32_mut() {
+                v.fill(0.0);
+            }
+        }
+    }
+
+    /// A copy of this session and its states, e.g. to run two plans from the same state.
+    pub fn try_clone(&self) -> Result<Session> {
+        let states = self
+            .states
+            .iter()
+            .map(|t| {
+                let data = t.as_f32().map(<[f32]>::to_vec).unwrap_or_default();
+                Tensor::from_f32(t.shape(), data)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Session {
+            model: self.model,
+            states,
+        })
+    }
+
+    /// Checks that this session belongs to `program`'s model and that its states have the shapes this call's dims
+    /// give them.
+    pub(crate) fn check(&self, program: &Program, dims: &[usize]) -> Result<()> {
+        if self.model != program.model || self.states.len() != program.states.len() {
+            return Err(Error::SessionMismatch {
+                model: program.model.into(),
+                session_model: self.model.into(),
+            });
+        }
+        for (spec, t) in program.states.iter().zip(&self.states) {
+            let expected: Vec<usize> = spec.dims.iter().map(|m| m.eval(dims)).collect();
+            if t.shape() != expected.as_slice() {
+                return Err(Error::StateShape {
+                    state: spec.name.clone(),
+                    expected,
+                    found: t.shape().to_vec(),
+                });
+            }
+        }
+        Ok(())
+    }
+}

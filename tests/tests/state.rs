@@ -1,0 +1,124 @@
+//! `#[state]` fields: a write at a run-time offset into a buffer the caller's session owns, then reads of the
+//! written value, against the f64 reference (outputs and the state the call leaves), in both plans.
+
+use fuse_runtime::{Error, PlanMode, Tensor};
+use fuse_tests::check::check_stateful;
+use rand::{Rng, SeedableRng};
+
+use fuse_tests::op_models::ops::{CacheWrite, D, MAX_POS};
+
+#[test]
+fn writes_at_random_offsets_then_reads_of_the_prefix_match_the_reference() {
+    let m = CacheWrite::random(30);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(30);
+    for case in 0..4u64 {
+        let batch = rng.gen_range(1..=3);
+        let mut session = m.session(&[("batch", batch)]).unwrap();
+        // A prompt, then steps of a few tokens, until the cache is nearly full: each call checked against the
+        // reference from the state the previous calls left.
+        let mut past = 0;
+        while past < MAX_POS {
+            let seq = rng.gen_range(1..=(MAX_POS - past).min(5));
+            let x = Tensor::randn(&[batch, seq, D], case * 100 + past as u64);
+            check_stateful(
+                "cache write",
+                m.compiled(),
+                &session,
+                &[&x, &fuse_runtime::exec::dim_arg(past).unwrap()],
+                1e-5,
+                1e-5,
+            );
+            let (_, keys) = m.forward(&mut session, &x, past).unwrap();
+            assert_eq!(keys.shape(), &[batch, past + seq, D]);
+            past += seq;
+        }
+        // The state holds every row written, in order.
+        assert!(session.states()[0]
+            .as_f32()
+            .unwrap()
+            .iter()
+            .all(|v| *v != 0.0));
+    }
+}
+
+#[test]
+fn a_write_past_the_state_is_a_typed_error_and_changes_nothing() {
+    let m = CacheWrite::random(31);
+    let mut session = m.session(&[("batch", 2)]).unwrap();
+    let x = Tensor::randn(&[2, 3, D], 1);
+    m.forward(&mut session, &x, 0).unwrap();
+    let before = session.states()[0].clone();
+    for mode in [PlanMode::Fused, PlanMode::Eager] {
+        let err = m
+            .forward_with(mode, &mut session, &x, MAX_POS - 2)
+            .expect_err("past the cache");
+        assert!(
+            matches!(
+                err,
+                Error::NarrowOutOfRange {
+                    axis: 1,
+                    start: 14,
+                    len: 3,
+                    size: 16,
+                    ..
+                }
+            ),
+            "{mode:?}: {err:?}"
+        );
+        assert_eq!(session.states()[0].to_f32_vec(), before.to_f32_vec());
+    }
+    // The last offset that fits runs.
+    assert!(m.forward(&mut session, &x, MAX_POS - 3).is_ok());
+}
+
+#[test]
+fn sessions_are_the_callers_and_checked() {
+    let m = CacheWrite::random(32);
+    let x = Tensor::randn(&[2, 3, D], 1);
+    let past = fuse_runtime::exec::dim_arg(0).unwrap();
+    // Without a session.
+    let err = m
+        .compiled()
+        .run(PlanMode::Fused, &[&x, &past])
+        .expect_err("no session");
+    assert!(matches!(err, Error::NeedsSession { .. }), "{err:?}");
+    // A session made for another batch.
+    let mut small = m.session(&[("batch", 1)]).unwrap();
+    let err = m.forward(&mut small, &x, 0).expect_err("batch");
+    assert!(
+        matches!(&err, Error::StateShape { expected, found, .. } if expected[0] == 2 && found[0] == 1),
+        "{err:?}"
+    );
+    // A session needs the dims its states name.
+    assert!(matches!(m.session(&[]), Err(Error::MissingDim { .. })));
+    // Two sessions of one model are independent.
+    let (mut a, mut b) = (
+        m.session(&[("batch", 2)]).unwrap(),
+        m.session(&[("batch", 2)]).unwrap(),
+    );
+    m.forward(&mut a, &x, 0).unwrap();
+    assert!(b.states()[0].as_f32().unwrap().iter().all(|v| *v == 0.0));
+    let y = Tensor::randn(&[2, 3, D], 2);
+    m.forward(&mut b, &y, 0).unwrap();
+    let (_, from_a) = m.forward(&mut a, &y, 3).unwrap();
+    let (_, from_b) = m.forward(&mut b, &y, 3).unwrap();
+    // Same new rows, different history.
+    assert_ne!(from_a.to_f32_vec(), from_b.to_f32_vec());
+    a.reset();
+    assert!(a.states()[0].as_f32().unwrap().iter().all(|v| *v == 0.0));
+    assert_eq!(a.bytes(), 2 * MAX_POS * D * 4);
+}
+
+#[test]
+fn the_plan_report_shows_the_state_bytes() {
+    let m = CacheWrite::random(33);
+    // batch, seq, past, past + seq: 2 × 16 × 24 f32 of state at batch 2.
+    let report = m.plan().at(&[2, 3, 4]);
+    assert_eq!(report.checked_state_bytes(), Some(2 * MAX_POS * D * 4));
+    let text = report.to_string();
+    assert!(
+        text.contains("state 0.00 MB in 1 buffer(s), the session's"),
+        "{text}"
+    );
+    assert!(m.plan().dump().contains("write"), "{}", m.plan().dump());
+}
