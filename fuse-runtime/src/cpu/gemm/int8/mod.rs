@@ -83,6 +83,15 @@ impl Int8Kernel {
         all
     }
 
+    /// Quantises one row of A as this kernel's driver does ([`quantize_row`], compiled for its instruction set),
+    /// for measuring what quantisation costs; `None` when this CPU cannot run the kernel.
+    pub fn quantize_row(self, x: &[f32], out: &mut [u8]) -> Option<(f32, i32)> {
+        static SUPPORTED: OnceLock<Vec<Int8Kernel>> = OnceLock::new();
+        let runs = SUPPORTED.get_or_init(Int8Kernel::supported).contains(&self);
+        // SAFETY: the kernel runs on this CPU (checked).
+        runs.then(|| unsafe { kernels::quantize_on(self, x, out) })
+    }
+
     /// How the device report names it.
     pub fn describe(self) -> &'static str {
         match self {

@@ -47,12 +47,13 @@ pub fn to_i8(v: f32, inv: f32) -> i8 {
     (v * inv).round_ties_even().clamp(-127.0, 127.0) as i8
 }
 
-/// `(min(x, 0), max(x, 0), whether any x is NaN or infinite)`.
+/// `(min(x, 0), max(x, 0), whether any x is NaN or infinite)`, over lanes so it vectorises: `v · 0` is NaN
+/// exactly for a NaN or an infinity, and a sum of those flags per lane is NaN if any was.
 #[inline(always)]
 fn range(x: &[f32]) -> (f32, f32, bool) {
     let mut lo = [0.0f32; LANES];
     let mut hi = [0.0f32; LANES];
-    let mut bad = [false; LANES];
+    let mut poison = [0.0f32; LANES];
     let chunks = x.chunks_exact(LANES);
     let rest = chunks.remainder();
     for chunk in chunks {
@@ -60,17 +61,17 @@ fn range(x: &[f32]) -> (f32, f32, bool) {
             let v = chunk[t];
             lo[t] = if v < lo[t] { v } else { lo[t] };
             hi[t] = if v > hi[t] { v } else { hi[t] };
-            bad[t] |= !v.is_finite();
+            poison[t] += v * 0.0;
         }
     }
     for (t, &v) in rest.iter().enumerate() {
         lo[t] = if v < lo[t] { v } else { lo[t] };
         hi[t] = if v > hi[t] { v } else { hi[t] };
-        bad[t] |= !v.is_finite();
+        poison[t] += v * 0.0;
     }
     let lo = lo.iter().fold(0.0f32, |m, &v| m.min(v));
     let hi = hi.iter().fold(0.0f32, |m, &v| m.max(v));
-    (lo, hi, bad.iter().any(|&b| b))
+    (lo, hi, poison.iter().any(|p| p.is_nan()))
 }
 
 /// Quantises a row of A into `out` as u8, asymmetrically over the row's range (0 included):
@@ -96,7 +97,11 @@ pub fn quantize_row(x: &[f32], out: &mut [u8]) -> (f32, i32) {
     };
     let (head, pad) = out.split_at_mut(x.len());
     for (o, &v) in head.iter_mut().zip(x) {
-        *o = ((v * inv).round_ties_even() + zero).clamp(0.0, 255.0) as u8;
+        // `max`/`min` also turn a NaN into 0 (its row's scale is NaN already), so the value is finite and in
+        // range for the unchecked conversion, which vectorises where a saturating one does not.
+        let q = ((v * inv).round_ties_even() + zero).max(0.0).min(255.0);
+        // SAFETY: q is finite and in [0, 255].
+        *o = unsafe { q.to_int_unchecked::<i32>() } as u8;
     }
     pad.fill(zero as u8);
     (scale, zero as i32)
