@@ -99,6 +99,8 @@ pub fn quantize_row(x: &[f32], out: &mut [u8]) -> (f32, i32) {
     for (o, &v) in head.iter_mut().zip(x) {
         // `max`/`min` also turn a NaN into 0 (its row's scale is NaN already), so the value is finite and in
         // range for the unchecked conversion, which vectorises where a saturating one does not.
+        // Not `clamp`, which keeps a NaN.
+        #[allow(clippy::manual_clamp)]
         let q = ((v * inv).round_ties_even() + zero).max(0.0).min(255.0);
         // SAFETY: q is finite and in [0, 255].
         *o = unsafe { q.to_int_unchecked::<i32>() } as u8;
