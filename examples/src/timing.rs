@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use fuse_runtime::cpu::processor::Processor;
+use fuse_runtime::CpuPrecision;
 
 /// Median milliseconds of `runs` calls of `f` (after one untimed warm-up call).
 pub fn median_ms<E>(runs: usize, f: impl FnMut() -> Result<(), E>) -> Result<f64, E> {
@@ -35,8 +36,23 @@ pub fn sample_ms<E>(runs: usize, mut f: impl FnMut() -> Result<(), E>) -> Result
     })
 }
 
+/// Takes `--precision f32|int8` out of `args` (f32 when absent): the CPU precision of the benchmarked model's
+/// weight GEMMs.
+pub fn precision_arg(args: &mut Vec<String>) -> Result<CpuPrecision, String> {
+    let Some(at) = args.iter().position(|a| a == "--precision") else {
+        return Ok(CpuPrecision::F32);
+    };
+    let value = args.get(at + 1).cloned().unwrap_or_default();
+    args.drain(at..(at + 2).min(args.len()));
+    match value.as_str() {
+        "f32" => Ok(CpuPrecision::F32),
+        "int8" => Ok(CpuPrecision::Int8),
+        other => Err(format!("--precision takes f32 or int8, not {other:?}")),
+    }
+}
+
 /// The JSON line of one workload's timings in one plan mode (`bench --json`, `minilm --bench --json`); callers
-/// add the fields only they have.
+/// add the fields only they have (and set `precision` when it is not f32).
 pub fn json_line(workload: &str, mode: &str, sample: Sample, runs: usize) -> serde_json::Value {
     serde_json::json!({
         "workload": workload,

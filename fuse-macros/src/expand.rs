@@ -387,6 +387,12 @@ fn expand_model(
                 ::fuse_runtime::CompiledModel::try_random(&#private::SPEC, seed).map(|core| Self { core })
             }
 
+            /// The model with its CPU GEMMs whose B is a weight computed in `precision` (int8: weights quantised
+            /// once, now); see `CompiledModel::with_cpu_precision`.
+            pub fn with_cpu_precision(self, precision: ::fuse_runtime::CpuPrecision) -> ::fuse_runtime::Result<Self> {
+                self.core.with_cpu_precision(precision).map(|core| Self { core })
+            }
+
             /// Weights in declaration order (see [`Self::spec`] for names and shapes).
             pub fn from_weights(weights: ::std::vec::Vec<::fuse_runtime::Tensor>) -> ::fuse_runtime::Result<Self> {
                 ::fuse_runtime::CompiledModel::from_weights(&#private::SPEC, weights).map(|core| Self { core })

@@ -146,6 +146,9 @@ fn stub_model(module: &syn::ItemMod, name: &syn::Ident) -> TokenStream {
             pub fn from_weights(weights: ::std::vec::Vec<::fuse_runtime::Tensor>) -> ::fuse_runtime::Result<Self> {
                 #fail
             }
+            pub fn with_cpu_precision(self, precision: ::fuse_runtime::CpuPrecision) -> ::fuse_runtime::Result<Self> {
+                #fail
+            }
             #session_fn
             pub fn forward(&self, #session_param #(#args),*) -> ::fuse_runtime::Result<#ret> {
                 #fail

@@ -5,7 +5,9 @@
 //! threads may run the same model at once; kernels only touch their own call's arena and the shared, read-only
 //! weights.
 
-use crate::cpu::gemm::{BView, PackedB};
+use crate::cpu::gemm::int8::QuantB;
+use crate::cpu::gemm::{BView, PackedB, WeightPack};
+use crate::cpu::CpuPrecision;
 use crate::error::{Error, Result};
 use crate::pool::{ArenaPool, PoolLimits, PoolStats};
 use std::collections::HashMap;
@@ -203,7 +205,7 @@ pub struct Ctx<'a> {
     dims: &'a [usize],
     ptrs: &'a [(*mut u8, usize)],
     /// The running kernel's GEMM B operand packed at load, if the plan's tables named one (`packed_b`).
-    packed_b: Option<&'a PackedB>,
+    packed_b: Option<&'a WeightPack>,
 }
 
 // SAFETY: the pointers are into memory owned by the call (arena, outputs) or borrowed immutably for its whole
@@ -217,7 +219,7 @@ impl Ctx<'_> {
 
     /// The running kernel's B operand, packed when the model's weights were put in place; `gemm_with` uses it
     /// only if it matches the view the kernel reads.
-    pub fn packed_b(&self) -> Option<&PackedB> {
+    pub fn packed_b(&self) -> Option<&WeightPack> {
         self.packed_b
     }
 
@@ -441,14 +443,29 @@ pub struct Executor {
     pool: ArenaPool,
     /// Per plan kernel, its GEMM's B packed from the weights this executor runs with (see
     /// [`Executor::pack_weights`]).
-    packs: Vec<Option<Arc<PackedB>>>,
+    packs: Vec<Option<Arc<WeightPack>>>,
 }
 
 /// Packs made for one set of weights, by parameter and view: a B that several kernels or both plans read (tied
 /// weights, fused and eager) is packed once.
 #[derive(Default)]
 pub struct PackCache {
-    packs: HashMap<(usize, BView), Arc<PackedB>>,
+    packs: HashMap<(usize, BView), Arc<WeightPack>>,
+}
+
+/// One weight view packed in `precision`, falling back to f32 where int8 cannot hold it.
+fn pack_one(
+    backend: crate::cpu::gemm::Backend,
+    precision: CpuPrecision,
+    source: &[f32],
+    view: BView,
+) -> Result<Option<WeightPack>> {
+    if precision == CpuPrecision::Int8 {
+        if let Some(q) = QuantB::new(source, view)? {
+            return Ok(Some(WeightPack::Int8(q)));
+        }
+    }
+    Ok(PackedB::new(backend, source, view)?.map(WeightPack::F32))
 }
 
 impl PackCache {
@@ -468,10 +485,16 @@ impl Executor {
         }
     }
 
-    /// Packs, for the best GEMM backend of this CPU, every B operand the plan's tables name (`packed_b`) from
-    /// `weights`, reusing what `cache` already holds for these weights. Every later call must pass these same
-    /// `weights`: a model packs when its weights are put in place, and they never change after.
-    pub fn pack_weights(&mut self, weights: &[Tensor], cache: &mut PackCache) -> Result<()> {
+    /// Packs, for the best GEMM backend of this CPU and in `precision`, every B operand the plan's tables name
+    /// (`packed_b`) from `weights`, reusing what `cache` already holds for these weights. Every later call must
+    /// pass these same `weights`: a model packs when its weights are put in place, and they never change after.
+    /// In int8, a B that cannot be quantised (deeper than `int8::MAX_DEPTH`) is packed in f32.
+    pub fn pack_weights(
+        &mut self,
+        weights: &[Tensor],
+        cache: &mut PackCache,
+        precision: CpuPrecision,
+    ) -> Result<()> {
         let backend = crate::cpu::gemm::Backend::best();
         let mut packs = vec![None; self.program.kernels.len()];
         for entry in &self.program.packed_b {
@@ -491,7 +514,7 @@ impl Executor {
             };
             let pack = match cache.packs.get(&(param, view)) {
                 Some(pack) => Some(pack.clone()),
-                None => PackedB::new(backend, source, view)?.map(|pack| {
+                None => pack_one(backend, precision, source, view)?.map(|pack| {
                     let pack = Arc::new(pack);
                     cache.packs.insert((param, view), pack.clone());
                     pack
@@ -503,6 +526,16 @@ impl Executor {
         }
         self.packs = packs;
         Ok(())
+    }
+
+    /// How many of the program's GEMMs read a weight packed in int8, of how many read a packed weight.
+    pub fn int8_gemms(&self) -> (usize, usize) {
+        let packed = self.packs.iter().flatten();
+        let int8 = packed
+            .clone()
+            .filter(|p| matches!(***p, WeightPack::Int8(_)))
+            .count();
+        (int8, packed.count())
     }
 
     pub fn program(&self) -> &'static Program {

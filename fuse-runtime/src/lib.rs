@@ -19,6 +19,7 @@ pub mod tensor;
 pub mod tensor_file;
 pub mod weights;
 
+pub use cpu::CpuPrecision;
 pub use device::{Device, GpuOptions, Precision};
 pub use error::{Error, Result};
 #[doc(hidden)]

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use crate::cpu::CpuPrecision;
 use crate::device::Placement;
 use crate::error::{Error, Result};
 use crate::exec::{bind_inputs_with, EmbeddedProgram, Executor, InputSpec, PackCache};
@@ -56,6 +57,8 @@ pub struct CompiledModel {
     eager: Executor,
     /// See [`CompiledModel::packed_weight_bytes`].
     packed_bytes: usize,
+    /// See [`CompiledModel::with_cpu_precision`].
+    cpu_precision: CpuPrecision,
     /// Where `run` executes: the CPU executors above, or a GPU copy (see [`crate::device`]).
     pub(crate) placement: Placement,
 }
@@ -96,17 +99,40 @@ impl CompiledModel {
         // The weights are in place and never change after: pack the GEMMs' weight operands now, once, instead
         // of on every call. Both plans share the packs of the same weight view.
         let (mut fused, mut eager) = (Executor::new(fused), Executor::new(eager));
+        let precision = CpuPrecision::F32;
         let mut packs = PackCache::default();
-        fused.pack_weights(&weights, &mut packs)?;
-        eager.pack_weights(&weights, &mut packs)?;
+        fused.pack_weights(&weights, &mut packs, precision)?;
+        eager.pack_weights(&weights, &mut packs, precision)?;
         Ok(CompiledModel {
             spec,
             weights,
             fused,
             eager,
             packed_bytes: packs.bytes(),
+            cpu_precision: precision,
             placement: Placement::default(),
         })
+    }
+
+    /// The model computing its CPU GEMMs whose B is a weight in `precision` (see [`CpuPrecision`]): the weights
+    /// are packed again, once, for it (in int8: quantised per output channel). f32 is what every model starts
+    /// with. Only the CPU executors change; a GPU placement keeps its own precision.
+    pub fn with_cpu_precision(mut self, precision: CpuPrecision) -> Result<Self> {
+        if precision != self.cpu_precision {
+            let mut packs = PackCache::default();
+            self.fused
+                .pack_weights(&self.weights, &mut packs, precision)?;
+            self.eager
+                .pack_weights(&self.weights, &mut packs, precision)?;
+            self.packed_bytes = packs.bytes();
+            self.cpu_precision = precision;
+        }
+        Ok(self)
+    }
+
+    /// What [`CompiledModel::with_cpu_precision`] chose.
+    pub fn cpu_precision(&self) -> CpuPrecision {
+        self.cpu_precision
     }
 
     /// Bytes of the weight copies packed at load for the CPU GEMMs (each distinct weight view once, shared by

@@ -1,13 +1,14 @@
 //! Benchmarks W1–W3 (W4, MiniLM, is `--bin minilm -- --bench`): fused vs eager plan in one run, plus the first
 //! call in a fresh process. `cargo run --release -p fuse-examples --bin bench [w1 w2 w3] [--json] [--profile]`.
-//! `--json` prints one JSON object per workload and plan mode instead of the table.
+//! `--json` prints one JSON object per workload and plan mode instead of the table; `--precision int8` runs the
+//! GEMMs whose B is a weight in int8 (`CompiledModel::with_cpu_precision`).
 
 use std::process::Command;
 use std::time::Instant;
 
 use fuse_examples::models::{chain::chain::Chain, encoder::encoder::EncoderLayer, mlp::mlp::Mlp};
-use fuse_examples::timing::{cpu_line, json_line, median_ms, sample_ms, threads};
-use fuse_runtime::{CompiledModel, PlanMode, Result, Tensor};
+use fuse_examples::timing::{cpu_line, json_line, median_ms, precision_arg, sample_ms, threads};
+use fuse_runtime::{CompiledModel, CpuPrecision, PlanMode, Result, Tensor};
 use serde_json::json;
 
 const RUNS: usize = 20;
@@ -25,7 +26,13 @@ struct Workload {
     label: &'static str,
 }
 
-fn workload(name: &str) -> Option<Workload> {
+fn workload(name: &str, precision: CpuPrecision) -> Option<Workload> {
+    let mut w = workload_f32(name)?;
+    w.model = w.model.with_cpu_precision(precision).ok()?;
+    Some(w)
+}
+
+fn workload_f32(name: &str) -> Option<Workload> {
     let (batch, seq) = (8, 128);
     match name {
         "w1" => Some(Workload {
@@ -59,13 +66,13 @@ fn workload(name: &str) -> Option<Workload> {
 /// Prints the first call's time and the median of the next [`STEADY_CALLS`] in this process: comparing the two
 /// within one process keeps the machine's process-to-process variance out of the ratio. With `reserve`, the
 /// arena for the call's sizes is allocated first, as a server that knows its largest batch would at load.
-fn first_call(name: &str, reserve: bool) -> Result<()> {
+fn first_call(name: &str, reserve: bool, precision: CpuPrecision) -> Result<()> {
     let Some(Workload {
         model,
         inputs,
         sizes,
         ..
-    }) = workload(name)
+    }) = workload(name, precision)
     else {
         return Ok(());
     };
@@ -82,13 +89,21 @@ fn first_call(name: &str, reserve: bool) -> Result<()> {
 }
 
 fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let precision = match precision_arg(&mut args) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(2);
+        }
+    };
     if let Some(mode @ ("--first-call" | "--first-call-reserved")) =
         args.first().map(String::as_str)
     {
         return first_call(
             args.get(1).map_or("", String::as_str),
             mode == "--first-call-reserved",
+            precision,
         );
     }
     let profile = args.iter().any(|a| a == "--profile");
@@ -113,7 +128,7 @@ fn main() -> Result<()> {
             id,
             label,
             ..
-        }) = workload(name)
+        }) = workload(name, precision)
         else {
             eprintln!("unknown workload {name}");
             continue;
@@ -130,16 +145,18 @@ fn main() -> Result<()> {
         })?;
         let nan = (f64::NAN, f64::NAN);
         let (first, first_ratio) =
-            fresh_process_first_call(name, "--first-call", None).unwrap_or(nan);
+            fresh_process_first_call(name, "--first-call", None, precision).unwrap_or(nan);
         let (_, reserved) =
-            fresh_process_first_call(name, "--first-call-reserved", None).unwrap_or(nan);
+            fresh_process_first_call(name, "--first-call-reserved", None, precision).unwrap_or(nan);
         let (_, reserved_one_thread) =
-            fresh_process_first_call(name, "--first-call-reserved", Some(1)).unwrap_or(nan);
+            fresh_process_first_call(name, "--first-call-reserved", Some(1), precision)
+                .unwrap_or(nan);
         if as_json {
             for (mode, sample, reuse) in
                 [("fused", fused, fused_reuse), ("eager", eager, eager_reuse)]
             {
                 let mut line = json_line(id, mode, sample, RUNS);
+                line["precision"] = json!(precision.to_string());
                 line["reused_output_median_ms"] = json!(reuse);
                 if mode == "fused" {
                     // Fresh processes run the fused plan: the first-call figures belong to it. NaN (a failed
@@ -154,6 +171,7 @@ fn main() -> Result<()> {
             }
         } else {
             let (eager, fused) = (eager.median, fused.median);
+            let label = format!("{label} {precision}");
             println!(
                 "{label:<40} {eager:>9.2} {fused:>9.2} {:>6.2}x {eager_reuse:>9.2} {fused_reuse:>9.2} {:>6.2}x {first:>9.2} {first_ratio:>9.2}x {reserved:>9.2}x {reserved_one_thread:>9.2}x",
                 eager / fused,
@@ -205,12 +223,17 @@ fn print_header(cpu: &str) {
 /// own steady state: one process is one sample, and the first call of a process varies with what the OS has to
 /// map for it. `threads` sets the processes' worker count: with one, no idle CPU has to wake up for the first
 /// call.
-fn fresh_process_first_call(name: &str, mode: &str, threads: Option<usize>) -> Option<(f64, f64)> {
+fn fresh_process_first_call(
+    name: &str,
+    mode: &str,
+    threads: Option<usize>,
+    precision: CpuPrecision,
+) -> Option<(f64, f64)> {
     let exe = std::env::current_exe().ok()?;
     let (mut firsts, mut ratios) = (Vec::new(), Vec::new());
     for _ in 0..FIRST_CALL_PROCESSES {
         let mut command = Command::new(&exe);
-        command.args([mode, name]);
+        command.args([mode, name, "--precision", &precision.to_string()]);
         if let Some(threads) = threads {
             command.env("RAYON_NUM_THREADS", threads.to_string());
         }

@@ -1,11 +1,12 @@
 //! Sentence embeddings with all-MiniLM-L6-v2, compiled by fuse. Fetch the checkpoint once with
 //! `scripts/fetch-minilm.sh`, then: `cargo run --release -p fuse-examples --bin minilm -- "A sentence." "Another."`
 //! With no sentences it embeds a few built-in ones; `--bench` times batch 8 × sequence 128 (workload W4), and
-//! `--bench --json` prints its figures as one JSON object per plan mode; `--drift` prints the drift report of the
+//! `--bench --json` prints its figures as one JSON object per plan mode (`--precision int8`: the weight GEMMs in
+//! int8, `CompiledModel::with_cpu_precision`); `--drift` prints the drift report of the
 //! sentences' batch (fused and eager plans against the f64 reference).
 
 use fuse_examples::minilm_run::{cosine, inputs, SentenceEmbedder};
-use fuse_examples::timing::{cpu_line, json_line, sample_ms, threads};
+use fuse_examples::timing::{cpu_line, json_line, precision_arg, sample_ms, threads};
 use fuse_examples::tokenize::Batch;
 use fuse_runtime::PlanMode;
 use fuse_tests::drift::{self, Tolerance};
@@ -21,8 +22,10 @@ const BUILT_IN: [&str; 4] = [
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let embedder = SentenceEmbedder::load_default()?;
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let precision = precision_arg(&mut args)?;
+    let mut embedder = SentenceEmbedder::load_default()?;
+    embedder.model = embedder.model.with_cpu_precision(precision)?;
     if args.iter().any(|a| a == "--bench") {
         return bench(&embedder, args.iter().any(|a| a == "--json"));
     }
@@ -107,6 +110,7 @@ fn bench(embedder: &SentenceEmbedder, as_json: bool) -> Result<(), Box<dyn std::
     if as_json {
         for (mode, sample) in [("fused", fused), ("eager", eager)] {
             let mut line = json_line("W4", mode, sample, RUNS);
+            line["precision"] = serde_json::json!(model.cpu_precision().to_string());
             if mode == "fused" {
                 // The process's first call ran the fused plan.
                 line["first_call_ms"] = serde_json::json!(first);
@@ -117,7 +121,8 @@ fn bench(embedder: &SentenceEmbedder, as_json: bool) -> Result<(), Box<dyn std::
     } else {
         println!("cpu: {cpu}\nthreads: {}", threads());
         println!(
-            "W4 MiniLM-L6 b{b} s{s}: fused {:.2} ms (output reused {:.2}), eager {:.2} ms ({:.2}x), first call {first:.2} ms",
+            "W4 MiniLM-L6 b{b} s{s} {}: fused {:.2} ms (output reused {:.2}), eager {:.2} ms ({:.2}x), first call {first:.2} ms",
+            model.cpu_precision(),
             fused.median,
             fused_reuse.median,
             eager.median,

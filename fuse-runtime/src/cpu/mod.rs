@@ -8,6 +8,28 @@ pub mod processor;
 pub mod rows;
 pub mod scratch;
 
+/// The arithmetic of a model's CPU GEMMs whose B is a weight, chosen when the model is put together
+/// (`CompiledModel::with_cpu_precision`). Everything else (norms, softmax, attention's two products of
+/// activations, elementwise chains) computes in f32 in every precision.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum CpuPrecision {
+    /// f32 throughout (the default).
+    #[default]
+    F32,
+    /// Weights quantised to int8 per output channel at load, activations per row at each call, i32
+    /// accumulation, f32 output and epilogue (`gemm::int8`).
+    Int8,
+}
+
+impl std::fmt::Display for CpuPrecision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CpuPrecision::F32 => "f32",
+            CpuPrecision::Int8 => "int8",
+        })
+    }
+}
+
 /// Reserves every kernel's per-thread scratch on every worker (see [`scratch`]); models call it when they load.
 pub fn reserve_scratch() {
     let mut needs = vec![(&scratch::SCORES, attention::SCRATCH_ELEMENTS)];

@@ -3,7 +3,7 @@
 
 use rayon::prelude::*;
 
-use super::gemm::{sgemm, BView, Backend, PackedB, Strided};
+use super::gemm::{sgemm, BView, Backend, Strided, WeightPack};
 use super::math::{dispatch_avx2, dispatch_avx512};
 
 /// Below this many elements a kernel runs on the calling thread: rayon's hand-off costs more than it saves.
@@ -117,13 +117,14 @@ pub fn gemm(
     gemm_with(spec, a, b, None, out, epilogue)
 }
 
-/// [`gemm`] reading B from `packed` (packed once, at load) when it was packed from this very view of B for the
-/// backend this CPU runs; otherwise B is packed per call, as by [`gemm`].
+/// [`gemm`] reading B from `packed` (prepared once, at load) when it was made from this very view of B (an f32
+/// pack also for the backend this CPU runs); otherwise B is packed per call, as by [`gemm`]. An int8 pack runs
+/// the product in int8 (`super::gemm::int8`), A quantised per row as it is read.
 pub fn gemm_with(
     spec: &GemmSpec<'_>,
     a: &[f32],
     b: &[f32],
-    packed: Option<&PackedB>,
+    packed: Option<&WeightPack>,
     out: &mut [f32],
     epilogue: Option<&dyn SimdTask>,
 ) {
@@ -157,7 +158,11 @@ pub fn gemm_with(
     let blocks_per_group = rows_per_group.div_ceil(ROW_BLOCK);
     // The pack stands for B only when it was made from the view this call reads, shared by every group.
     let packed = packed.filter(|p| {
-        p.backend() == Backend::best()
+        let runs_here = match p {
+            WeightPack::F32(f) => f.backend() == Backend::best(),
+            WeightPack::Int8(_) => true,
+        };
+        runs_here
             && b_shared
             && p.view()
                 == BView {
@@ -196,7 +201,12 @@ pub fn gemm_with(
                 // SAFETY: A's block is in bounds (checked above); the pack holds this B (checked when `packed`
                 // was kept) and `col0` is a multiple of its panel width (the column split rounds to it); `dst`
                 // as below.
-                unsafe { packed.sgemm((rows, k, cols), col0, 1.0, a_ptr, 0.0, c) };
+                unsafe {
+                    match packed {
+                        WeightPack::F32(p) => p.sgemm((rows, k, cols), col0, 1.0, a_ptr, 0.0, c),
+                        WeightPack::Int8(q) => q.gemm((rows, k, cols), col0, a_ptr, c),
+                    }
+                }
                 return;
             }
             // SAFETY: the last elements read from A and B are in bounds (checked above); callers pass a `dst` with
@@ -518,6 +528,8 @@ impl SharedIn {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu::gemm::int8::QuantB;
+    use crate::cpu::gemm::PackedB;
     use crate::tensor::Tensor;
 
     /// Adds 1 to every output element and records nothing else: enough to see that every row got its epilogue once.
@@ -699,16 +711,43 @@ mod tests {
                 k,
                 n,
             };
-            let packed = PackedB::new(Backend::best(), &b, view).unwrap();
+            let packed = PackedB::new(Backend::best(), &b, view)
+                .unwrap()
+                .map(WeightPack::F32);
             let mut out = vec![f32::NAN; m * n];
             gemm_with(&spec, &a, &b, packed.as_ref(), &mut out, Some(&PlusOne));
             check(&out);
             // A pack of another view of B (here: one column narrower) is not used.
             let other = BView { n: n - 1, ..view };
-            let stale = PackedB::new(Backend::best(), &b, other).unwrap();
+            let stale = PackedB::new(Backend::best(), &b, other)
+                .unwrap()
+                .map(WeightPack::F32);
             let mut out = vec![f32::NAN; m * n];
             gemm_with(&spec, &a, &b, stale.as_ref(), &mut out, Some(&PlusOne));
             check(&out);
+            let stale = QuantB::new(&b, other).unwrap().map(WeightPack::Int8);
+            let mut out = vec![f32::NAN; m * n];
+            gemm_with(&spec, &a, &b, stale.as_ref(), &mut out, Some(&PlusOne));
+            check(&out);
+            // An int8 pack: every block and column split computes what one whole int8 product does, plus the
+            // epilogue.
+            let quant = QuantB::new(&b, view).unwrap().unwrap();
+            let mut whole = vec![f32::NAN; m * n];
+            // SAFETY: A is m×k, `whole` m×n, the pack k×n.
+            unsafe {
+                quant.gemm(
+                    (m, k, n),
+                    0,
+                    Strided::new(a.as_ptr(), k as isize, 1),
+                    Strided::new(whole.as_mut_ptr(), n as isize, 1),
+                )
+            };
+            let mut out = vec![f32::NAN; m * n];
+            let quant = Some(WeightPack::Int8(quant));
+            gemm_with(&spec, &a, &b, quant.as_ref(), &mut out, Some(&PlusOne));
+            for (i, (&got, &want)) in out.iter().zip(&whole).enumerate() {
+                assert_eq!(got, want + 1.0, "int8 {m}x{k}x{n} at {i}");
+            }
         }
     }
 }

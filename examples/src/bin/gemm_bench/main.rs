@@ -3,12 +3,13 @@
 //! `cargo run --release -p fuse-examples --bin gemm_bench`; best of interleaved rounds, GFLOP/s, and for fuse's
 //! tiles the share of this core's FMA peak for their vector width, measured first by [`fma_peak`]. Each of fuse's
 //! tiles also runs with B packed beforehand ("packed B", as a model packs its weights at load): the difference
-//! is what packing B costs per call.
+//! is what packing B costs per call. The int8 kernels come first (`int8`); `--int8` stops after them.
 
 use fuse_examples::timing::{cpu_line, thread_seconds};
 use fuse_runtime::cpu::gemm::{sgemm_on, BView, Backend, PackedB, Strided};
 
 mod fma_peak;
+mod int8;
 
 /// A product m×k · k×n where B's element (l, j) is at `l·rsb + j·csb` and A, C are row-major.
 struct Shape {
@@ -70,6 +71,14 @@ const ROUNDS: usize = 25;
 
 fn main() {
     println!("cpu: {}", cpu_line());
+    let vnni = int8::vnni_peaks();
+    for (width, gops) in &vnni {
+        println!("one-thread VNNI (vpdpbusd) peak, {width} vectors: {gops:.0} GOP/s");
+    }
+    int8::report(&SHAPES, vnni.first().map(|&(_, p)| p));
+    if std::env::args().any(|a| a == "--int8") {
+        return;
+    }
     let peaks = fma_peak::measure();
     for (backend, gflops) in &peaks {
         println!("one-thread FMA peak, {backend:?} vectors: {gflops:.1} GFLOP/s");

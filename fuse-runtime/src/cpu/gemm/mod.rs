@@ -15,11 +15,46 @@ mod avx2;
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod driver;
+pub mod int8;
 mod packed;
 #[cfg(target_arch = "x86_64")]
 mod tile;
 
 pub use packed::{BView, PackedB};
+
+/// A GEMM's weight operand prepared once, at load, in the precision its products are computed in.
+#[derive(Debug)]
+pub enum WeightPack {
+    /// f32 panels for the f32 tile.
+    F32(PackedB),
+    /// int8, quantised per column (`int8`).
+    Int8(int8::QuantB),
+}
+
+impl WeightPack {
+    /// What it was packed from.
+    pub fn view(&self) -> BView {
+        match self {
+            WeightPack::F32(p) => p.view(),
+            WeightPack::Int8(q) => q.view(),
+        }
+    }
+
+    /// Columns per panel: a product may start at any multiple of it.
+    pub fn nr(&self) -> usize {
+        match self {
+            WeightPack::F32(p) => p.nr(),
+            WeightPack::Int8(_) => int8::NR,
+        }
+    }
+
+    pub fn bytes(&self) -> usize {
+        match self {
+            WeightPack::F32(p) => p.bytes(),
+            WeightPack::Int8(q) => q.bytes(),
+        }
+    }
+}
 
 use super::math::{dispatch_avx2, dispatch_avx512};
 use super::processor::Processor;

@@ -19,7 +19,7 @@ pub struct BView {
 
 impl BView {
     /// Whether every element lies inside a buffer of `len` elements (no overflow either).
-    fn fits(&self, len: usize) -> bool {
+    pub(crate) fn fits(&self, len: usize) -> bool {
         if self.k == 0 || self.n == 0 {
             return true;
         }

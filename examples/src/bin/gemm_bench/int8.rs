@@ -1,0 +1,158 @@
+//! The int8 GEMM on one thread: each int8 kernel this CPU runs on the workloads' task shapes (B quantised and
+//! packed beforehand, as a model does at load), in GOP/s (two operations per multiply-add, as GFLOP/s count
+//! them) and as a share of the VNNI peak measured by a loop of `vpdpbusd` alone; and what quantising A costs
+//! inside the product.
+
+use fuse_examples::timing::thread_seconds;
+use fuse_runtime::cpu::gemm::int8::{Int8Kernel, QuantB};
+use fuse_runtime::cpu::gemm::{BView, Strided};
+
+use super::{Shape, ROUNDS};
+
+/// Steps of the peak loop per timing.
+const STEPS: usize = 1_000_000;
+
+/// GOP/s of one thread's `vpdpbusd` on 256-bit and 512-bit vectors (four multiply-adds per 32-bit lane).
+pub fn vnni_peaks() -> Vec<(&'static str, f64)> {
+    let mut peaks = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    if Int8Kernel::supported().contains(&Int8Kernel::Vnni256) {
+        type PeakLoop = unsafe fn(usize) -> i32;
+        let runs: [(&str, usize, PeakLoop); 2] = [
+            ("256-bit", 8, x86::dpbusd_256),
+            ("512-bit", 16, x86::dpbusd_512),
+        ];
+        for (name, lanes, run) in runs {
+            let mut best = f64::MAX;
+            for _ in 0..ROUNDS {
+                let start = thread_seconds();
+                // SAFETY: the CPU has AVX-512 VNNI and VL (checked above).
+                let sink = unsafe { run(std::hint::black_box(STEPS)) };
+                best = best.min(thread_seconds() - start);
+                std::hint::black_box(sink);
+            }
+            let ops = (STEPS * x86::ACCUMULATORS * lanes * 4 * 2) as f64;
+            peaks.push((name, ops / best / 1e9));
+        }
+    }
+    peaks
+}
+
+/// Prints the int8 kernels' rates on `shapes`, against `vnni` (the 256-bit peak) where there is one.
+pub fn report(shapes: &[Shape], vnni: Option<f64>) {
+    let kernels = Int8Kernel::supported();
+    let chosen = kernels
+        .iter()
+        .position(|&k| k == Int8Kernel::best())
+        .unwrap_or(0);
+    print!(
+        "{:<60}",
+        "int8 shape (m×k×n), GOP/s (% of VNNI 256-bit peak)"
+    );
+    for k in &kernels {
+        print!(" {:>18}", format!("{k:?}"));
+    }
+    println!(" {:>18}", "quantise A (share)");
+    for s in shapes {
+        let a: Vec<f32> = (0..s.m * s.k).map(|i| (i % 7) as f32 * 0.1 - 0.3).collect();
+        let b_len = (s.k - 1) * s.rsb + (s.n - 1) * s.csb + 1;
+        let b: Vec<f32> = (0..b_len).map(|i| (i % 5) as f32 * 0.1 - 0.2).collect();
+        let view = BView {
+            offset: 0,
+            rs: s.rsb,
+            cs: s.csb,
+            k: s.k,
+            n: s.n,
+        };
+        let pack = QuantB::new(&b, view).unwrap().unwrap();
+        let mut c = vec![0.0f32; s.m * s.n];
+        let ops = 2.0 * (s.m * s.n * s.k) as f64;
+        let reps = (1e9 / ops).ceil() as usize;
+        let mut best = vec![f64::MAX; kernels.len()];
+        for _ in 0..ROUNDS {
+            for (slot, &kernel) in kernels.iter().enumerate() {
+                let start = thread_seconds();
+                for _ in 0..reps {
+                    // SAFETY: A is m×k row-major, C m×n; the pack holds B; the kernel runs on this CPU.
+                    unsafe {
+                        pack.gemm_on(
+                            kernel,
+                            (s.m, s.k, s.n),
+                            0,
+                            Strided::new(a.as_ptr(), s.k as isize, 1),
+                            Strided::new(c.as_mut_ptr(), s.n as isize, 1),
+                        )
+                    };
+                }
+                best[slot] = best[slot].min((thread_seconds() - start) / reps as f64);
+            }
+        }
+        // Quantising the block's rows alone, as the driver does once per product (on the best kernel).
+        let k4 = s.k.next_multiple_of(4);
+        let mut bytes = vec![0u8; k4];
+        let mut quant = f64::MAX;
+        for _ in 0..ROUNDS {
+            let start = thread_seconds();
+            for _ in 0..reps {
+                for row in a.chunks(s.k) {
+                    std::hint::black_box(Int8Kernel::best().quantize_row(row, &mut bytes));
+                }
+            }
+            quant = quant.min((thread_seconds() - start) / reps as f64);
+        }
+        print!("{:<60}", format!("{} {}×{}×{}", s.what, s.m, s.k, s.n));
+        for &t in &best {
+            let gops = ops / t / 1e9;
+            let share = vnni.map_or(String::new(), |p| format!(" ({:.0} %)", 100.0 * gops / p));
+            print!(" {:>18}", format!("{gops:.0}{share}"));
+        }
+        println!(
+            " {:>18}",
+            format!(
+                "{:.1} µs, {:.0} %",
+                quant * 1e6,
+                100.0 * quant / best[chosen]
+            )
+        );
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    /// Independent accumulators: enough to cover `vpdpbusd`'s latency times its pipes.
+    pub const ACCUMULATORS: usize = 24;
+
+    #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2")]
+    pub unsafe fn dpbusd_256(steps: usize) -> i32 {
+        let a = _mm256_set1_epi32(std::hint::black_box(0x0101_0101));
+        let b = _mm256_set1_epi32(std::hint::black_box(0x01ff_01ff));
+        let mut acc: [__m256i; ACCUMULATORS] = std::array::from_fn(|i| _mm256_set1_epi32(i as i32));
+        for _ in 0..steps {
+            for c in &mut acc {
+                *c = _mm256_dpbusd_epi32(*c, a, b);
+            }
+        }
+        let sum = acc
+            .iter()
+            .fold(_mm256_setzero_si256(), |s, &c| _mm256_add_epi32(s, c));
+        _mm256_extract_epi32::<0>(sum)
+    }
+
+    #[target_feature(enable = "avx512f,avx512vnni")]
+    pub unsafe fn dpbusd_512(steps: usize) -> i32 {
+        let a = _mm512_set1_epi32(std::hint::black_box(0x0101_0101));
+        let b = _mm512_set1_epi32(std::hint::black_box(0x01ff_01ff));
+        let mut acc: [__m512i; ACCUMULATORS] = std::array::from_fn(|i| _mm512_set1_epi32(i as i32));
+        for _ in 0..steps {
+            for c in &mut acc {
+                *c = _mm512_dpbusd_epi32(*c, a, b);
+            }
+        }
+        _mm512_reduce_add_epi32(
+            acc.iter()
+                .fold(_mm512_setzero_si512(), |s, &c| _mm512_add_epi32(s, c)),
+        )
+    }
+}

@@ -1,0 +1,431 @@
+//! The int8 driver and its register tiles. The driver ([`drive`]) is `#[inline(always)]` and instantiated inside
+//! one `#[target_feature]` function per kernel, so the quantisation of A and the dequantisation of C vectorise
+//! with the tile's instruction set.
+
+use super::quantize::quantize_row;
+use super::{Int8Kernel, QuantB, NR};
+use crate::cpu::gemm::Strided;
+use crate::cpu::scratch::{with_buffer, GEMM_A, GEMM_B};
+
+/// Rows of the tallest tile.
+const MAX_MR: usize = 12;
+
+/// Bytes of quantised A kept per block: the block is read once per panel of B, so it stays in L2.
+const A_BLOCK_BYTES: usize = 192 << 10;
+
+/// Depth groups (4 depths each) per depth block: a 512-deep slice of a panel (16 KiB) stays in L1 while every
+/// row tile of the block passes it; deeper products carry each tile's i32 sums across blocks.
+const KC_GROUPS: usize = 128;
+
+/// One product: C[m×n] = A[m×k] · B[:, col0..col0 + n] with B in `pack`.
+pub(super) struct Call<'p> {
+    pub pack: &'p QuantB,
+    pub m: usize,
+    pub n: usize,
+    pub col0: usize,
+    pub a: Strided<*const f32>,
+    pub c: Strided<*mut f32>,
+}
+
+/// A register tile: `acc[r·NR + j] (+)= Σ_l a[r][l] · b[l][j]` (i32) over `groups` groups of 4 depths, for r < MR
+/// and every column of one panel, adding to what `acc` holds when `accumulate` (a later depth block). Rows past
+/// `rows` read row `rows − 1` again (their sums are discarded), so no row outside the block is read.
+trait Tile {
+    const MR: usize;
+    /// # Safety
+    /// The CPU runs the tile's instruction set; `a` holds `rows` rows of `groups · 4` bytes at stride `a_rs`; `b`
+    /// holds `groups` groups of `NR · 4` bytes.
+    unsafe fn tile(
+        groups: usize,
+        a: *const u8,
+        a_rs: usize,
+        rows: usize,
+        b: *const i8,
+        acc: &mut [i32; MAX_MR * NR],
+        accumulate: bool,
+    );
+}
+
+/// Runs `call` on `kernel`.
+///
+/// # Safety
+/// `kernel` runs on this CPU; the operands satisfy `QuantB::gemm`'s contract.
+pub(super) unsafe fn run(kernel: Int8Kernel, call: &Call<'_>) {
+    // SAFETY (each arm): the CPU has the instruction set the function is compiled for (the caller's contract).
+    match kernel {
+        #[cfg(target_arch = "x86_64")]
+        Int8Kernel::Vnni512 => unsafe { x86::run_vnni512(call) },
+        #[cfg(target_arch = "x86_64")]
+        Int8Kernel::Vnni256 => unsafe { x86::run_vnni256(call) },
+        #[cfg(target_arch = "x86_64")]
+        Int8Kernel::Avx2 => unsafe { x86::run_avx2(call) },
+        _ => unsafe { drive::<Portable>(call) },
+    }
+}
+
+/// [`quantize_row`] compiled for `kernel`'s instruction set, as the driver runs it (for measuring its cost).
+///
+/// # Safety
+/// `kernel` runs on this CPU.
+pub(super) unsafe fn quantize_on(kernel: Int8Kernel, x: &[f32], out: &mut [u8]) -> (f32, i32) {
+    // SAFETY (each arm): the caller's contract.
+    match kernel {
+        #[cfg(target_arch = "x86_64")]
+        Int8Kernel::Vnni512 | Int8Kernel::Vnni256 => unsafe { x86::quantize_avx512(x, out) },
+        #[cfg(target_arch = "x86_64")]
+        Int8Kernel::Avx2 => unsafe { x86::quantize_avx2(x, out) },
+        _ => quantize_row(x, out),
+    }
+}
+
+/// The loop nest: row blocks of A quantised into this thread's scratch → panels of B → row tiles, each tile's
+/// sums dequantised straight into C.
+///
+/// # Safety
+/// As [`run`], on `T`'s instruction set.
+#[inline(always)]
+unsafe fn drive<T: Tile>(call: &Call<'_>) {
+    let &Call {
+        pack,
+        m,
+        n,
+        col0,
+        a,
+        c,
+    } = call;
+    let (k, k4) = (pack.view.k, pack.k4);
+    // Quantised rows of A sit `stride` bytes apart (padding them off multiples of 1 KiB measured no faster).
+    let stride = k4;
+    let mc = (A_BLOCK_BYTES / stride.max(1))
+        .clamp(T::MR, 256)
+        .div_ceil(T::MR)
+        * T::MR;
+    let mc = mc.min(m.next_multiple_of(T::MR));
+    // The scratch holds mc row scales, mc zero points (exact in f32), then mc rows of `stride` bytes.
+    let floats = 2 * mc + (mc * stride).div_ceil(4);
+    with_buffer(&GEMM_A, floats, |buf| {
+        let (scales, rest) = buf.split_at_mut(mc);
+        let (zeros, bytes) = rest.split_at_mut(mc);
+        // SAFETY: the f32 buffer viewed as bytes (alignment 1, same memory, within its length).
+        let bytes =
+            unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr() as *mut u8, mc * stride) };
+        let mut row = vec![0.0f32; if a.cs == 1 { 0 } else { k }];
+        let tiles = mc.div_ceil(T::MR);
+        // Each row tile's i32 sums for the current panel, across depth blocks.
+        with_buffer(&GEMM_B, tiles * MAX_MR * NR, |sums_buf| {
+            // SAFETY: the f32 buffer viewed as i32 (same size and alignment), `tiles` arrays of MAX_MR · NR.
+            let all_sums = unsafe {
+                std::slice::from_raw_parts_mut(
+                    sums_buf.as_mut_ptr() as *mut [i32; MAX_MR * NR],
+                    tiles,
+                )
+            };
+            let groups = k4 / 4;
+            for ic in (0..m).step_by(mc) {
+                let rows = mc.min(m - ic);
+                for r in 0..rows {
+                    let src = a.ptr.wrapping_offset((ic + r) as isize * a.rs);
+                    let x: &[f32] = if a.cs == 1 {
+                        // SAFETY: row ic + r of A is readable over k contiguous elements.
+                        unsafe { std::slice::from_raw_parts(src, k) }
+                    } else {
+                        for (l, v) in row.iter_mut().enumerate() {
+                            // SAFETY: element (ic + r, l) of A is readable.
+                            *v = unsafe { *src.offset(l as isize * a.cs) };
+                        }
+                        &row
+                    };
+                    let (scale, zero) = quantize_row(x, &mut bytes[r * stride..r * stride + k4]);
+                    scales[r] = scale;
+                    zeros[r] = zero as f32;
+                }
+                for p0 in (0..n).step_by(NR) {
+                    let cols = NR.min(n - p0);
+                    let first = col0 + p0;
+                    let panel = pack.panels[first / NR * k4 * NR..].as_ptr();
+                    let (sb, col_sums) = (
+                        &pack.scales[first..first + NR],
+                        &pack.col_sums[first..first + NR],
+                    );
+                    for g0 in (0..groups).step_by(KC_GROUPS) {
+                        let gs = KC_GROUPS.min(groups - g0);
+                        for (t, ir) in (0..rows).step_by(T::MR).enumerate() {
+                            let tr = T::MR.min(rows - ir);
+                            // SAFETY: rows ir..ir + tr of the block hold k4 quantised bytes each, groups g0..g0 + gs
+                            // of which are read; the panel holds k4 / 4 groups.
+                            unsafe {
+                                T::tile(
+                                    gs,
+                                    bytes[ir * stride + 4 * g0..].as_ptr(),
+                                    stride,
+                                    tr,
+                                    panel.add(g0 * NR * 4),
+                                    &mut all_sums[t],
+                                    g0 > 0,
+                                )
+                            };
+                        }
+                    }
+                    for (t, ir) in (0..rows).step_by(T::MR).enumerate() {
+                        let tr = T::MR.min(rows - ir);
+                        let acc = &all_sums[t];
+                        for r in 0..tr {
+                            let (sa, za) = (scales[ir + r], zeros[ir + r] as i32);
+                            // SAFETY: row ic + ir + r, columns p0..p0 + cols, lie inside C.
+                            let out = unsafe {
+                                std::slice::from_raw_parts_mut(
+                                    c.ptr.offset((ic + ir + r) as isize * c.rs + p0 as isize),
+                                    cols,
+                                )
+                            };
+                            let sums = &acc[r * NR..r * NR + cols];
+                            for (((o, &s), &q), &b) in
+                                out.iter_mut().zip(sums).zip(col_sums).zip(sb)
+                            {
+                                *o = (s - za * q) as f32 * (sa * b);
+                            }
+                        }
+                    }
+                }
+            }
+        })
+    })
+}
+
+/// The scalar tile, for every target.
+struct Portable;
+
+impl Tile for Portable {
+    const MR: usize = 4;
+
+    unsafe fn tile(
+        groups: usize,
+        a: *const u8,
+        a_rs: usize,
+        rows: usize,
+        b: *const i8,
+        acc: &mut [i32; MAX_MR * NR],
+        accumulate: bool,
+    ) {
+        for r in 0..Self::MR {
+            // SAFETY: row min(r, rows − 1) holds groups · 4 bytes; b holds groups · NR · 4.
+            let a_row =
+                unsafe { std::slice::from_raw_parts(a.add(r.min(rows - 1) * a_rs), groups * 4) };
+            let b_all = unsafe { std::slice::from_raw_parts(b, groups * NR * 4) };
+            let sums = &mut acc[r * NR..(r + 1) * NR];
+            if !accumulate {
+                sums.fill(0);
+            }
+            for (quad, group) in a_row.chunks_exact(4).zip(b_all.chunks_exact(NR * 4)) {
+                for (sum, lane) in sums.iter_mut().zip(group.chunks_exact(4)) {
+                    for t in 0..4 {
+                        *sum += i32::from(quad[t]) * i32::from(lane[t]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{drive, Call, Tile, MAX_MR, NR};
+
+    /// 4 bytes of row `r` at group `g`, as one i32 to broadcast.
+    #[inline(always)]
+    unsafe fn quad(rows: &[*const u8], r: usize, g: usize) -> i32 {
+        // SAFETY: the caller's row holds group g.
+        unsafe { (rows[r].add(4 * g) as *const i32).read_unaligned() }
+    }
+
+    /// Row pointers of a tile, rows past `rows` repeating the last.
+    #[inline(always)]
+    fn row_ptrs<const MR: usize>(a: *const u8, a_rs: usize, rows: usize) -> [*const u8; MR] {
+        std::array::from_fn(|r| a.wrapping_add(r.min(rows - 1) * a_rs))
+    }
+
+    pub struct Vnni512;
+
+    impl Tile for Vnni512 {
+        const MR: usize = 12;
+
+        #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma")]
+        unsafe fn tile(
+            groups: usize,
+            a: *const u8,
+            a_rs: usize,
+            rows: usize,
+            b: *const i8,
+            acc: &mut [i32; MAX_MR * NR],
+            accumulate: bool,
+        ) {
+            const MR: usize = 12;
+            let p = row_ptrs::<MR>(a, a_rs, rows);
+            // SAFETY: the loads stay inside the tile's rows and the panel (the trait's contract); the caller is
+            // compiled with AVX-512 VNNI.
+            unsafe {
+                let mut c = [[_mm512_setzero_si512(); 2]; MR];
+                if accumulate {
+                    for (r, cr) in c.iter_mut().enumerate() {
+                        for (s, v) in cr.iter_mut().enumerate() {
+                            *v = _mm512_loadu_si512(
+                                acc.as_ptr().add(r * NR + 16 * s) as *const __m512i
+                            );
+                        }
+                    }
+                }
+                for g in 0..groups {
+                    let bp = b.add(g * NR * 4);
+                    let b0 = _mm512_loadu_si512(bp as *const __m512i);
+                    let b1 = _mm512_loadu_si512(bp.add(64) as *const __m512i);
+                    for (r, cr) in c.iter_mut().enumerate() {
+                        let av = _mm512_set1_epi32(quad(&p, r, g));
+                        cr[0] = _mm512_dpbusd_epi32(cr[0], av, b0);
+                        cr[1] = _mm512_dpbusd_epi32(cr[1], av, b1);
+                    }
+                }
+                for (r, cr) in c.iter().enumerate() {
+                    for (s, &v) in cr.iter().enumerate() {
+                        _mm512_storeu_si512(
+                            acc.as_mut_ptr().add(r * NR + 16 * s) as *mut __m512i,
+                            v,
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    pub struct Vnni256;
+
+    impl Tile for Vnni256 {
+        const MR: usize = 6;
+
+        #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma")]
+        unsafe fn tile(
+            groups: usize,
+            a: *const u8,
+            a_rs: usize,
+            rows: usize,
+            b: *const i8,
+            acc: &mut [i32; MAX_MR * NR],
+            accumulate: bool,
+        ) {
+            const MR: usize = 6;
+            let p = row_ptrs::<MR>(a, a_rs, rows);
+            // SAFETY: as for `Vnni512`, compiled with AVX-512 VNNI and VL.
+            unsafe {
+                let mut c = [[_mm256_setzero_si256(); 4]; MR];
+                if accumulate {
+                    for (r, cr) in c.iter_mut().enumerate() {
+                        for (s, v) in cr.iter_mut().enumerate() {
+                            *v = _mm256_loadu_si256(
+                                acc.as_ptr().add(r * NR + 8 * s) as *const __m256i
+                            );
+                        }
+                    }
+                }
+                for g in 0..groups {
+                    let bp = b.add(g * NR * 4);
+                    let bv: [__m256i; 4] = std::array::from_fn(|s| {
+                        _mm256_loadu_si256(bp.add(32 * s) as *const __m256i)
+                    });
+                    for (r, cr) in c.iter_mut().enumerate() {
+                        let av = _mm256_set1_epi32(quad(&p, r, g));
+                        for (acc_s, &b_s) in cr.iter_mut().zip(&bv) {
+                            *acc_s = _mm256_dpbusd_epi32(*acc_s, av, b_s);
+                        }
+                    }
+                }
+                for (r, cr) in c.iter().enumerate() {
+                    for (s, &v) in cr.iter().enumerate() {
+                        _mm256_storeu_si256(
+                            acc.as_mut_ptr().add(r * NR + 8 * s) as *mut __m256i,
+                            v,
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    pub struct Avx2;
+
+    impl Tile for Avx2 {
+        const MR: usize = 6;
+
+        /// Per 8-column strip: each 32-byte group (8 columns × 4 depths) widened to two i16 vectors of 4 columns,
+        /// A's 4 bytes widened and repeated; `vpmaddwd` sums pairs of depths into i32 without saturation, and
+        /// one horizontal add per row joins the pairs at the end.
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn tile(
+            groups: usize,
+            a: *const u8,
+            a_rs: usize,
+            rows: usize,
+            b: *const i8,
+            acc: &mut [i32; MAX_MR * NR],
+            accumulate: bool,
+        ) {
+            const MR: usize = 6;
+            let p = row_ptrs::<MR>(a, a_rs, rows);
+            // SAFETY: as for `Vnni512`, compiled with AVX2.
+            unsafe {
+                for s in 0..NR / 8 {
+                    let mut lo = [_mm256_setzero_si256(); MR];
+                    let mut hi = [_mm256_setzero_si256(); MR];
+                    for g in 0..groups {
+                        let bv = _mm256_loadu_si256(b.add(g * NR * 4 + 32 * s) as *const __m256i);
+                        let b_lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(bv));
+                        let b_hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(bv));
+                        for r in 0..MR {
+                            let av = _mm256_cvtepu8_epi16(_mm_set1_epi32(quad(&p, r, g)));
+                            lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(av, b_lo));
+                            hi[r] = _mm256_add_epi32(hi[r], _mm256_madd_epi16(av, b_hi));
+                        }
+                    }
+                    for r in 0..MR {
+                        // [c0 c1 c4 c5 | c2 c3 c6 c7] → columns in order.
+                        let mut sums =
+                            _mm256_permute4x64_epi64::<0xD8>(_mm256_hadd_epi32(lo[r], hi[r]));
+                        let at = acc.as_mut_ptr().add(r * NR + 8 * s) as *mut __m256i;
+                        if accumulate {
+                            sums = _mm256_add_epi32(sums, _mm256_loadu_si256(at));
+                        }
+                        _mm256_storeu_si256(at, sums);
+                    }
+                }
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma")]
+    pub unsafe fn run_vnni512(call: &Call<'_>) {
+        // SAFETY: forwarded.
+        unsafe { drive::<Vnni512>(call) }
+    }
+
+    #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma")]
+    pub unsafe fn run_vnni256(call: &Call<'_>) {
+        // SAFETY: forwarded.
+        unsafe { drive::<Vnni256>(call) }
+    }
+
+    #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+    pub unsafe fn quantize_avx512(x: &[f32], out: &mut [u8]) -> (f32, i32) {
+        super::quantize_row(x, out)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn quantize_avx2(x: &[f32], out: &mut [u8]) -> (f32, i32) {
+        super::quantize_row(x, out)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn run_avx2(call: &Call<'_>) {
+        // SAFETY: forwarded.
+        unsafe { drive::<Avx2>(call) }
+    }
+}

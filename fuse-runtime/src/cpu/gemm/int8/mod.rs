@@ -1,0 +1,244 @@
+//! The int8 GEMM for a weight operand: C = A·B with B quantised once, at load, and A quantised per call.
+//!
+//! - **B** (a weight, k×n): symmetric per output channel, `s_j = max_l |B[l][j]| / 127`,
+//!   `q[l][j] = round(B[l][j] / s_j)` in [-127, 127] (ties to even), packed in panels of [`NR`] columns where each
+//!   group of 4 depths is one 4-byte lane per column: the operand layout of VNNI's `vpdpbusd` (u8 × s8, four
+//!   products summed into an i32 lane). The depth is padded to a multiple of 4 with zeros.
+//! - **A** (activations, m×k): per row, dynamically and asymmetrically into u8 (`vpdpbusd` multiplies unsigned
+//!   by signed bytes): `s_i = (max − min) / 255` over the row's range with 0 in it, a zero point `z_i`, and
+//!   `u = round(x / s_i) + z_i` ([`quantize_row`]). The zero point adds `z_i · Σ_l q[l][j]` to every column; the
+//!   column sums are precomputed at load, so the i32 sum minus `z_i · Σq_j` is exactly `Σ_l (u − z_i) · q`. An
+//!   asymmetric range spends all 256 steps on the values a row has: a GELU output (nearly all ≥ −0.17) gets
+//!   twice the resolution of a symmetric scale (MiniLM's mean cosine to f32 went from 0.99689 with a symmetric
+//!   scale to 0.99872, `tests/tests/minilm_int8.rs`).
+//! - **C**: `(acc − z_i·Σq_j) · s_i · s_j` in f32, written per register tile after the last depth block (the
+//!   tiles' i32 sums are carried across blocks of 512 depths); the kernel's f32 epilogue (bias, GELU, residual)
+//!   then runs on the block while it is in cache, as for the f32 GEMM.
+//!
+//! Rows of A are quantised while they are packed inside this driver (one extra read of a row being packed anyway).
+//! A row that holds a NaN or an infinity gets a NaN scale, so its outputs are NaN as the f32 product's would
+//! be, never finite numbers made from a clipped row.
+//!
+//! Kernels ([`Int8Kernel`]): AVX-512 VNNI on 512-bit or 256-bit vectors, AVX2 through a widening path
+//! (`vpmaddwd` on bytes widened to i16, so no i16 saturation as with `vpmaddubsw`), and a portable scalar one.
+//! All read the same pack, so one pack serves every kernel a test forces.
+
+mod kernels;
+mod quantize;
+#[cfg(test)]
+mod tests;
+
+use std::sync::OnceLock;
+
+use super::{BView, Strided};
+use crate::error::{Error, Result};
+
+pub use quantize::{quantize_column_scale, quantize_row};
+
+/// Columns per panel of a packed B (the widest tile's).
+pub const NR: usize = 32;
+
+/// The deepest product the i32 accumulator holds without overflow: |Σ u8·s8| ≤ k·255·127 < 2³¹.
+pub const MAX_DEPTH: usize = 65_536;
+
+/// Which int8 kernel runs a product.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Int8Kernel {
+    /// `vpdpbusd` on 512-bit vectors: 12×32 tile.
+    Vnni512,
+    /// `vpdpbusd` on 256-bit vectors (AVX-512 VL encoding, 32 registers): 6×32 tile.
+    Vnni256,
+    /// AVX2 without VNNI: bytes widened to i16, `vpmaddwd`: 6×8 tile, four strips per panel.
+    Avx2,
+    /// Plain Rust, every target.
+    Portable,
+}
+
+impl Int8Kernel {
+    /// The kernel int8 products run on here. A core that splits 512-bit operations into two halves (Zen 4)
+    /// gets the 256-bit VNNI tile (see BENCHMARKS.md for both measured there).
+    pub fn best() -> Int8Kernel {
+        static BEST: OnceLock<Int8Kernel> = OnceLock::new();
+        *BEST.get_or_init(|| {
+            let all = Int8Kernel::supported();
+            let splits = crate::cpu::processor::Processor::get().splits_512_bit_fma;
+            if all.contains(&Int8Kernel::Vnni512) && !splits {
+                Int8Kernel::Vnni512
+            } else {
+                all[usize::from(all[0] == Int8Kernel::Vnni512)]
+            }
+        })
+    }
+
+    /// Every kernel this CPU runs, widest first.
+    pub fn supported() -> Vec<Int8Kernel> {
+        let mut all = Vec::new();
+        #[cfg(target_arch = "x86_64")]
+        {
+            let vnni =
+                crate::cpu::math::dispatch_avx512() && std::is_x86_feature_detected!("avx512vnni");
+            if vnni {
+                all.extend([Int8Kernel::Vnni512, Int8Kernel::Vnni256]);
+            }
+            if crate::cpu::math::dispatch_avx2() {
+                all.push(Int8Kernel::Avx2);
+            }
+        }
+        all.push(Int8Kernel::Portable);
+        all
+    }
+
+    /// Quantises one row of A as this kernel's driver does ([`quantize_row`], compiled for its instruction set),
+    /// for measuring what quantisation costs; `None` when this CPU cannot run the kernel.
+    pub fn quantize_row(self, x: &[f32], out: &mut [u8]) -> Option<(f32, i32)> {
+        static SUPPORTED: OnceLock<Vec<Int8Kernel>> = OnceLock::new();
+        let runs = SUPPORTED.get_or_init(Int8Kernel::supported).contains(&self);
+        // SAFETY: the kernel runs on this CPU (checked).
+        runs.then(|| unsafe { kernels::quantize_on(self, x, out) })
+    }
+
+    /// How the device report names it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Int8Kernel::Vnni512 => "AVX-512 VNNI, 512-bit, 12×32 tile",
+            Int8Kernel::Vnni256 => "AVX-512 VNNI, 256-bit, 6×32 tile",
+            Int8Kernel::Avx2 => "AVX2 (widened to i16), 6×8 tile",
+            Int8Kernel::Portable => "portable scalar",
+        }
+    }
+}
+
+/// A weight operand quantised to int8 and packed (see the module documentation).
+pub struct QuantB {
+    view: BView,
+    /// Depth rounded up to a multiple of 4.
+    k4: usize,
+    /// Panels of `NR` columns, each `k4 / 4` groups of `NR` lanes of 4 bytes.
+    panels: Vec<i8>,
+    /// Per column (padded to whole panels): the dequantisation scale `s_j`.
+    scales: Vec<f32>,
+    /// Per column (padded): `Σ_l q[l][j]`, which a row's zero point multiplies.
+    col_sums: Vec<i32>,
+}
+
+impl std::fmt::Debug for QuantB {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuantB")
+            .field("view", &self.view)
+            .finish_non_exhaustive()
+    }
+}
+
+impl QuantB {
+    /// `view` of `source` quantised per column and packed; `Ok(None)` where it cannot be (a view outside
+    /// `source`, or deeper than [`MAX_DEPTH`]): the product then stays f32. [`Error::OutOfMemory`] when the pack
+    /// does not fit.
+    pub fn new(source: &[f32], view: BView) -> Result<Option<QuantB>> {
+        if !view.fits(source.len()) || view.k > MAX_DEPTH {
+            return Ok(None);
+        }
+        let (k, n) = (view.k, view.n);
+        let k4 = k.next_multiple_of(4);
+        let width = n.next_multiple_of(NR);
+        let bytes = k4.checked_mul(width).ok_or(Error::OutOfMemory {
+            what: "int8 packed weights",
+            bytes: None,
+            available: None,
+        })?;
+        let mut panels = zeroed(bytes)?;
+        let mut scales = vec![0.0f32; width];
+        let mut col_sums = vec![0i32; width];
+        let at = |l: usize, j: usize| source[view.offset + l * view.rs + j * view.cs];
+        let mut column = vec![0.0f32; k];
+        for j in 0..n {
+            for (l, v) in column.iter_mut().enumerate() {
+                *v = at(l, j);
+            }
+            let (scale, inv) = quantize_column_scale(&column);
+            scales[j] = scale;
+            let (panel, lane) = (j / NR, j % NR);
+            let mut sum = 0i32;
+            for (l, &v) in column.iter().enumerate() {
+                let q = quantize::to_i8(v, inv);
+                sum += i32::from(q);
+                panels[panel * k4 * NR + (l / 4) * NR * 4 + lane * 4 + l % 4] = q;
+            }
+            col_sums[j] = sum;
+        }
+        Ok(Some(QuantB {
+            view,
+            k4,
+            panels,
+            scales,
+            col_sums,
+        }))
+    }
+
+    /// What it was packed from.
+    pub fn view(&self) -> BView {
+        self.view
+    }
+
+    /// Bytes of the pack (panels, scales, column sums).
+    pub fn bytes(&self) -> usize {
+        self.panels.len() + 8 * self.scales.len()
+    }
+
+    /// C = A·B over B's columns `col0..col0 + n` (`dims` = (m, k, n)) on [`Int8Kernel::best`].
+    ///
+    /// # Safety
+    /// A's m×k elements are readable, C's m×n (unit column stride) writable and not overlapping A; k is the packed
+    /// depth, `col0` a multiple of [`NR`] and `col0 + n` at most the packed width (debug assertions).
+    pub unsafe fn gemm(
+        &self,
+        dims: (usize, usize, usize),
+        col0: usize,
+        a: Strided<*const f32>,
+        c: Strided<*mut f32>,
+    ) {
+        // SAFETY: forwarded; `best` is a kernel this CPU runs.
+        unsafe { self.gemm_on(Int8Kernel::best(), dims, col0, a, c) }
+    }
+
+    /// [`QuantB::gemm`] on a chosen kernel (tests and `gemm_bench` run each).
+    ///
+    /// # Safety
+    /// As [`QuantB::gemm`]; `kernel` one of [`Int8Kernel::supported`].
+    pub unsafe fn gemm_on(
+        &self,
+        kernel: Int8Kernel,
+        (m, k, n): (usize, usize, usize),
+        col0: usize,
+        a: Strided<*const f32>,
+        c: Strided<*mut f32>,
+    ) {
+        debug_assert!(
+            k == self.view.k && col0.is_multiple_of(NR) && col0 + n <= self.view.n && c.cs == 1
+        );
+        if m == 0 || n == 0 {
+            return;
+        }
+        let call = kernels::Call {
+            pack: self,
+            m,
+            n,
+            col0,
+            a,
+            c,
+        };
+        // SAFETY: forwarded contract, on a kernel this CPU runs.
+        unsafe { kernels::run(kernel, &call) }
+    }
+}
+
+/// A zeroed byte buffer, or [`Error::OutOfMemory`].
+fn zeroed(bytes: usize) -> Result<Vec<i8>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(bytes).map_err(|_| Error::OutOfMemory {
+        what: "int8 packed weights",
+        bytes: Some(bytes),
+        available: None,
+    })?;
+    v.resize(bytes, 0);
+    Ok(v)
+}

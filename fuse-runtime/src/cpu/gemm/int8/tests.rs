@@ -1,0 +1,258 @@
+//! The int8 GEMM on every kernel this CPU runs, against an f64 evaluation of the quantised product (exact up to
+//! the f32 rounding of the dequantisation) and against the f32 product within a bound derived from the scales.
+
+use super::*;
+use crate::tensor::Tensor;
+
+fn randv(n: usize, seed: u64) -> Vec<f32> {
+    Tensor::randn(&[n], seed).as_f32().unwrap().to_vec()
+}
+
+/// The quantisation as documented, written out again: scale max|x| / 127, values round(x · 127 / max|x|) with
+/// ties to even.
+fn quantised(x: &[f32]) -> (f64, Vec<i64>) {
+    let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    if amax == 0.0 {
+        return (0.0, vec![0; x.len()]);
+    }
+    let inv = 127.0 / amax;
+    let q = x
+        .iter()
+        .map(|&v| (v * inv).round_ties_even() as i64)
+        .collect();
+    (f64::from(amax / 127.0), q)
+}
+
+/// The documented quantisation of a row of A, written out: asymmetric over [min(x, 0), max(x, 0)] with 255
+/// steps; (scale, u − zero) per element.
+fn quantised_row(x: &[f32]) -> (f64, Vec<i64>) {
+    let lo = x.iter().fold(0.0f32, |m, &v| m.min(v));
+    let hi = x.iter().fold(0.0f32, |m, &v| m.max(v));
+    if hi == lo {
+        return (0.0, vec![0; x.len()]);
+    }
+    let inv = 255.0 / (hi - lo);
+    let zero = (-lo * inv).round_ties_even();
+    let q = x
+        .iter()
+        .map(|&v| ((v * inv).round_ties_even() + zero).clamp(0.0, 255.0) as i64 - zero as i64)
+        .collect();
+    (f64::from((hi - lo) / 255.0), q)
+}
+
+struct Case {
+    m: usize,
+    k: usize,
+    n: usize,
+    /// B stored column-contiguous (a Linear layer's Wᵀ).
+    b_trans: bool,
+    /// Padding of every leading dimension and B's offset in its buffer.
+    pad: usize,
+    /// The product's first column of B (a whole panel) and how many.
+    col0: usize,
+    cols: usize,
+}
+
+/// Runs one case on `kernel` and returns (int8 result, A, B as k×n rows) for the checks.
+fn run_case(
+    kernel: Int8Kernel,
+    case: &Case,
+    seed: u64,
+) -> (Vec<f32>, Vec<Vec<f32>>, Vec<Vec<f32>>) {
+    let Case {
+        m,
+        k,
+        n,
+        b_trans,
+        pad,
+        col0,
+        cols,
+    } = *case;
+    let (rs, cs) = if b_trans { (1, k + pad) } else { (n + pad, 1) };
+    let len = pad + (k - 1) * rs + (n - 1) * cs + 1;
+    let buf = randv(len, seed);
+    let view = BView {
+        offset: pad,
+        rs,
+        cs,
+        k,
+        n,
+    };
+    let pack = QuantB::new(&buf, view).unwrap().expect("the view fits");
+    // A: m×k inside rows of k + pad, scaled per row so row scales differ.
+    let a_rs = k + pad;
+    let mut a = randv(m * a_rs, seed + 1);
+    for (i, row) in a.chunks_mut(a_rs).enumerate() {
+        row.iter_mut().for_each(|v| *v *= 0.1 + i as f32 % 7.0);
+    }
+    let mut c = vec![f32::NAN; m * cols];
+    // SAFETY: A is m×k at row stride a_rs; C is m×cols; the columns are inside the pack.
+    unsafe {
+        pack.gemm_on(
+            kernel,
+            (m, k, cols),
+            col0,
+            Strided::new(a.as_ptr(), a_rs as isize, 1),
+            Strided::new(c.as_mut_ptr(), cols as isize, 1),
+        );
+    }
+    let a_rows = (0..m).map(|i| a[i * a_rs..i * a_rs + k].to_vec()).collect();
+    let b_cols = (col0..col0 + cols)
+        .map(|j| (0..k).map(|l| buf[pad + l * rs + j * cs]).collect())
+        .collect();
+    (c, a_rows, b_cols)
+}
+
+fn check_case(kernel: Int8Kernel, case: &Case, seed: u64) {
+    let (c, a_rows, b_cols) = run_case(kernel, case, seed);
+    let qa: Vec<_> = a_rows.iter().map(|r| quantised_row(r)).collect();
+    let qb: Vec<_> = b_cols.iter().map(|col: &Vec<f32>| quantised(col)).collect();
+    for (i, (sa, a)) in qa.iter().enumerate() {
+        for (j, (sb, b)) in qb.iter().enumerate() {
+            let dot: i64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+            let want = dot as f64 * sa * sb;
+            let got = f64::from(c[i * case.cols + j]);
+            let what = format!(
+                "{kernel:?} {}x{}x{} b_trans {} pad {} cols {}+{} at ({i}, {j})",
+                case.m, case.k, case.n, case.b_trans, case.pad, case.col0, case.cols
+            );
+            // Three f32 roundings: the i32 sum, s_a·s_b, and their product.
+            assert!(
+                (got - want).abs() <= 4e-7 * want.abs(),
+                "{what}: {got} vs quantised {want}"
+            );
+            // Against the f32 product: each term is off by s_a·s_b·(|qa|·½ + |qb|·½ + ¼) at most.
+            let (x, y) = (&a_rows[i], &b_cols[j]);
+            let exact: f64 = x
+                .iter()
+                .zip(y)
+                .map(|(&p, &q)| f64::from(p) * f64::from(q))
+                .sum();
+            let bound: f64 = x
+                .iter()
+                .zip(y)
+                .map(|(&p, &q)| {
+                    0.5 * sb * f64::from(p).abs() + 0.5 * sa * f64::from(q).abs() + 0.25 * sa * sb
+                })
+                .sum();
+            assert!(
+                (got - exact).abs() <= bound * (1.0 + 1e-6) + 1e-6 * exact.abs(),
+                "{what}: {got} vs f32 product {exact}, bound {bound}"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_kernel_matches_the_quantised_product_on_odd_shapes_and_views() {
+    let fixed = [
+        (1, 1, 1, false, 0, 0, 1),
+        (7, 13, 45, true, 3, 32, 13),
+        (13, 384, 96, true, 0, 0, 96),
+        (25, 1023, 70, false, 5, 32, 38),
+        (300, 66, 33, true, 1, 0, 33),
+        (12, 4, 32, false, 0, 0, 32),
+        (6, 5, 64, true, 2, 32, 32),
+    ];
+    let mut state = 0x853c_49e6_748f_ea9bu64;
+    let mut next = |below: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % below as u64) as usize
+    };
+    let mut cases: Vec<Case> = fixed
+        .iter()
+        .map(|&(m, k, n, b_trans, pad, col0, cols)| Case {
+            m,
+            k,
+            n,
+            b_trans,
+            pad,
+            col0,
+            cols,
+        })
+        .collect();
+    for _ in 0..16 {
+        let (m, k, n) = (1 + next(40), 1 + next(300), 1 + next(100));
+        let col0 = NR * next(n.div_ceil(NR));
+        cases.push(Case {
+            m,
+            k,
+            n,
+            b_trans: next(2) == 0,
+            pad: next(3) * 2,
+            col0,
+            cols: 1 + next(n - col0),
+        });
+    }
+    let kernels = Int8Kernel::supported();
+    if kernels.len() < 4 {
+        eprintln!("int8 kernels this CPU cannot run are skipped; testing {kernels:?}");
+    }
+    for kernel in kernels {
+        for (s, case) in cases.iter().enumerate() {
+            check_case(kernel, case, 40 + 3 * s as u64);
+        }
+    }
+}
+
+/// A row of A that holds a NaN or an infinity gives NaN in that row only; a zero row gives zeros.
+#[test]
+fn non_finite_rows_are_nan_and_zero_rows_are_zero() {
+    let (k, n) = (20, 40);
+    let b = randv(k * n, 7);
+    let view = BView {
+        offset: 0,
+        rs: n,
+        cs: 1,
+        k,
+        n,
+    };
+    let pack = QuantB::new(&b, view).unwrap().unwrap();
+    let mut a = randv(4 * k, 8);
+    a[3] = f32::NAN;
+    a[k + 5] = f32::INFINITY;
+    a[2 * k..3 * k].fill(0.0);
+    for kernel in Int8Kernel::supported() {
+        let mut c = vec![1.5f32; 4 * n];
+        // SAFETY: A is 4×k, C 4×n, the pack k×n.
+        unsafe {
+            pack.gemm_on(
+                kernel,
+                (4, k, n),
+                0,
+                Strided::new(a.as_ptr(), k as isize, 1),
+                Strided::new(c.as_mut_ptr(), n as isize, 1),
+            )
+        };
+        assert!(c[..2 * n].iter().all(|v| v.is_nan()), "{kernel:?}");
+        assert!(c[2 * n..3 * n].iter().all(|&v| v == 0.0), "{kernel:?}");
+        assert!(c[3 * n..].iter().all(|v| v.is_finite()), "{kernel:?}");
+    }
+}
+
+/// Views outside their buffer and depths past the i32 accumulator's range are not quantised (the product stays
+/// f32).
+#[test]
+fn unfit_views_are_not_quantised() {
+    let buf = randv(12, 1);
+    let outside = BView {
+        offset: 1,
+        rs: 4,
+        cs: 1,
+        k: 3,
+        n: 4,
+    };
+    assert!(QuantB::new(&buf, outside).unwrap().is_none());
+    let deep = BView {
+        offset: 0,
+        rs: 1,
+        cs: 0,
+        k: MAX_DEPTH + 1,
+        n: 1,
+    };
+    assert!(QuantB::new(&vec![0.0; MAX_DEPTH + 1], deep)
+        .unwrap()
+        .is_none());
+}
