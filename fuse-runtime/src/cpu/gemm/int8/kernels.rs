@@ -44,6 +44,14 @@ trait Tile {
         acc: &mut [i32; MAX_MR * NR],
         accumulate: bool,
     );
+
+    /// [`quantize_row`] compiled for the tile's instruction set.
+    ///
+    /// # Safety
+    /// The CPU runs the tile's instruction set.
+    unsafe fn quantize(x: &[f32], out: &mut [u8]) -> (f32, i32) {
+        quantize_row(x, out)
+    }
 }
 
 /// Runs `call` on `kernel`.
@@ -135,7 +143,9 @@ unsafe fn drive<T: Tile>(call: &Call<'_>) {
                         }
                         &row
                     };
-                    let (scale, zero) = quantize_row(x, &mut bytes[r * stride..r * stride + k4]);
+                    // SAFETY: `drive` runs on T's instruction set.
+                    let (scale, zero) =
+                        unsafe { T::quantize(x, &mut bytes[r * stride..r * stride + k4]) };
                     scales[r] = scale;
                     zeros[r] = zero as f32;
                 }
@@ -251,6 +261,11 @@ mod x86 {
     impl Tile for Vnni512 {
         const MR: usize = 12;
 
+        unsafe fn quantize(x: &[f32], out: &mut [u8]) -> (f32, i32) {
+            // SAFETY: the caller runs on this tile's instruction set.
+            unsafe { quantize_avx512(x, out) }
+        }
+
         #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma")]
         unsafe fn tile(
             groups: usize,
@@ -302,6 +317,11 @@ mod x86 {
 
     impl Tile for Vnni256 {
         const MR: usize = 6;
+
+        unsafe fn quantize(x: &[f32], out: &mut [u8]) -> (f32, i32) {
+            // SAFETY: the caller runs on this tile's instruction set.
+            unsafe { quantize_avx512(x, out) }
+        }
 
         #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma")]
         unsafe fn tile(
@@ -359,6 +379,11 @@ mod x86 {
         /// Per 8-column strip: each 32-byte group (8 columns × 4 depths) widened to two i16 vectors of 4 columns,
         /// A's 4 bytes widened and repeated; `vpmaddwd` sums pairs of depths into i32 without saturation, and
         /// one horizontal add per row joins the pairs at the end.
+        unsafe fn quantize(x: &[f32], out: &mut [u8]) -> (f32, i32) {
+            // SAFETY: the caller runs on this tile's instruction set.
+            unsafe { quantize_avx2(x, out) }
+        }
+
         #[target_feature(enable = "avx2,fma")]
         unsafe fn tile(
             groups: usize,
