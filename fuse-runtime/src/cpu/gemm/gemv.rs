@@ -64,6 +64,8 @@ pub unsafe fn gemv_packed(
 ///
 /// # Safety
 /// As [`gemv_packed`], for this panel and these rows.
+// The accumulators are indexed by row and vector alike, as the registers they stand for.
+#[allow(clippy::needless_range_loop)]
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn panel_rows<const M: usize, const V: usize>(
