@@ -25,7 +25,7 @@ pub use error::{Error, Result};
 #[doc(hidden)]
 pub use fuse_macros::__fused_model_with;
 pub use fuse_macros::fused_model;
-pub use model::{CompiledModel, ModelSpec, PlanMode};
+pub use model::{CompiledModel, KernelTime, ModelSpec, PlanMode, Profile};
 pub use pool::{PoolLimits, PoolStats};
 pub use report::PlanReport;
 pub use session::Session;

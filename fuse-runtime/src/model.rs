@@ -49,6 +49,24 @@ impl ModelSpec {
     }
 }
 
+/// What [`CompiledModel::profile_session`] measured: each kernel's mean wall time (ms, plan order, with its name)
+/// and the mean time of the executor's whole call (ms). The call's time less the kernels' sum is what runs outside
+/// kernels: the arena, the pointer table, the timer itself.
+#[derive(Clone, Debug)]
+pub struct Profile {
+    pub kernels: Vec<KernelTime>,
+    pub call_ms: f64,
+}
+
+/// One kernel's line of a [`Profile`]: its name, the ops fused into it (as the plan report lists them) and its
+/// mean wall time in ms.
+#[derive(Clone, Debug)]
+pub struct KernelTime {
+    pub name: &'static str,
+    pub ops: &'static [String],
+    pub ms: f64,
+}
+
 /// A model with its weights, ready to run. `Send + Sync`: `forward` may be called from many threads at once.
 pub struct CompiledModel {
     spec: &'static ModelSpec,
@@ -382,28 +400,64 @@ impl CompiledModel {
         runs: usize,
     ) -> Result<Vec<(&'static str, f64)>> {
         let dims = self.spec.bind(inputs)?;
+        let profile = self.profile_bound(mode, &dims, inputs, &mut [], runs)?;
+        Ok(profile.kernels.iter().map(|k| (k.name, k.ms)).collect())
+    }
+
+    /// [`CompiledModel::profile`] for a model with state, with the call's whole time beside the kernels'. Every
+    /// run repeats the same call on `session`: its write kernels write the same values at the same place each
+    /// time, so the state after the profile is the state after one call.
+    pub fn profile_session(
+        &self,
+        mode: PlanMode,
+        session: &mut Session,
+        inputs: &[&Tensor],
+        runs: usize,
+    ) -> Result<Profile> {
+        let dims = self.bind_session(mode, session, inputs)?;
+        self.profile_bound(mode, &dims, inputs, &mut session.states, runs)
+    }
+
+    fn profile_bound(
+        &self,
+        mode: PlanMode,
+        dims: &[usize],
+        inputs: &[&Tensor],
+        states: &mut [Tensor],
+        runs: usize,
+    ) -> Result<Profile> {
         let exec = self.executor(mode);
         let program = exec.program();
+        let runs = runs.max(1);
         let mut times = vec![0.0; program.kernels.len()];
         // Outputs are reused across runs so page faults of fresh allocations do not land on the last kernel.
         let mut outputs = Vec::new();
-        exec.run_into(&dims, &self.weights, inputs, &mut [], &mut outputs, None)?;
-        for _ in 0..runs.max(1) {
+        exec.run_into(dims, &self.weights, inputs, states, &mut outputs, None)?;
+        let start = std::time::Instant::now();
+        for _ in 0..runs {
             exec.run_into(
-                &dims,
+                dims,
                 &self.weights,
                 inputs,
-                &mut [],
+                states,
                 &mut outputs,
                 Some(&mut times),
             )?;
         }
-        Ok(program
-            .kernel_info
-            .iter()
-            .zip(times)
-            .map(|(k, t)| (k.name.as_str(), t * 1e3 / runs.max(1) as f64))
-            .collect())
+        let call_ms = start.elapsed().as_secs_f64() * 1e3 / runs as f64;
+        Ok(Profile {
+            kernels: program
+                .kernel_info
+                .iter()
+                .zip(times)
+                .map(|(k, t)| KernelTime {
+                    name: k.name.as_str(),
+                    ops: &k.ops,
+                    ms: t * 1e3 / runs as f64,
+                })
+                .collect(),
+            call_ms,
+        })
     }
 
     /// Runs and returns the single output (models whose `forward` returns one tensor).

@@ -378,3 +378,71 @@ fn decoding_past_the_cache_is_a_typed_error() {
         .forward(&mut session, &ids, &cos, &sin, &mask, MAX_SEQ - 1)
         .is_ok());
 }
+
+/// The per-kernel profile runs a decoding step with its session: one time per kernel, the call's time covering
+/// theirs, the cache after the profile's repeated step the cache after one step, and a session of another batch
+/// refused with the error `forward` gives.
+#[test]
+fn a_decoding_step_profiles_with_its_session() {
+    let model = cached(&TinyLlama::random(9));
+    let compiled = model.compiled();
+    let prompt = [[4i64, 8, 15, 16, 23]];
+    let views: Vec<&[i64]> = prompt.iter().map(|p| p.as_slice()).collect();
+    let prefill = inputs(&views, HEAD_DIM, 10_000.0).unwrap();
+    let zero = fuse_runtime::exec::dim_arg(0).unwrap();
+    let mut once = compiled.session(&[("batch", 1)]).unwrap();
+    let mut refs: Vec<&Tensor> = prefill.iter().collect();
+    refs.push(&zero);
+    compiled
+        .run_session(PlanMode::Fused, &mut once, &refs)
+        .unwrap();
+    let mut profiled = once.try_clone().unwrap();
+    let step = step_inputs(&[42], &[0], 5, HEAD_DIM, 10_000.0).unwrap();
+    let past = fuse_runtime::exec::dim_arg(5).unwrap();
+    let mut refs: Vec<&Tensor> = step.iter().collect();
+    refs.push(&past);
+    let logits = compiled
+        .run_one_session(PlanMode::Fused, &mut once, &refs)
+        .unwrap();
+    let profile = compiled
+        .profile_session(PlanMode::Fused, &mut profiled, &refs, 3)
+        .unwrap();
+    assert_eq!(
+        profile.kernels.len(),
+        compiled.report(PlanMode::Fused).kernel_count()
+    );
+    let kernels: f64 = profile.kernels.iter().map(|k| k.ms).sum();
+    assert!(profile
+        .kernels
+        .iter()
+        .all(|k| k.ms >= 0.0 && !k.ops.is_empty()));
+    assert!(
+        kernels > 0.0 && profile.call_ms >= kernels,
+        "{kernels} > {}",
+        profile.call_ms
+    );
+    for (a, b) in once.states().iter().zip(profiled.states()) {
+        assert_eq!(a.as_f32(), b.as_f32(), "the cache after profiling one step");
+    }
+    // The profiled session decodes on as the other does.
+    let next = step_inputs(&[7], &[0], 6, HEAD_DIM, 10_000.0).unwrap();
+    let past = fuse_runtime::exec::dim_arg(6).unwrap();
+    let mut refs_next: Vec<&Tensor> = next.iter().collect();
+    refs_next.push(&past);
+    let a = compiled
+        .run_one_session(PlanMode::Fused, &mut once, &refs_next)
+        .unwrap();
+    let b = compiled
+        .run_one_session(PlanMode::Fused, &mut profiled, &refs_next)
+        .unwrap();
+    assert_eq!(a.as_f32(), b.as_f32());
+    assert!(logits.as_f32().unwrap().iter().all(|x| x.is_finite()));
+    let mut other = compiled.session(&[("batch", 2)]).unwrap();
+    let err = compiled
+        .profile_session(PlanMode::Fused, &mut other, &refs, 1)
+        .expect_err("a session of batch 2 for a batch-1 step");
+    assert!(
+        matches!(err, fuse_runtime::Error::StateShape { .. }),
+        "{err:?}"
+    );
+}

@@ -7,6 +7,8 @@
 //! generate --bench [--json]      benchmark W5: SmolLM-135M's shape, the prefill of 128 tokens at batch 1, then
 //!                                decoding with the KV cache: 128 new tokens after a 128-token prefill, at batch
 //!                                1 and 8 (FUSE_PROFILE=1: the prefill's slowest kernels too)
+//! generate --bench --profile     where one batch-1 decode step (after a 128-token prefill) spends its time: each
+//!                                kernel name's summed ms, and the call's time outside kernels
 //! ```
 //! Without `--weights` the model has seeded random weights (`--seed`), so the tokens are a demonstration of the
 //! loop, not of language. With no sampling option, decoding is greedy. There is no tokenizer: prompts and output
@@ -204,8 +206,79 @@ fn bench(json: bool) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// The per-kernel profile of one batch-1 decode step of SmolLM-135M's shape: a 128-token prompt prefilled into the
+/// session, then the step at position 128 run `runs` times (each run writes the same cache row again).
+fn profile_decode(runs: usize) -> Result<(), Box<dyn std::error::Error>> {
+    let m = load("smollm", None, 1, true)?;
+    let mut session = m.model.session(&[("batch", 1)])?;
+    let prompt: Vec<i64> = (0..128).map(|i| (i * 7919 % m.vocab) as i64).collect();
+    let prefill = inputs(&[&prompt], m.head_dim, THETA)?;
+    let past = fuse_runtime::exec::dim_arg(0)?;
+    let mut refs: Vec<&Tensor> = prefill.iter().collect();
+    refs.push(&past);
+    m.model.run_session(PlanMode::Fused, &mut session, &refs)?;
+    let step = fuse_examples::models::llama::step_inputs(&[17], &[0], 128, m.head_dim, THETA)?;
+    let past = fuse_runtime::exec::dim_arg(128)?;
+    let mut refs: Vec<&Tensor> = step.iter().collect();
+    refs.push(&past);
+    let whole = sample_ms(runs, || {
+        m.model
+            .run_session(PlanMode::Fused, &mut session, &refs)
+            .map(drop)
+    })?;
+    let profile = m
+        .model
+        .profile_session(PlanMode::Fused, &mut session, &refs, runs)?;
+    // Summed by what a kernel does (its kind and ops): the 30 layers' copies of a kernel share one line.
+    let mut by_name: Vec<(String, usize, f64)> = Vec::new();
+    for k in &profile.kernels {
+        let kind = k.name.split_once('_').map_or(k.name, |(_, kind)| kind);
+        let what = format!("{kind}: {}", k.ops.join(" "));
+        match by_name.iter_mut().find(|(n, _, _)| *n == what) {
+            Some(row) => {
+                row.1 += 1;
+                row.2 += k.ms;
+            }
+            None => by_name.push((what, 1, k.ms)),
+        }
+    }
+    by_name.sort_by(|a, b| b.2.total_cmp(&a.2));
+    let kernels_ms: f64 = profile.kernels.iter().map(|k| k.ms).sum();
+    println!(
+        "W5 decode step profile (SmolLM-135M shape, batch 1, past 128, {runs} runs, {} threads): {} kernels",
+        threads(),
+        profile.kernels.len()
+    );
+    for (name, count, ms) in &by_name {
+        println!("  {ms:8.3} ms  x{count:<4} {name}");
+    }
+    println!(
+        "  kernels {kernels_ms:.3} ms; executor call {:.3} ms (outside kernels {:.3}); whole run_session median {:.3} ms \
+         (binding and checks {:.3})",
+        profile.call_ms,
+        profile.call_ms - kernels_ms,
+        whole.median,
+        whole.median - profile.call_ms
+    );
+    if std::env::var_os("FUSE_PROFILE").is_some() {
+        for (i, k) in profile.kernels.iter().enumerate().take(40) {
+            println!(
+                "  #{i:<4} {:8.3} ms  {} ({})",
+                k.ms,
+                k.name,
+                k.ops.join(" ")
+            );
+        }
+    }
+    println!("cpu: {}", cpu_line());
+    Ok(())
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--bench") && args.iter().any(|a| a == "--profile") {
+        return profile_decode(20);
+    }
     if args.iter().any(|a| a == "--bench") {
         return bench(args.iter().any(|a| a == "--json"));
     }

@@ -3,7 +3,7 @@
 
 use rayon::prelude::*;
 
-use super::gemm::{sgemm, BView, Backend, Strided, WeightPack};
+use super::gemm::{sgemm, BView, Backend, Strided, WeightPack, GEMV_MAX_ROWS};
 use super::math::{dispatch_avx2, dispatch_avx512};
 
 /// Below this many elements a kernel runs on the calling thread: rayon's hand-off costs more than it saves.
@@ -233,10 +233,22 @@ pub fn gemm_with(
     let threads = rayon::current_num_threads();
     let flops = batches * m * n * k;
     let row_tasks = groups * blocks_per_group;
-    if threads > 1 && flops >= (1 << 20) && row_tasks < 2 * threads && n >= 2 * COL_BLOCK_MIN {
+    // A product of a few rows over a packed B (a decoding step) streams B at memory speed, so what decides whether
+    // to share it between threads is B's size, not its FLOPs: each thread then reads its own columns of B.
+    let streams_b = packed.is_some() && streams_b_in_parallel(groups * rows_per_group, k, n);
+    let col_block_min = if streams_b {
+        GEMV_COL_BLOCK_MIN
+    } else {
+        COL_BLOCK_MIN
+    };
+    if threads > 1
+        && (flops >= (1 << 20) || streams_b)
+        && row_tasks < 2 * threads
+        && n >= 2 * col_block_min
+    {
         // Too few row blocks to keep every thread busy (a small batch): split the columns too. The epilogue then
         // runs as a second, row-parallel pass over the just-written (cache-warm) output.
-        let splits = (2 * threads).div_ceil(row_tasks).min(n / COL_BLOCK_MIN);
+        let splits = (2 * threads).div_ceil(row_tasks).min(n / col_block_min);
         // Column blocks start at whole panels of a packed B.
         let unit = packed.map_or(16, |p| p.nr().max(16));
         let cols_per = n.div_ceil(splits).div_ceil(unit) * unit;
@@ -282,6 +294,13 @@ pub fn gemm_with(
     }
 }
 
+/// Whether a product of `rows` rows over a packed k×n B is bound by reading B, and B is large enough to share
+/// between threads: then its columns are split whatever its FLOPs (a decoding step's projections have too few
+/// FLOPs for the usual threshold, and ran on one thread at half the machine's read bandwidth).
+fn streams_b_in_parallel(rows: usize, k: usize, n: usize) -> bool {
+    rows <= GEMV_MAX_ROWS && k.saturating_mul(n) >= GEMV_PARALLEL_MIN_FLOATS
+}
+
 /// The offset of batch `index` (counted row-major over `batch`) in each of `N` operands, given each operand's
 /// stride per batch dim (0 where it broadcasts).
 pub(super) fn batch_offsets<const N: usize>(
@@ -303,6 +322,14 @@ pub(super) fn batch_offsets<const N: usize>(
 
 /// Narrowest column block worth a GEMM task of its own.
 const COL_BLOCK_MIN: usize = 128;
+
+/// Narrowest column block of a few-row product over a packed B: two panels of the AVX2 tile, so a 576 × 192
+/// projection still splits between threads.
+const GEMV_COL_BLOCK_MIN: usize = 32;
+
+/// Smallest packed B (floats: 256 KiB) whose few-row product is split between threads: below it one thread
+/// streams B in less time than handing half of it to another takes.
+const GEMV_PARALLEL_MIN_FLOATS: usize = 1 << 16;
 
 /// The output pointer shared by column-split GEMM tasks, each writing its own disjoint block.
 struct SharedOut(*mut f32);
@@ -665,10 +692,39 @@ mod tests {
         assert_eq!(got, want);
     }
 
+    /// A decoding step's projections (SmolLM-135M: hidden 576, KV width 192, FFN 1536, vocabulary 49152) share
+    /// their weights between threads; a tall product or a small B does not take that path.
+    #[test]
+    fn decode_step_products_split_b_between_threads() {
+        for (k, n) in [
+            (576, 576),
+            (576, 192),
+            (576, 1536),
+            (1536, 576),
+            (576, 49152),
+        ] {
+            assert!(streams_b_in_parallel(1, k, n), "1x{k}x{n}");
+            assert!(streams_b_in_parallel(GEMV_MAX_ROWS, k, n), "4x{k}x{n}");
+        }
+        assert!(!streams_b_in_parallel(GEMV_MAX_ROWS + 1, 576, 576));
+        assert!(!streams_b_in_parallel(1, 64, 160));
+    }
+
     /// Row blocks only (large M), and rows × column blocks (small M, wide N): both against a plain f64 product.
+    /// The few-row cases over a packed B (a decoding step) split B's columns by its size, down to two panels a
+    /// thread (576 × 192), or stay on one thread below the threshold (2 × 100 × 333).
     #[test]
     fn gemm_with_epilogue_matches_naive_on_both_split_paths() {
-        for (m, k, n) in [(600, 64, 48), (4, 256, 1024), (3, 300, 700)] {
+        let cases = [
+            (600, 64, 48),
+            (4, 256, 1024),
+            (3, 300, 700),
+            (1, 576, 192),
+            (1, 1537, 577),
+            (2, 333, 100),
+            (4, 640, 200),
+        ];
+        for (m, k, n) in cases {
             let a = Tensor::randn(&[m, k], 1).to_f32_vec();
             let b = Tensor::randn(&[k, n], 2).to_f32_vec();
             let spec = GemmSpec {

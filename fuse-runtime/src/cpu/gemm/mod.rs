@@ -15,11 +15,18 @@ mod avx2;
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod driver;
+#[cfg(target_arch = "x86_64")]
+mod gemv;
 pub mod int8;
 mod packed;
 #[cfg(target_arch = "x86_64")]
 mod tile;
 
+#[cfg(target_arch = "x86_64")]
+pub use gemv::GEMV_MAX_ROWS;
+/// Most rows a product over a packed B takes the few-rows path with (none where there is no such path).
+#[cfg(not(target_arch = "x86_64"))]
+pub const GEMV_MAX_ROWS: usize = 0;
 pub use packed::{BView, PackedB};
 
 /// A GEMM's weight operand prepared once, at load, in the precision its products are computed in.
@@ -525,10 +532,85 @@ mod tests {
                             (f64::from(got) - want).abs() <= 1e-5 * (scale + c.abs()) + 1e-30,
                             "{what}: {got} vs {want}"
                         );
+                        // Few rows sum the depth in another order than the tile (see `gemv`): the two agree
+                        // to within the rounding of the terms' magnitudes, not of the result's.
                         assert!(
-                            (got - call).abs() <= 1e-5 * (got.abs() + call.abs()) + 1e-30,
+                            f64::from((got - call).abs()) <= 1e-5 * (scale + c.abs()) + 1e-30,
                             "{what}: packed {got}, per call {call}"
                         );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Products of one to a few rows over a packed B take the streaming path (`gemv`): every row count it
+    /// takes and the first the tile takes, odd and even depths, partial last panels, a transposed A and a C with a
+    /// row stride of its own, β = 0 (C holds NaN) and β ≠ 0, against an f64 product.
+    #[test]
+    fn few_row_products_over_a_packed_b_match_f64() {
+        let mut seed = 9000;
+        for backend in backends() {
+            for m in 1..=GEMV_MAX_ROWS + 1 {
+                for &(k, n) in &[(1, 1), (2, 17), (7, 33), (576, 192), (301, 70), (64, 500)] {
+                    seed += 4;
+                    let b = randv(k * n, seed);
+                    let view = BView {
+                        offset: 0,
+                        rs: n,
+                        cs: 1,
+                        k,
+                        n,
+                    };
+                    let Some(packed) = PackedB::new(backend, &b, view).unwrap() else {
+                        assert_eq!(backend, Backend::Portable);
+                        continue;
+                    };
+                    // A stored transposed (k×m), C with 3 spare columns per row.
+                    let a = randv(k * m, seed + 1);
+                    let c_rs = n + 3;
+                    let c0 = randv(m * c_rs, seed + 2);
+                    for (alpha, beta) in [(1.0f32, 0.0f32), (0.5, -1.5)] {
+                        let mut c = if beta == 0.0 {
+                            vec![f32::NAN; m * c_rs]
+                        } else {
+                            c0.clone()
+                        };
+                        // SAFETY: A is k×m row-major read as m×k; C holds m rows of stride c_rs ≥ n.
+                        unsafe {
+                            packed.sgemm(
+                                (m, k, n),
+                                0,
+                                alpha,
+                                Strided::new(a.as_ptr(), 1, m as isize),
+                                beta,
+                                Strided::new(c.as_mut_ptr(), c_rs as isize, 1),
+                            );
+                        }
+                        for i in 0..m {
+                            for j in 0..n {
+                                let (mut dot, mut scale) = (0.0f64, 0.0f64);
+                                for l in 0..k {
+                                    let p = f64::from(a[l * m + i]) * f64::from(b[l * n + j]);
+                                    dot += p;
+                                    scale += p.abs();
+                                }
+                                let old = f64::from(c0[i * c_rs + j]);
+                                let want = f64::from(alpha) * dot + f64::from(beta) * old;
+                                let got = f64::from(c[i * c_rs + j]);
+                                assert!(
+                                    (got - want).abs() <= 1e-5 * (scale + old.abs()) + 1e-30,
+                                    "{backend:?} {m}x{k}x{n} α {alpha} β {beta} at ({i}, {j}): {got} vs {want}"
+                                );
+                            }
+                            // The spare columns are not C's: untouched.
+                            for j in n..c_rs {
+                                let (got, was) = (c[i * c_rs + j], c0[i * c_rs + j]);
+                                assert!(
+                                    got.to_bits() == was.to_bits() || (beta == 0.0 && got.is_nan())
+                                );
+                            }
+                        }
                     }
                 }
             }

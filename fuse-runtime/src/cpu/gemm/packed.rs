@@ -141,6 +141,11 @@ impl PackedB {
         // columns over the whole depth; A and C are the caller's.
         #[cfg(target_arch = "x86_64")]
         unsafe {
+            if m <= super::GEMV_MAX_ROWS && k > 0 {
+                // Few rows (a decoding step): stream each panel once instead of running the MR-row tile. Both
+                // backends that pack run AVX2.
+                return super::gemv::gemv_packed((m, k, n), self.nr, alpha, a, panels, beta, c);
+            }
             match self.backend {
                 Backend::Avx512 => super::driver::sgemm_prepacked::<super::avx512::Avx512>(
                     (m, k, n),
