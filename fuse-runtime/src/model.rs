@@ -193,12 +193,14 @@ impl CompiledModel {
         &self.weights
     }
 
-    /// Allocates, now, the memory a CPU `forward` with these dynamic dimension sizes needs (its arena), so
-    /// that the first such call — or a first call at a larger size — costs what later ones do. Sizes are by
-    /// name, e.g. `[("batch", 8), ("seq", 128)]`; a call with smaller sizes uses the same memory. Optional:
-    /// without it the first call allocates. The sizes are checked wherever the model runs; on a GPU nothing is
-    /// allocated here (each shape gets its device arena and CUDA graph on its first call).
-    pub fn reserve(&self, sizes: &[(&str, usize)]) -> Result<()> {
+    /// Every dim of the model from `sizes` given by name (`[("batch", 8)]`), sums of dims derived from their terms.
+    /// A name the model does not have, or a size of 0, is an error; a dim left out is an error where `required`
+    /// says so (by symbol), else 1.
+    fn dims_by_name(
+        &self,
+        sizes: &[(&str, usize)],
+        required: impl Fn(usize) -> bool,
+    ) -> Result<Vec<usize>> {
         let known = self.spec.dyn_dims;
         if let Some((dim, _)) = sizes.iter().find(|(d, _)| !known.contains(d)) {
             return Err(Error::UnknownDim {
@@ -215,10 +217,21 @@ impl CompiledModel {
                 _ if program.is_sum_dim(s) => Ok(1),
                 Some(&(_, 0)) => Err(Error::ZeroDim { dim: name.into() }),
                 Some(&(_, n)) => Ok(n),
-                None => Err(Error::MissingDim { dim: name.into() }),
+                None if required(s) => Err(Error::MissingDim { dim: name.into() }),
+                None => Ok(1),
             })
             .collect::<Result<Vec<usize>>>()?;
         program.derive_dims(&mut dims);
+        Ok(dims)
+    }
+
+    /// Allocates, now, the memory a CPU `forward` with these dynamic dimension sizes needs (its arena), so
+    /// that the first such call — or a first call at a larger size — costs what later ones do. Sizes are by
+    /// name, e.g. `[("batch", 8), ("seq", 128)]`; a call with smaller sizes uses the same memory. Optional:
+    /// without it the first call allocates. The sizes are checked wherever the model runs; on a GPU nothing is
+    /// allocated here (each shape gets its device arena and CUDA graph on its first call).
+    pub fn reserve(&self, sizes: &[(&str, usize)]) -> Result<()> {
+        let dims = self.dims_by_name(sizes, |_| true)?;
         if self.placement.gpu().is_some() {
             return Ok(());
         }
@@ -270,31 +283,14 @@ impl CompiledModel {
     /// place. A model serves any number of sessions at once.
     pub fn session(&self, sizes: &[(&str, usize)]) -> Result<Session> {
         let program = self.spec.fused.decode()?;
-        let known = self.spec.dyn_dims;
-        if let Some((dim, _)) = sizes.iter().find(|(d, _)| !known.contains(d)) {
-            return Err(Error::UnknownDim {
-                dim: (*dim).into(),
-                known: known.iter().map(|d| (*d).into()).collect(),
-            });
-        }
+        // Only the dims the state shapes name must be given; the others do not size anything here.
         let used = |s: usize| {
             program
                 .states
                 .iter()
                 .any(|st| st.dims.iter().any(|m| m.syms.contains(&s)))
         };
-        let mut dims = known
-            .iter()
-            .enumerate()
-            .map(|(s, &name)| match sizes.iter().rfind(|(d, _)| *d == name) {
-                _ if program.is_sum_dim(s) => Ok(1),
-                Some(&(_, 0)) => Err(Error::ZeroDim { dim: name.into() }),
-                Some(&(_, n)) => Ok(n),
-                None if used(s) => Err(Error::MissingDim { dim: name.into() }),
-                None => Ok(1),
-            })
-            .collect::<Result<Vec<usize>>>()?;
-        program.derive_dims(&mut dims);
+        let dims = self.dims_by_name(sizes, used)?;
         Session::new(program.model, program, &dims)
     }
 
