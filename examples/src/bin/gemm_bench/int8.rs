@@ -38,17 +38,46 @@ pub fn vnni_peaks() -> Vec<(&'static str, f64)> {
     peaks
 }
 
-/// Prints the int8 kernels' rates on `shapes`, against `vnni` (the 256-bit peak) where there is one.
-pub fn report(shapes: &[Shape], vnni: Option<f64>) {
+/// GOP/s of one thread's AVX2 integer multiply-adds without VNNI: `vpmaddwd` + `vpaddd` on i16 pairs (what the
+/// AVX2 tile issues per 16 multiply-adds), and `vpmaddubsw` + `vpmaddwd` by ones + `vpaddd` on u8 × s8 quads
+/// (32 multiply-adds, the sequence ONNX Runtime's AVX2 kernel issues; exact only while pair sums fit i16).
+pub fn avx2_peaks() -> Vec<(&'static str, f64)> {
+    let mut peaks = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    if Int8Kernel::supported().contains(&Int8Kernel::Avx2) {
+        type PeakLoop = unsafe fn(usize) -> i32;
+        let runs: [(&str, usize, PeakLoop); 2] = [
+            ("vpmaddwd (i16 pairs)", 16, x86::maddwd_256),
+            ("vpmaddubsw+vpmaddwd (u8 × s8 quads)", 32, x86::maddubsw_256),
+        ];
+        for (name, macs, run) in runs {
+            let mut best = f64::MAX;
+            for _ in 0..ROUNDS {
+                let start = thread_seconds();
+                // SAFETY: the CPU has AVX2 (checked above).
+                let sink = unsafe { run(std::hint::black_box(STEPS)) };
+                best = best.min(thread_seconds() - start);
+                std::hint::black_box(sink);
+            }
+            let ops = (STEPS * x86::AVX2_ACCUMULATORS * macs * 2) as f64;
+            peaks.push((name, ops / best / 1e9));
+        }
+    }
+    peaks
+}
+
+/// Prints the int8 kernels' rates on `shapes`, against `peak` (its name and GOP/s) where there is one.
+pub fn report(shapes: &[Shape], peak: Option<(&str, f64)>) {
     let kernels = Int8Kernel::supported();
     let chosen = kernels
         .iter()
         .position(|&k| k == Int8Kernel::best())
         .unwrap_or(0);
-    print!(
-        "{:<60}",
-        "int8 shape (m×k×n), GOP/s (% of VNNI 256-bit peak)"
-    );
+    let header = match peak {
+        Some((name, _)) => format!("int8 shape (m×k×n), GOP/s (% of {name} peak)"),
+        None => "int8 shape (m×k×n), GOP/s".to_string(),
+    };
+    print!("{header:<60}");
     for k in &kernels {
         print!(" {:>18}", format!("{k:?}"));
     }
@@ -89,13 +118,13 @@ pub fn report(shapes: &[Shape], vnni: Option<f64>) {
         }
         // Quantising the block's rows alone, as the driver does once per product (on the best kernel).
         let k4 = s.k.next_multiple_of(4);
-        let mut bytes = vec![0u8; k4];
+        let mut cells = vec![0u16; k4];
         let mut quant = f64::MAX;
         for _ in 0..ROUNDS {
             let start = thread_seconds();
             for _ in 0..reps {
                 for row in a.chunks(s.k) {
-                    std::hint::black_box(Int8Kernel::best().quantize_row(row, &mut bytes));
+                    std::hint::black_box(Int8Kernel::best().quantize_row(row, &mut cells));
                 }
             }
             quant = quant.min((thread_seconds() - start) / reps as f64);
@@ -103,7 +132,9 @@ pub fn report(shapes: &[Shape], vnni: Option<f64>) {
         print!("{:<60}", format!("{} {}×{}×{}", s.what, s.m, s.k, s.n));
         for &t in &best {
             let gops = ops / t / 1e9;
-            let share = vnni.map_or(String::new(), |p| format!(" ({:.0} %)", 100.0 * gops / p));
+            let share = peak.map_or(String::new(), |(_, p)| {
+                format!(" ({:.0} %)", 100.0 * gops / p)
+            });
             print!(" {:>18}", format!("{gops:.0}{share}"));
         }
         println!(
@@ -134,6 +165,48 @@ mod x86 {
                 *c = _mm256_dpbusd_epi32(*c, a, b);
             }
         }
+        let sum = acc
+            .iter()
+            .fold(_mm256_setzero_si256(), |s, &c| _mm256_add_epi32(s, c));
+        _mm256_extract_epi32::<0>(sum)
+    }
+
+    /// Accumulators of the AVX2 loops: 16 registers hold them and the operands.
+    pub const AVX2_ACCUMULATORS: usize = 12;
+
+    // Each accumulator feeds its own next product (the values are meaningless), so no product is loop-invariant
+    // and the chains are independent: 12 of them cover the instructions' latency.
+
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn maddwd_256(steps: usize) -> i32 {
+        let b = _mm256_set1_epi32(std::hint::black_box(0x0003_0004));
+        let mut acc: [__m256i; AVX2_ACCUMULATORS] =
+            std::array::from_fn(|i| _mm256_set1_epi32(i as i32));
+        for _ in 0..steps {
+            for c in &mut acc {
+                *c = _mm256_add_epi32(_mm256_madd_epi16(*c, b), b);
+            }
+        }
+        fold_256(&acc)
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn maddubsw_256(steps: usize) -> i32 {
+        let b = _mm256_set1_epi32(std::hint::black_box(0x01ff_01ff));
+        let ones = _mm256_set1_epi16(1);
+        let mut acc: [__m256i; AVX2_ACCUMULATORS] =
+            std::array::from_fn(|i| _mm256_set1_epi32(i as i32));
+        for _ in 0..steps {
+            for c in &mut acc {
+                let pairs = _mm256_maddubs_epi16(*c, b);
+                *c = _mm256_add_epi32(_mm256_madd_epi16(pairs, ones), b);
+            }
+        }
+        fold_256(&acc)
+    }
+
+    #[target_feature(enable = "avx2")]
+    unsafe fn fold_256(acc: &[__m256i]) -> i32 {
         let sum = acc
             .iter()
             .fold(_mm256_setzero_si256(), |s, &c| _mm256_add_epi32(s, c));

@@ -2,7 +2,7 @@
 //! one `#[target_feature]` function per kernel, so the quantisation of A and the dequantisation of C vectorise
 //! with the tile's instruction set.
 
-use super::quantize::quantize_row;
+use super::quantize::{quantize_row, quantize_row_into};
 use super::{Int8Kernel, QuantB, NR};
 use crate::cpu::gemm::Strided;
 use crate::cpu::scratch::{with_buffer, GEMM_A, GEMM_B};
@@ -32,9 +32,12 @@ pub(super) struct Call<'p> {
 /// `rows` read row `rows − 1` again (their sums are discarded), so no row outside the block is read.
 trait Tile {
     const MR: usize;
+    /// Bytes per quantised element of A: 1 (u8), or 2 for a tile that reads A widened to u16.
+    const A_BYTES: usize = 1;
     /// # Safety
-    /// The CPU runs the tile's instruction set; `a` holds `rows` rows of `groups · 4` bytes at stride `a_rs`; `b`
-    /// holds `groups` groups of `NR · 4` bytes.
+    /// The CPU runs the tile's instruction set; `a` holds `rows` rows of `groups · 4` elements of `A_BYTES`
+    /// bytes at stride `a_rs` bytes (2-byte aligned when `A_BYTES` is 2); `b` holds `groups` groups of `NR · 4`
+    /// bytes.
     unsafe fn tile(
         groups: usize,
         a: *const u8,
@@ -45,10 +48,10 @@ trait Tile {
         accumulate: bool,
     );
 
-    /// [`quantize_row`] compiled for the tile's instruction set.
+    /// [`quantize_row`] compiled for the tile's instruction set, into `out.len() / A_BYTES` elements.
     ///
     /// # Safety
-    /// The CPU runs the tile's instruction set.
+    /// The CPU runs the tile's instruction set; `out` is 2-byte aligned when `A_BYTES` is 2.
     unsafe fn quantize(x: &[f32], out: &mut [u8]) -> (f32, i32) {
         quantize_row(x, out)
     }
@@ -71,18 +74,24 @@ pub(super) unsafe fn run(kernel: Int8Kernel, call: &Call<'_>) {
     }
 }
 
-/// [`quantize_row`] compiled for `kernel`'s instruction set, as the driver runs it (for measuring its cost).
+/// [`quantize_row`] compiled for `kernel`'s instruction set, as the driver runs it (for measuring its cost), into
+/// `out.len()` elements of the kernel's width (bytes in the first half of `out`).
 ///
 /// # Safety
 /// `kernel` runs on this CPU.
-pub(super) unsafe fn quantize_on(kernel: Int8Kernel, x: &[f32], out: &mut [u8]) -> (f32, i32) {
-    // SAFETY (each arm): the caller's contract.
+pub(super) unsafe fn quantize_on(kernel: Int8Kernel, x: &[f32], out: &mut [u16]) -> (f32, i32) {
+    let len = out.len();
+    // SAFETY: `out`'s memory as bytes: 2·len of them, 2-byte aligned.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut u8, 2 * len) };
+    // SAFETY (each arm): the caller's contract; the byte kernels get `len` bytes, the AVX2 tile 2·len.
     match kernel {
         #[cfg(target_arch = "x86_64")]
-        Int8Kernel::Vnni512 | Int8Kernel::Vnni256 => unsafe { x86::quantize_avx512(x, out) },
+        Int8Kernel::Vnni512 | Int8Kernel::Vnni256 => unsafe {
+            x86::quantize_avx512(x, &mut bytes[..len])
+        },
         #[cfg(target_arch = "x86_64")]
-        Int8Kernel::Avx2 => unsafe { x86::quantize_avx2(x, out) },
-        _ => quantize_row(x, out),
+        Int8Kernel::Avx2 => unsafe { x86::Avx2::quantize(x, bytes) },
+        _ => quantize_row(x, &mut bytes[..len]),
     }
 }
 
@@ -103,7 +112,7 @@ unsafe fn drive<T: Tile>(call: &Call<'_>) {
     } = call;
     let (k, k4) = (pack.view.k, pack.k4);
     // Quantised rows of A sit `stride` bytes apart (padding them off multiples of 1 KiB measured no faster).
-    let stride = k4;
+    let stride = k4 * T::A_BYTES;
     let mc = (A_BLOCK_BYTES / stride.max(1))
         .clamp(T::MR, 256)
         .div_ceil(T::MR)
@@ -145,7 +154,7 @@ unsafe fn drive<T: Tile>(call: &Call<'_>) {
                     };
                     // SAFETY: `drive` runs on T's instruction set.
                     let (scale, zero) =
-                        unsafe { T::quantize(x, &mut bytes[r * stride..r * stride + k4]) };
+                        unsafe { T::quantize(x, &mut bytes[r * stride..(r + 1) * stride]) };
                     scales[r] = scale;
                     zeros[r] = zero as f32;
                 }
@@ -161,12 +170,12 @@ unsafe fn drive<T: Tile>(call: &Call<'_>) {
                         let gs = KC_GROUPS.min(groups - g0);
                         for (t, ir) in (0..rows).step_by(T::MR).enumerate() {
                             let tr = T::MR.min(rows - ir);
-                            // SAFETY: rows ir..ir + tr of the block hold k4 quantised bytes each, groups g0..g0 + gs
+                            // SAFETY: rows ir..ir + tr of the block hold k4 quantised elements each, groups g0..g0 + gs
                             // of which are read; the panel holds k4 / 4 groups.
                             unsafe {
                                 T::tile(
                                     gs,
-                                    bytes[ir * stride + 4 * g0..].as_ptr(),
+                                    bytes[ir * stride + T::A_BYTES * 4 * g0..].as_ptr(),
                                     stride,
                                     tr,
                                     panel.add(g0 * NR * 4),
@@ -248,6 +257,13 @@ mod x86 {
     unsafe fn quad(rows: &[*const u8], r: usize, g: usize) -> i32 {
         // SAFETY: the caller's row holds group g.
         unsafe { (rows[r].add(4 * g) as *const i32).read_unaligned() }
+    }
+
+    /// Row `r`'s 4 levels of group `g`, widened to u16, as one i64 to broadcast.
+    #[inline(always)]
+    unsafe fn quad_wide(rows: &[*const u8], r: usize, g: usize) -> i64 {
+        // SAFETY: the caller's row holds group g.
+        unsafe { (rows[r].add(8 * g) as *const i64).read_unaligned() }
     }
 
     /// Row pointers of a tile, rows past `rows` repeating the last.
@@ -375,15 +391,23 @@ mod x86 {
 
     impl Tile for Avx2 {
         const MR: usize = 6;
+        const A_BYTES: usize = 2;
 
-        /// Per 8-column strip: each 32-byte group (8 columns × 4 depths) widened to two i16 vectors of 4 columns,
-        /// A's 4 bytes widened and repeated; `vpmaddwd` sums pairs of depths into i32 without saturation, and
-        /// one horizontal add per row joins the pairs at the end.
+        /// A's rows are quantised straight into u16, so the inner loop only broadcasts a row's 4 levels (one
+        /// 8-byte load) instead of widening them per row, group and strip.
         unsafe fn quantize(x: &[f32], out: &mut [u8]) -> (f32, i32) {
+            debug_assert!((out.as_ptr() as usize).is_multiple_of(2));
+            // SAFETY: `out` is 2-byte aligned (the trait's contract), so its bytes are out.len() / 2 u16 cells.
+            let words = unsafe {
+                std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut u16, out.len() / 2)
+            };
             // SAFETY: the caller runs on this tile's instruction set.
-            unsafe { quantize_avx2(x, out) }
+            unsafe { quantize_avx2(x, words) }
         }
 
+        /// Per 8-column strip: each 32-byte group (8 columns × 4 depths) widened to two i16 vectors of 4 columns,
+        /// A's 4 levels repeated; `vpmaddwd` sums pairs of depths into i32 without saturation, and one horizontal
+        /// add per row joins the pairs at the end.
         #[target_feature(enable = "avx2,fma")]
         unsafe fn tile(
             groups: usize,
@@ -406,7 +430,7 @@ mod x86 {
                         let b_lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(bv));
                         let b_hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(bv));
                         for r in 0..MR {
-                            let av = _mm256_cvtepu8_epi16(_mm_set1_epi32(quad(&p, r, g)));
+                            let av = _mm256_set1_epi64x(quad_wide(&p, r, g));
                             lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(av, b_lo));
                             hi[r] = _mm256_add_epi32(hi[r], _mm256_madd_epi16(av, b_hi));
                         }
@@ -444,8 +468,8 @@ mod x86 {
     }
 
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn quantize_avx2(x: &[f32], out: &mut [u8]) -> (f32, i32) {
-        super::quantize_row(x, out)
+    unsafe fn quantize_avx2(x: &[f32], out: &mut [u16]) -> (f32, i32) {
+        super::quantize_row_into(x, out)
     }
 
     #[target_feature(enable = "avx2,fma")]

@@ -88,9 +88,10 @@ impl Int8Kernel {
         all
     }
 
-    /// Quantises one row of A as this kernel's driver does ([`quantize_row`], compiled for its instruction set),
-    /// for measuring what quantisation costs; `None` when this CPU cannot run the kernel.
-    pub fn quantize_row(self, x: &[f32], out: &mut [u8]) -> Option<(f32, i32)> {
+    /// Quantises one row of A as this kernel's driver does ([`quantize_row`], compiled for its instruction set,
+    /// into `out.len()` elements of the width the kernel reads: bytes in the first half of `out`, or u16), for
+    /// measuring what quantisation costs; `None` when this CPU cannot run the kernel.
+    pub fn quantize_row(self, x: &[f32], out: &mut [u16]) -> Option<(f32, i32)> {
         static SUPPORTED: OnceLock<Vec<Int8Kernel>> = OnceLock::new();
         let runs = SUPPORTED.get_or_init(Int8Kernel::supported).contains(&self);
         // SAFETY: the kernel runs on this CPU (checked).
@@ -102,7 +103,7 @@ impl Int8Kernel {
         match self {
             Int8Kernel::Vnni512 => "AVX-512 VNNI, 512-bit, 12×32 tile",
             Int8Kernel::Vnni256 => "AVX-512 VNNI, 256-bit, 6×32 tile",
-            Int8Kernel::Avx2 => "AVX2 (widened to i16), 6×8 tile",
+            Int8Kernel::Avx2 => "AVX2 (i16 pairs), 6×8 tile",
             Int8Kernel::Portable => "portable scalar",
         }
     }

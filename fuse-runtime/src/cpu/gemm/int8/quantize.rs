@@ -81,6 +81,32 @@ fn range(x: &[f32]) -> (f32, f32, bool) {
 /// infinity.
 #[inline(always)]
 pub fn quantize_row(x: &[f32], out: &mut [u8]) -> (f32, i32) {
+    quantize_row_into(x, out)
+}
+
+/// A cell of a quantised row: a byte, or the same level widened to 16 bits (the AVX2 tile multiplies i16 pairs,
+/// so it reads A already widened instead of widening each byte in its inner loop).
+pub trait Level: Copy {
+    fn from_level(level: u8) -> Self;
+}
+
+impl Level for u8 {
+    #[inline(always)]
+    fn from_level(level: u8) -> u8 {
+        level
+    }
+}
+
+impl Level for u16 {
+    #[inline(always)]
+    fn from_level(level: u8) -> u16 {
+        u16::from(level)
+    }
+}
+
+/// [`quantize_row`] into cells of type `L`.
+#[inline(always)]
+pub fn quantize_row_into<L: Level>(x: &[f32], out: &mut [L]) -> (f32, i32) {
     let (lo, hi, bad) = range(x);
     let width = hi - lo;
     let (scale, inv, zero) = if bad || !width.is_finite() {
@@ -103,8 +129,8 @@ pub fn quantize_row(x: &[f32], out: &mut [u8]) -> (f32, i32) {
         #[allow(clippy::manual_clamp)]
         let q = ((v * inv).round_ties_even() + zero).max(0.0).min(255.0);
         // SAFETY: q is finite and in [0, 255].
-        *o = unsafe { q.to_int_unchecked::<i32>() } as u8;
+        *o = L::from_level(unsafe { q.to_int_unchecked::<i32>() } as u8);
     }
-    pad.fill(zero as u8);
+    pad.fill(L::from_level(zero as u8));
     (scale, zero as i32)
 }
