@@ -40,6 +40,11 @@ pub const SCRATCH_ELEMENTS: usize = 1 << 14;
 /// Below this many multiply-adds the whole attention runs on the calling thread.
 const PARALLEL_MIN_FLOPS: usize = 1 << 20;
 
+/// Most query rows of a block that take the direct path ([`few_rows`]): a decoding step has one per sequence and
+/// head, and the GEMM driver's set-up (packing a 64×129 K per head, a 6-row tile for one row) cost 20 µs for
+/// 33 k multiply-adds.
+const FEW_ROWS: usize = 4;
+
 /// Runs the attention of `spec`; `scores.run(first_row, block)` turns a block of raw scores (rows of `n`,
 /// `first_row` counted over `[batch.., m]`) into probabilities in place.
 pub fn attention(
@@ -113,6 +118,26 @@ fn block_attention(
                 || (last(qo, rows, spec.q.rs, d, spec.q.cs) < q.len()
                     && last(ko, d, spec.k.rs, n, spec.k.cs) < k.len())));
     assert!(in_bounds, "attention operand out of bounds: planner bug");
+    // A key's d values and a value row's dv values each contiguous (K cached as [.., n, d] and read transposed,
+    // V as [.., n, dv]): the direct path reads them as slices.
+    if rows <= FEW_ROWS && spec.q.cs == 1 && spec.k.rs == 1 && spec.v.cs == 1 {
+        let operands = FewRows {
+            n,
+            d,
+            dv,
+            // Empty where nothing is read from it (d or n zero: not bounds-checked above).
+            q: q.get(qo..).unwrap_or(&[]),
+            q_rs: spec.q.rs,
+            k: k.get(ko..).unwrap_or(&[]),
+            k_cs: spec.k.cs,
+            v: v.get(vo..).unwrap_or(&[]),
+            v_rs: spec.v.rs,
+        };
+        few_rows(&operands, block, probs, &|p: &mut [f32]| {
+            scores.run_simd(b * spec.m + row0, p)
+        });
+        return;
+    }
     if n > 0 {
         // SAFETY: the last elements read from Q and K are in bounds (checked above); `probs` is rows × n.
         unsafe {
@@ -140,6 +165,91 @@ fn block_attention(
     }
 }
 
+/// One block's operands for [`few_rows`], each slice starting at the block's first element.
+struct FewRows<'a> {
+    n: usize,
+    d: usize,
+    dv: usize,
+    q: &'a [f32],
+    q_rs: usize,
+    k: &'a [f32],
+    k_cs: usize,
+    v: &'a [f32],
+    v_rs: usize,
+}
+
+/// A block of a few query rows without the GEMM driver: each score a dot product of the query row with a key, then
+/// the scores' task, then each output row a sum of value rows weighted by its probabilities.
+fn few_rows(ops: &FewRows<'_>, block: &mut [f32], probs: &mut [f32], softmax: &dyn Fn(&mut [f32])) {
+    #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+    if super::math::dispatch_avx2() {
+        // SAFETY: the CPU has AVX2 and FMA (checked).
+        return unsafe { few_rows_avx2(ops, block, probs, softmax) };
+    }
+    few_rows_body(ops, block, probs, softmax)
+}
+
+#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+#[target_feature(enable = "avx2,fma")]
+fn few_rows_avx2(
+    ops: &FewRows<'_>,
+    block: &mut [f32],
+    probs: &mut [f32],
+    softmax: &dyn Fn(&mut [f32]),
+) {
+    few_rows_body(ops, block, probs, softmax)
+}
+
+#[inline(always)]
+fn few_rows_body(
+    ops: &FewRows<'_>,
+    block: &mut [f32],
+    probs: &mut [f32],
+    softmax: &dyn Fn(&mut [f32]),
+) {
+    let &FewRows { n, d, dv, .. } = ops;
+    let rows = block.len() / dv;
+    let probs = &mut probs[..rows * n];
+    if n > 0 {
+        for (r, scores) in probs.chunks_exact_mut(n).enumerate() {
+            let query = &ops.q[r * ops.q_rs..][..d];
+            for (j, score) in scores.iter_mut().enumerate() {
+                *score = dot(query, &ops.k[j * ops.k_cs..][..d]);
+            }
+        }
+        softmax(probs);
+    }
+    for (r, out) in block.chunks_exact_mut(dv).enumerate() {
+        out.fill(0.0);
+        for j in 0..n {
+            let p = probs[r * n + j];
+            for (o, &x) in out.iter_mut().zip(&ops.v[j * ops.v_rs..][..dv]) {
+                *o += p * x;
+            }
+        }
+    }
+}
+
+/// `Σ a·b` over lanes of 16, so it vectorises (f32 sums are not reassociated otherwise).
+#[inline(always)]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    const LANES: usize = 16;
+    let mut acc = [0.0f32; LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for t in 0..LANES {
+            acc[t] += x[t] * y[t];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,11 +272,24 @@ mod tests {
         }
     }
 
-    /// Against an f64 attention, with K given transposed through its strides, a broadcast V batch, and enough
-    /// keys that a batch takes several row blocks.
+    /// Against an f64 attention, with K given transposed through its strides, a broadcast V batch, enough keys
+    /// that a batch takes several row blocks, and blocks of one to four query rows (a decoding step's), which take
+    /// the direct path with V's rows contiguous and the GEMMs with V given transposed.
     #[test]
     fn matches_f64_attention() {
-        for (heads, m, n, d, dv) in [(3, 5, 7, 4, 6), (2, 300, 200, 16, 8), (1, 1, 1, 1, 1)] {
+        let cases = [
+            (3, 5, 7, 4, 6),
+            (2, 300, 200, 16, 8),
+            (1, 1, 1, 1, 1),
+            (9, 1, 129, 64, 64),
+            (4, 3, 37, 13, 5),
+            (2, 4, 20, 8, 3),
+            (2, 2, 50, 19, 17),
+        ];
+        for ((heads, m, n, d, dv), v_transposed) in cases
+            .into_iter()
+            .flat_map(|case| [(case, false), (case, true)])
+        {
             let qv = Tensor::randn(&[heads * m * d], 1).to_f32_vec();
             // K stored as [heads, n, d]: Kᵀ's (row = c, col = j) is at j·d + c.
             let kv = Tensor::randn(&[heads * n * d], 2).to_f32_vec();
@@ -190,11 +313,26 @@ mod tests {
                     rs: 1,
                     cs: d,
                 },
-                v: Operand {
-                    offset: 0,
-                    rs: dv,
-                    cs: 1,
+                v: if v_transposed {
+                    Operand {
+                        offset: 0,
+                        rs: 1,
+                        cs: n,
+                    }
+                } else {
+                    Operand {
+                        offset: 0,
+                        rs: dv,
+                        cs: 1,
+                    }
                 },
+            };
+            let v_at = |j: usize, t: usize| {
+                f64::from(if v_transposed {
+                    vv[t * n + j]
+                } else {
+                    vv[j * dv + t]
+                })
             };
             let scale = 0.5f32;
             let mut out = vec![f32::NAN; heads * m * dv];
@@ -215,13 +353,12 @@ mod tests {
                     let top = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
                     let z: f64 = s.iter().map(|x| (x - top).exp()).sum();
                     for t in 0..dv {
-                        let want: f64 = (0..n)
-                            .map(|j| (s[j] - top).exp() / z * f64::from(vv[j * dv + t]))
-                            .sum();
+                        let want: f64 = (0..n).map(|j| (s[j] - top).exp() / z * v_at(j, t)).sum();
                         let got = f64::from(out[(h * m + i) * dv + t]);
                         assert!(
                             (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
-                            "{heads}x{m}x{n}x{d}x{dv} at ({h}, {i}, {t}): {got} vs {want}"
+                            "{heads}x{m}x{n}x{d}x{dv} (V transposed: {v_transposed}) at ({h}, {i}, {t}): \
+                             {got} vs {want}"
                         );
                     }
                 }
