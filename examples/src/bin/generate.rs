@@ -7,8 +7,9 @@
 //! generate --bench [--json]      benchmark W5: SmolLM-135M's shape, the prefill of 128 tokens at batch 1, then
 //!                                decoding with the KV cache: 128 new tokens after a 128-token prefill, at batch
 //!                                1 and 8 (FUSE_PROFILE=1: the prefill's slowest kernels too)
-//! generate --bench --profile     where one batch-1 decode step (after a 128-token prefill) spends its time: each
-//!                                kernel name's summed ms, and the call's time outside kernels
+//! generate --bench --profile [--batch N]
+//!                                where one decode step (batch 1 or N, after a 128-token prefill) spends its
+//!                                time: each kernel name's summed ms, and the call's time outside kernels
 //! ```
 //! Without `--weights` the model has seeded random weights (`--seed`), so the tokens are a demonstration of the
 //! loop, not of language. With no sampling option, decoding is greedy. There is no tokenizer: prompts and output
@@ -208,16 +209,29 @@ fn bench(json: bool) -> Result<(), Box<dyn std::error::Error>> {
 
 /// The per-kernel profile of one batch-1 decode step of SmolLM-135M's shape: a 128-token prompt prefilled into the
 /// session, then the step at position 128 run `runs` times (each run writes the same cache row again).
-fn profile_decode(runs: usize) -> Result<(), Box<dyn std::error::Error>> {
+fn profile_decode(runs: usize, batch: usize) -> Result<(), Box<dyn std::error::Error>> {
     let m = load("smollm", None, 1, true)?;
-    let mut session = m.model.session(&[("batch", 1)])?;
-    let prompt: Vec<i64> = (0..128).map(|i| (i * 7919 % m.vocab) as i64).collect();
-    let prefill = inputs(&[&prompt], m.head_dim, THETA)?;
+    let mut session = m.model.session(&[("batch", batch)])?;
+    let prompts: Vec<Vec<i64>> = (0..batch)
+        .map(|b| {
+            (0..128)
+                .map(|i| ((i * 7919 + b * 131) % m.vocab) as i64)
+                .collect()
+        })
+        .collect();
+    let prompt_refs: Vec<&[i64]> = prompts.iter().map(Vec::as_slice).collect();
+    let prefill = inputs(&prompt_refs, m.head_dim, THETA)?;
     let past = fuse_runtime::exec::dim_arg(0)?;
     let mut refs: Vec<&Tensor> = prefill.iter().collect();
     refs.push(&past);
     m.model.run_session(PlanMode::Fused, &mut session, &refs)?;
-    let step = fuse_examples::models::llama::step_inputs(&[17], &[0], 128, m.head_dim, THETA)?;
+    let step = fuse_examples::models::llama::step_inputs(
+        &vec![17; batch],
+        &vec![0; batch],
+        128,
+        m.head_dim,
+        THETA,
+    )?;
     let past = fuse_runtime::exec::dim_arg(128)?;
     let mut refs: Vec<&Tensor> = step.iter().collect();
     refs.push(&past);
@@ -245,7 +259,7 @@ fn profile_decode(runs: usize) -> Result<(), Box<dyn std::error::Error>> {
     by_name.sort_by(|a, b| b.2.total_cmp(&a.2));
     let kernels_ms: f64 = profile.kernels.iter().map(|k| k.ms).sum();
     println!(
-        "W5 decode step profile (SmolLM-135M shape, batch 1, past 128, {runs} runs, {} threads): {} kernels",
+        "W5 decode step profile (SmolLM-135M shape, batch {batch}, past 128, {runs} runs, {} threads): {} kernels",
         threads(),
         profile.kernels.len()
     );
@@ -277,7 +291,15 @@ fn profile_decode(runs: usize) -> Result<(), Box<dyn std::error::Error>> {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "--bench") && args.iter().any(|a| a == "--profile") {
-        return profile_decode(20);
+        let batch = match args.iter().position(|a| a == "--batch") {
+            Some(i) => args
+                .get(i + 1)
+                .and_then(|v| v.parse().ok())
+                .filter(|&b| b > 0)
+                .ok_or("--batch takes a positive number")?,
+            None => 1,
+        };
+        return profile_decode(20, batch);
     }
     if args.iter().any(|a| a == "--bench") {
         return bench(args.iter().any(|a| a == "--json"));

@@ -8,8 +8,10 @@ use core::arch::x86_64::*;
 
 use super::Strided;
 
-/// Most rows a product takes this path with; above it the register tile's reuse of B wins.
-pub const GEMV_MAX_ROWS: usize = 4;
+/// Most rows a product takes this path with: a decoding step of 8 sequences still streams B (W5's batch-8 step
+/// spent 109 ms in its GEMMs through the 6-row tile on a Zen 3 core pair, 60 ms here, BENCHMARKS.md); somewhere
+/// above it the register tile's reuse of B wins.
+pub const GEMV_MAX_ROWS: usize = 8;
 
 /// C ← α·A·B + β·C for `m` ≤ [`GEMV_MAX_ROWS`] rows, B the packed panels starting at `panels` (`nr` columns
 /// each, depth `k`), over `n` columns (the last panel may be partial: its padding columns are read, not stored).
