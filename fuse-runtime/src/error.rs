@@ -75,6 +75,21 @@ pub enum Error {
         size: usize,
     },
 
+    /// A state write (`self.cache.write(axis, start, value)`) whose positions reach past the state's axis at the
+    /// dims of this call (a KV cache full: `past + seq` above its maximum length); checked before any kernel
+    /// runs, so the state is unchanged.
+    #[error(
+        "write of {len} positions at {start} along axis {axis} of the state {what}: past its size {size}"
+    )]
+    StateWriteOutOfRange {
+        /// The state's shape and the write's node, e.g. `[1, 3, 256, 64] (%12)`.
+        what: String,
+        axis: usize,
+        start: usize,
+        len: usize,
+        size: usize,
+    },
+
     #[error("the model has no dynamic dimension `{dim}`; its dynamic dimensions are {known:?}")]
     UnknownDim { dim: String, known: Vec<String> },
 

@@ -169,12 +169,24 @@ impl Program {
         for b in &self.slice_bounds {
             let (start, len, size) = (b.start.eval(dims), b.len.eval(dims), b.size.eval(dims));
             if start.checked_add(len).is_none_or(|end| end > size) {
-                return Err(Error::NarrowOutOfRange {
-                    what: b.what.clone(),
-                    axis: b.axis,
-                    start,
-                    len,
-                    size,
+                let what = b.what.clone();
+                let axis = b.axis;
+                return Err(if b.write {
+                    Error::StateWriteOutOfRange {
+                        what,
+                        axis,
+                        start,
+                        len,
+                        size,
+                    }
+                } else {
+                    Error::NarrowOutOfRange {
+                        what,
+                        axis,
+                        start,
+                        len,
+                        size,
+                    }
                 });
             }
         }

@@ -164,7 +164,8 @@ impl fmt::Display for PlanReport {
         if !p.slice_bounds.is_empty() {
             writeln!(f, "  checked per call:")?;
             for b in &p.slice_bounds {
-                writeln!(f, "    narrow of axis {} of {}: {}", b.axis, b.what, b.text)?;
+                let kind = if b.write { "write" } else { "narrow" };
+                writeln!(f, "    {kind} of axis {} of {}: {}", b.axis, b.what, b.text)?;
             }
         }
         Ok(())

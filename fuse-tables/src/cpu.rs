@@ -125,6 +125,9 @@ pub struct SliceBound {
     pub start: Mono,
     pub len: Mono,
     pub size: Mono,
+    /// A write into a state at `start` (the error then names the state), not a slice that reads.
+    #[serde(default)]
+    pub write: bool,
 }
 
 /// A GEMM's B operand that is a parameter read through a view whose every size is static: the k×n matrix with

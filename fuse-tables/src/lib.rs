@@ -160,6 +160,7 @@ mod tests {
                     coeff: 128,
                     syms: vec![],
                 },
+                write: false,
             }],
             sum_dims: vec![SumDim {
                 sym: 2,

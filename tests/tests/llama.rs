@@ -363,7 +363,7 @@ fn decoding_past_the_cache_is_a_typed_error() {
     assert!(
         matches!(
             err,
-            fuse_runtime::Error::NarrowOutOfRange {
+            fuse_runtime::Error::StateWriteOutOfRange {
                 start: 64,
                 len: 1,
                 size: 64,

@@ -55,7 +55,7 @@ fn a_write_past_the_state_is_a_typed_error_and_changes_nothing() {
         assert!(
             matches!(
                 err,
-                Error::NarrowOutOfRange {
+                Error::StateWriteOutOfRange {
                     axis: 1,
                     start: 14,
                     len: 3,

@@ -104,7 +104,8 @@ fn ids(list: &str) -> Result<Vec<i64>, String> {
 
 /// W5's decoding: `batch` prompts of 128 tokens prefilled into the KV cache, then 128 greedy steps of one token
 /// per sequence; returns (prefill ms, mean ms per decode step).
-fn bench_decode(m: &Loaded, batch: usize) -> Result<(f64, f64), Box<dyn std::error::Error>> {
+/// `(prefill ms, first decode step ms, mean ms of the later steps)`.
+fn bench_decode(m: &Loaded, batch: usize) -> Result<(f64, f64, f64), Box<dyn std::error::Error>> {
     let prompts: Vec<Vec<i64>> = (0..batch)
         .map(|b| {
             (0..128)
@@ -119,7 +120,7 @@ fn bench_decode(m: &Loaded, batch: usize) -> Result<(f64, f64), Box<dyn std::err
     };
     let mut decoder =
         CachedDecoder::new(&m.model, PlanMode::Fused, batch, m.head_dim, m.vocab, THETA)?;
-    let (mut prefill, mut steps, mut calls) = (0.0, 0.0, 0usize);
+    let (mut prefill, mut first_step, mut steps, mut calls) = (0.0, 0.0, 0.0, 0usize);
     generate_batch_indexed(
         &prompts,
         &options,
@@ -127,25 +128,26 @@ fn bench_decode(m: &Loaded, batch: usize) -> Result<(f64, f64), Box<dyn std::err
             let start = std::time::Instant::now();
             let rows = decoder.next_logits(running, sequences);
             let ms = start.elapsed().as_secs_f64() * 1e3;
-            if calls == 0 {
-                prefill = ms;
-            } else {
-                steps += ms;
+            match calls {
+                0 => prefill = ms,
+                1 => first_step = ms,
+                _ => steps += ms,
             }
             calls += 1;
             rows
         },
         |_, _| ControlFlow::Continue(()),
     )?;
-    // The first call prefills and picks the first new token; each later one is a decode step.
-    Ok((prefill, steps / (calls.max(2) - 1) as f64))
+    // The first call prefills and picks the first new token; each later one is a decode step, the first of which
+    // is reported apart (the issue asks that it cost no more than a later one).
+    Ok((prefill, first_step, steps / (calls.max(3) - 2) as f64))
 }
 
 /// W5's prefill: one forward over 128 tokens at batch 1, SmolLM-135M's shape, seeded weights; then its decoding.
 fn bench(json: bool) -> Result<(), Box<dyn std::error::Error>> {
     let cached = load("smollm", None, 1, true)?;
     for batch in [1, 8] {
-        let (prefill, step) = bench_decode(&cached, batch)?;
+        let (prefill, first_step, step) = bench_decode(&cached, batch)?;
         let tokens_per_s = batch as f64 * 1e3 / step;
         if json {
             let line = serde_json::json!({
@@ -156,6 +158,7 @@ fn bench(json: bool) -> Result<(), Box<dyn std::error::Error>> {
                 "prompt": 128,
                 "new_tokens": 128,
                 "prefill_ms": prefill,
+                "first_step_ms": first_step,
                 "ms_per_step": step,
                 "tokens_per_s": tokens_per_s,
                 "threads": threads(),
@@ -164,7 +167,7 @@ fn bench(json: bool) -> Result<(), Box<dyn std::error::Error>> {
         } else {
             println!(
                 "W5 decode (SmolLM-135M shape, KV cache, 128 new tokens after a 128-token prefill), batch {batch}: \
-                 {step:.1} ms/step, {tokens_per_s:.1} tokens/s (prefill {prefill:.0} ms)"
+                 {step:.1} ms/step, {tokens_per_s:.1} tokens/s (prefill {prefill:.0} ms, first step {first_step:.1} ms)"
             );
         }
     }

@@ -16,6 +16,8 @@ pub struct SliceBound {
     pub start: Dim,
     pub len: Dim,
     pub size: Dim,
+    /// A state write (`input` the state), not a slice that reads.
+    pub write: bool,
 }
 
 impl SliceBound {
@@ -48,6 +50,7 @@ pub fn unproved(g: &Graph) -> Vec<SliceBound> {
                     start: start.clone(),
                     len: len.clone(),
                     size,
+                    write: false,
                 })
             }
             // A state write replaces `[start, start + len)` of its axis: it must not reach past the buffer.
@@ -66,6 +69,7 @@ pub fn unproved(g: &Graph) -> Vec<SliceBound> {
                     start: start.clone(),
                     len,
                     size,
+                    write: true,
                 })
             }
             _ => None,

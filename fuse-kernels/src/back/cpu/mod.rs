@@ -164,6 +164,7 @@ fn tables(plan: &Plan, function_of: &[usize]) -> ProgramTables {
             start: mono(&b.start),
             len: mono(&b.len),
             size: mono(&b.size),
+            write: b.write,
         })
         .collect();
     let sum_dims = g
