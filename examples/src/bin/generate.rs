@@ -104,15 +104,20 @@ fn ids(list: &str) -> Result<Vec<i64>, String> {
 
 /// W5's decoding: `batch` prompts of 128 tokens prefilled into the KV cache, then 128 greedy steps of one token
 /// per sequence; returns (prefill ms, mean ms per decode step).
-/// `(prefill ms, first decode step ms, mean ms of the later steps)`.
-fn bench_decode(m: &Loaded, batch: usize) -> Result<(f64, f64, f64), Box<dyn std::error::Error>> {
-    let prompts: Vec<Vec<i64>> = (0..batch)
+/// W5's prompts: `batch` different 128-token sequences of spread-out ids.
+fn bench_prompts(vocab: usize, batch: usize) -> Vec<Vec<i64>> {
+    (0..batch)
         .map(|b| {
             (0..128)
-                .map(|i| ((i * 7919 + b * 131) % m.vocab) as i64)
+                .map(|i| ((i * 7919 + b * 131) % vocab) as i64)
                 .collect()
         })
-        .collect();
+        .collect()
+}
+
+/// `(prefill ms, first decode step ms, mean ms of the later steps)`.
+fn bench_decode(m: &Loaded, batch: usize) -> Result<(f64, f64, f64), Box<dyn std::error::Error>> {
+    let prompts = bench_prompts(m.vocab, batch);
     let options = GenerateOptions {
         decoding: Decoding::Greedy,
         max_new_tokens: 128,
@@ -215,13 +220,7 @@ fn bench(json: bool) -> Result<(), Box<dyn std::error::Error>> {
 fn profile_decode(runs: usize, batch: usize) -> Result<(), Box<dyn std::error::Error>> {
     let m = load("smollm", None, 1, true)?;
     let mut session = m.model.session(&[("batch", batch)])?;
-    let prompts: Vec<Vec<i64>> = (0..batch)
-        .map(|b| {
-            (0..128)
-                .map(|i| ((i * 7919 + b * 131) % m.vocab) as i64)
-                .collect()
-        })
-        .collect();
+    let prompts = bench_prompts(m.vocab, batch);
     let prompt_refs: Vec<&[i64]> = prompts.iter().map(Vec::as_slice).collect();
     let prefill = inputs(&prompt_refs, m.head_dim, THETA)?;
     let past = fuse_runtime::exec::dim_arg(0)?;

@@ -5,13 +5,11 @@
 //! the FMA latency (4–5 cycles) times the two FMA pipes of current x86 cores, so the pipes, not the latency,
 //! set the rate. Where a core issues a 512-bit FMA as two 256-bit halves, the AVX-512 figure shows it.
 
-use fuse_examples::timing::thread_seconds;
 use fuse_runtime::cpu::gemm::Backend;
 
 /// Steps of the loop per timing (each step is one FMA per accumulator): ≈ 2–4 ms on current cores, as short as
 /// the GEMM's timings, and as many rounds, so both see the same chance of an undisturbed slice.
 const STEPS: usize = 2_000_000;
-const ROUNDS: usize = 25;
 
 /// GFLOP/s of one thread for each vector width fuse's tiles use on this CPU, best of a few rounds.
 pub fn measure() -> Vec<(Backend, f64)> {
@@ -23,14 +21,8 @@ pub fn measure() -> Vec<(Backend, f64)> {
             Backend::Avx2 => (8, 12, x86::fma_avx2),
             Backend::Portable => continue,
         };
-        let mut best = f64::MAX;
-        for _ in 0..ROUNDS {
-            let start = thread_seconds();
-            // SAFETY: `Backend::available` lists only instruction sets this CPU runs.
-            let sink = unsafe { run(std::hint::black_box(STEPS)) };
-            best = best.min(thread_seconds() - start);
-            std::hint::black_box(sink);
-        }
+        // SAFETY: `Backend::available` lists only instruction sets this CPU runs.
+        let best = super::best_seconds(|| unsafe { run(std::hint::black_box(STEPS)) });
         let flops = (STEPS * accumulators * lanes * 2) as f64;
         peaks.push((backend, flops / best / 1e9));
     }

@@ -23,14 +23,8 @@ pub fn vnni_peaks() -> Vec<(&'static str, f64)> {
             ("512-bit", 16, x86::dpbusd_512),
         ];
         for (name, lanes, run) in runs {
-            let mut best = f64::MAX;
-            for _ in 0..ROUNDS {
-                let start = thread_seconds();
-                // SAFETY: the CPU has AVX-512 VNNI and VL (checked above).
-                let sink = unsafe { run(std::hint::black_box(STEPS)) };
-                best = best.min(thread_seconds() - start);
-                std::hint::black_box(sink);
-            }
+            // SAFETY: the CPU has AVX-512 VNNI and VL (checked above).
+            let best = super::best_seconds(|| unsafe { run(std::hint::black_box(STEPS)) });
             let ops = (STEPS * x86::ACCUMULATORS * lanes * 4 * 2) as f64;
             peaks.push((name, ops / best / 1e9));
         }
@@ -51,14 +45,8 @@ pub fn avx2_peaks() -> Vec<(&'static str, f64)> {
             ("vpmaddubsw+vpmaddwd (u8 × s8 quads)", 32, x86::maddubsw_256),
         ];
         for (name, macs, run) in runs {
-            let mut best = f64::MAX;
-            for _ in 0..ROUNDS {
-                let start = thread_seconds();
-                // SAFETY: the CPU has AVX2 (checked above).
-                let sink = unsafe { run(std::hint::black_box(STEPS)) };
-                best = best.min(thread_seconds() - start);
-                std::hint::black_box(sink);
-            }
+            // SAFETY: the CPU has AVX2 (checked above).
+            let best = super::best_seconds(|| unsafe { run(std::hint::black_box(STEPS)) });
             let ops = (STEPS * x86::AVX2_ACCUMULATORS * macs * 2) as f64;
             peaks.push((name, ops / best / 1e9));
         }

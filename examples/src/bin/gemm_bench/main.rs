@@ -69,6 +69,19 @@ const SHAPES: [Shape; 8] = [
 /// Many short timings, keeping the best: on a shared machine some of them run undisturbed.
 const ROUNDS: usize = 25;
 
+/// The shortest of [`ROUNDS`] timings of `run` in this thread's CPU seconds (its result kept alive, so the work is
+/// not optimised away).
+fn best_seconds<T>(mut run: impl FnMut() -> T) -> f64 {
+    let mut best = f64::MAX;
+    for _ in 0..ROUNDS {
+        let start = thread_seconds();
+        let sink = run();
+        best = best.min(thread_seconds() - start);
+        std::hint::black_box(sink);
+    }
+    best
+}
+
 fn main() {
     println!("cpu: {}", cpu_line());
     let vnni = int8::vnni_peaks();
