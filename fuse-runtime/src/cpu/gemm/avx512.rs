@@ -14,6 +14,8 @@ pub struct Avx512;
 impl Tile for Avx512 {
     const MR: usize = MR;
     const NR: usize = NR;
+    // Packing pays from two panels on: each packed A panel is then read at least twice (`gemm_bench`).
+    const PACK_A_PANELS: usize = 2;
 
     #[target_feature(enable = "avx512f")]
     #[allow(clippy::too_many_arguments)]

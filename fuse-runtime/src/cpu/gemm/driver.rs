@@ -67,6 +67,11 @@ pub trait Tile {
     const MR: usize;
     /// Columns of the tile.
     const NR: usize;
+    /// Column panels of a block from which the driver packs a row-contiguous A rather than read it in place:
+    /// reading MR rows in place streams MR cache lines at once through every step, which some cores sustain
+    /// (the AVX2 tile on Zen 3 and on Sapphire Rapids-class Xeons: in place measured as fast or faster) and
+    /// others do not (the AVX-512 tile on those Xeons: 38–48 % of peak in place, 77–82 % packed).
+    const PACK_A_PANELS: usize = usize::MAX;
 
     /// C[rows×cols] ← α·A·B + β·C over `kc` steps of an A panel (packed as `kc` steps of MR floats when
     /// `PACKED_A`, else MR rows of A read in place) and a row-contiguous B panel (packed, or B itself) whose
@@ -243,10 +248,12 @@ unsafe fn blocks<T: Tile>(
         prepacked.is_none() && m <= DIRECT_B_ROWS.min(mc_most) && b.cs == 1 && b.rs % 1024 != 0;
     // Row-contiguous A is read in place: the tile broadcasts its elements from memory either way, and packing
     // would cost as much as the multiply-adds it feeds when there are few columns. Not when the row stride is a
-    // multiple of 4 KiB, where the tile's rows would share L1 sets.
-    let direct_a = a.cs == 1 && a.rs % 1024 != 0;
+    // multiple of 4 KiB, where the tile's rows would share L1 sets, nor in blocks of as many panels as the tile's
+    // `PACK_A_PANELS`.
+    let a_in_place = a.cs == 1 && a.rs % 1024 != 0;
     for jc in (0..n).step_by(nc_most) {
         let nc = nc_most.min(n - jc);
+        let direct_a = a_in_place && nc.div_ceil(T::NR) < T::PACK_A_PANELS;
         for pc in (0..k).step_by(kc_most) {
             let kc = kc_most.min(k - pc);
             let b_block = offset(b, pc, jc);
