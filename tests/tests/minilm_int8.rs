@@ -2,11 +2,10 @@
 //! each sentence's int8 embedding to its f32 one, over the README's and the example's sentences plus sentences
 //! generated from seeded word combinations. Skips when the checkpoint is absent (`scripts/fetch-minilm.sh`).
 //!
-//! The bounds are what int8 on every weight GEMM achieves, with a small margin: measured mean 0.99872, worst
-//! 0.99468 ("Another."), short of the targets (mean 0.999, each 0.995). Keeping the FFN-out GEMMs in f32
-//! reaches them (mean 0.99904, worst 0.99655; with only FFN-out in int8: 0.99970, 0.99791), at the cost of a
-//! third of the int8 GEMM work running at the f32 rate; ONNX Runtime's dynamic int8 measured a mean of 0.9851 on the same
-//! model (BENCHMARKS.md). A symmetric activation scale measured mean 0.99689, worst 0.98616.
+//! The bounds are the targets: each sentence ≥ 0.995, the mean ≥ 0.999. Measured: mean 0.99923, worst
+//! 0.99599 ("Another."), with activations quantised per group of 128 depths (`int8::A_GROUP`). One scale per
+//! whole row measured mean 0.99872, worst 0.99468, short of both; a symmetric activation scale 0.99689 / 0.98616;
+//! ONNX Runtime's dynamic int8 a mean of 0.9825 on the same model (BENCHMARKS.md).
 
 use fuse_examples::minilm_run::{checkpoint_dir, cosine, SentenceEmbedder};
 use fuse_runtime::CpuPrecision;
@@ -155,9 +154,9 @@ fn int8_embeddings_stay_close_to_f32() {
         sentences[at]
     );
     for (s, c) in sentences.iter().zip(&cosines) {
-        assert!(*c >= 0.994, "{s:?}: cosine {c}");
+        assert!(*c >= 0.995, "{s:?}: cosine {c}");
     }
-    assert!(mean >= 0.9985, "mean cosine {mean}");
+    assert!(mean >= 0.999, "mean cosine {mean}");
     // Not trivially equal: int8 did run.
     assert!(cosines.iter().any(|&c| c < 0.999_999_9));
 }

@@ -3,7 +3,7 @@
 //! with the tile's instruction set.
 
 use super::quantize::{quantize_row, quantize_row_into};
-use super::{Int8Kernel, QuantB, NR};
+use super::{Int8Kernel, QuantB, A_GROUP, NR};
 use crate::cpu::gemm::Strided;
 use crate::cpu::scratch::{with_buffer, GEMM_A, GEMM_B};
 
@@ -13,9 +13,12 @@ const MAX_MR: usize = 12;
 /// Bytes of quantised A kept per block: the block is read once per panel of B, so it stays in L2.
 const A_BLOCK_BYTES: usize = 192 << 10;
 
-/// Depth groups (4 depths each) per depth block: a 512-deep slice of a panel (16 KiB) stays in L1 while every
-/// row tile of the block passes it; deeper products carry each tile's i32 sums across blocks.
-const KC_GROUPS: usize = 128;
+/// Quads (groups of 4 depths, one `vpdpbusd` lane) per activation group.
+const GROUP_QUADS: usize = A_GROUP / 4;
+
+/// Activation groups per depth block: a 512-deep slice of a panel (16 KiB) stays in L1 while every row tile of
+/// the block passes it; deeper products carry each tile's f32 sums across blocks.
+const KC_GROUPS: usize = 4;
 
 /// One product: C[m×n] = A[m×k] · B[:, col0..col0 + n] with B in `pack`.
 pub(super) struct Call<'p> {
@@ -27,24 +30,71 @@ pub(super) struct Call<'p> {
     pub c: Strided<*mut f32>,
 }
 
-/// A register tile: `acc[r·NR + j] (+)= Σ_l a[r][l] · b[l][j]` (i32) over `groups` groups of 4 depths, for r < MR
-/// and every column of one panel, adding to what `acc` holds when `accumulate` (a later depth block). Rows past
-/// `rows` read row `rows − 1` again (their sums are discarded), so no row outside the block is read.
+/// What a tile needs to dequantise the activation groups of one call: for its row `r` and the call's group `g`,
+/// the scale `scales[r · row_stride + g]` and zero point `zeros[..]` alike (rows past the tile's last reuse the
+/// last row's), and the panel's column sums `col_sums[g · sums_stride..][..NR]`.
+#[derive(Clone, Copy)]
+struct Groups {
+    /// Activation groups in the call.
+    count: usize,
+    /// Quads of its last group (the depth's end); every other group has [`GROUP_QUADS`].
+    last_quads: usize,
+    scales: *const f32,
+    zeros: *const f32,
+    row_stride: usize,
+    col_sums: *const f32,
+    sums_stride: usize,
+}
+
+impl Groups {
+    /// Quads of the call's group `g`.
+    #[inline(always)]
+    fn quads(&self, g: usize) -> usize {
+        if g + 1 == self.count {
+            self.last_quads
+        } else {
+            GROUP_QUADS
+        }
+    }
+
+    /// (scale, zero point) of row `r` (clamped to the tile's `rows`) for the call's group `g`.
+    ///
+    /// # Safety
+    /// `rows` rows and `count` groups lie inside the arrays the pointers were taken from.
+    #[inline(always)]
+    unsafe fn row(&self, r: usize, rows: usize, g: usize) -> (f32, f32) {
+        let at = r.min(rows - 1) * self.row_stride + g;
+        // SAFETY: the caller's contract.
+        unsafe { (*self.scales.add(at), *self.zeros.add(at)) }
+    }
+
+    /// The panel's column sums of the call's group `g`, [`NR`] of them.
+    #[inline(always)]
+    fn col_sums(&self, g: usize) -> *const f32 {
+        self.col_sums.wrapping_add(g * self.sums_stride)
+    }
+}
+
+/// A register tile over one depth block: for r < MR and every column of one panel, each activation group's i32
+/// sums `Σ_l a[r][l] · b[l][j]` are made in registers and dequantised there as the group ends,
+/// `(sum − zero · col_sum) · scale`, into the f32 sums `acc[r·NR + j]`, which it overwrites when `!accumulate`
+/// (the first depth block) and adds to otherwise. Rows past `rows` read row `rows − 1` again (their sums are
+/// discarded), so no row outside the block is read.
 trait Tile {
     const MR: usize;
     /// Bytes per quantised element of A: 1 (u8), or 2 for a tile that reads A widened to u16.
     const A_BYTES: usize = 1;
     /// # Safety
-    /// The CPU runs the tile's instruction set; `a` holds `rows` rows of `groups · 4` elements of `A_BYTES`
-    /// bytes at stride `a_rs` bytes (2-byte aligned when `A_BYTES` is 2); `b` holds `groups` groups of `NR · 4`
-    /// bytes.
+    /// The CPU runs the tile's instruction set; `a` holds `rows` rows of the groups' quads (4 elements of
+    /// `A_BYTES` bytes each) at stride `a_rs` bytes (2-byte aligned when `A_BYTES` is 2); `b` holds as many quads
+    /// of `NR · 4` bytes; `groups` as its documentation says.
     unsafe fn tile(
-        groups: usize,
+        groups: &Groups,
         a: *const u8,
         a_rs: usize,
         rows: usize,
         b: *const i8,
-        acc: &mut [i32; MAX_MR * NR],
+        acc: &mut [f32; MAX_MR * NR],
         accumulate: bool,
     );
 
@@ -95,8 +145,9 @@ pub(super) unsafe fn quantize_on(kernel: Int8Kernel, x: &[f32], out: &mut [u16])
     }
 }
 
-/// The loop nest: row blocks of A quantised into this thread's scratch → panels of B → row tiles, each tile's
-/// sums dequantised straight into C.
+/// The loop nest: row blocks of A quantised into this thread's scratch (per row and activation group) → panels of
+/// B → depth blocks of [`KC_GROUPS`] groups → row tiles, each tile dequantising its groups' sums into its f32
+/// sums (carried across depth blocks), which are scaled per column into C after the last block.
 ///
 /// # Safety
 /// As [`run`], on `T`'s instruction set.
@@ -111,6 +162,8 @@ unsafe fn drive<T: Tile>(call: &Call<'_>) {
         c,
     } = call;
     let (k, k4) = (pack.view.k, pack.k4);
+    let groups = k.div_ceil(A_GROUP).max(1);
+    let quads = k4 / 4;
     // Quantised rows of A sit `stride` bytes apart (padding them off multiples of 1 KiB measured no faster).
     let stride = k4 * T::A_BYTES;
     let mc = (A_BLOCK_BYTES / stride.max(1))
@@ -118,26 +171,19 @@ unsafe fn drive<T: Tile>(call: &Call<'_>) {
         .div_ceil(T::MR)
         * T::MR;
     let mc = mc.min(m.next_multiple_of(T::MR));
-    // The scratch holds mc row scales, mc zero points (exact in f32), then mc rows of `stride` bytes.
-    let floats = 2 * mc + (mc * stride).div_ceil(4);
+    // The scratch holds mc · groups scales, as many zero points (exact in f32), then mc rows of `stride` bytes.
+    let floats = 2 * mc * groups + (mc * stride).div_ceil(4);
     with_buffer(&GEMM_A, floats, |buf| {
-        let (scales, rest) = buf.split_at_mut(mc);
-        let (zeros, bytes) = rest.split_at_mut(mc);
+        let (scales, rest) = buf.split_at_mut(mc * groups);
+        let (zeros, bytes) = rest.split_at_mut(mc * groups);
         // SAFETY: the f32 buffer viewed as bytes (alignment 1, same memory, within its length).
         let bytes =
             unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr() as *mut u8, mc * stride) };
         let mut row = vec![0.0f32; if a.cs == 1 { 0 } else { k }];
         let tiles = mc.div_ceil(T::MR);
-        // Each row tile's i32 sums for the current panel, across depth blocks.
+        // Each row tile's f32 sums for the current panel, across depth blocks.
         with_buffer(&GEMM_B, tiles * MAX_MR * NR, |sums_buf| {
-            // SAFETY: the f32 buffer viewed as i32 (same size and alignment), `tiles` arrays of MAX_MR · NR.
-            let all_sums = unsafe {
-                std::slice::from_raw_parts_mut(
-                    sums_buf.as_mut_ptr() as *mut [i32; MAX_MR * NR],
-                    tiles,
-                )
-            };
-            let groups = k4 / 4;
+            let (all_sums, _) = sums_buf.as_chunks_mut::<{ MAX_MR * NR }>();
             for ic in (0..m).step_by(mc) {
                 let rows = mc.min(m - ic);
                 for r in 0..rows {
@@ -152,44 +198,61 @@ unsafe fn drive<T: Tile>(call: &Call<'_>) {
                         }
                         &row
                     };
-                    // SAFETY: `drive` runs on T's instruction set.
-                    let (scale, zero) =
-                        unsafe { T::quantize(x, &mut bytes[r * stride..(r + 1) * stride]) };
-                    scales[r] = scale;
-                    zeros[r] = zero as f32;
+                    let cells = &mut bytes[r * stride..(r + 1) * stride];
+                    for g in 0..groups {
+                        // The last group's cells run to the padded depth (k4), past its values.
+                        let (from, to) = (g * A_GROUP, ((g + 1) * A_GROUP).min(k));
+                        let cell_end = if g + 1 == groups { k4 } else { to };
+                        // SAFETY: `drive` runs on T's instruction set; the cells start at an even byte.
+                        let (scale, zero) = unsafe {
+                            T::quantize(
+                                &x[from..to],
+                                &mut cells[from * T::A_BYTES..cell_end * T::A_BYTES],
+                            )
+                        };
+                        scales[r * groups + g] = scale;
+                        zeros[r * groups + g] = zero as f32;
+                    }
                 }
                 for p0 in (0..n).step_by(NR) {
                     let cols = NR.min(n - p0);
                     let first = col0 + p0;
                     let panel = pack.panels[first / NR * k4 * NR..].as_ptr();
-                    let (sb, col_sums) = (
-                        &pack.scales[first..first + NR],
-                        &pack.col_sums[first..first + NR],
-                    );
                     for g0 in (0..groups).step_by(KC_GROUPS) {
-                        let gs = KC_GROUPS.min(groups - g0);
+                        let count = KC_GROUPS.min(groups - g0);
+                        let q0 = g0 * GROUP_QUADS;
+                        let last_quads = (quads - q0) - (count - 1) * GROUP_QUADS;
                         for (t, ir) in (0..rows).step_by(T::MR).enumerate() {
                             let tr = T::MR.min(rows - ir);
-                            // SAFETY: rows ir..ir + tr of the block hold k4 quantised elements each, groups g0..g0 + gs
-                            // of which are read; the panel holds k4 / 4 groups.
+                            let block = Groups {
+                                count,
+                                last_quads: last_quads.min(GROUP_QUADS),
+                                scales: scales[ir * groups + g0..].as_ptr(),
+                                zeros: zeros[ir * groups + g0..].as_ptr(),
+                                row_stride: groups,
+                                col_sums: pack.col_sums[g0 * pack.width + first..].as_ptr(),
+                                sums_stride: pack.width,
+                            };
+                            // SAFETY: rows ir..ir + tr of the block hold k4 quantised elements each, quads
+                            // q0.. of groups g0..g0 + count of which are read; the panel holds k4 / 4 quads;
+                            // the scales, zero points and column sums cover those rows and groups.
                             unsafe {
                                 T::tile(
-                                    gs,
-                                    bytes[ir * stride + T::A_BYTES * 4 * g0..].as_ptr(),
+                                    &block,
+                                    bytes[ir * stride + T::A_BYTES * 4 * q0..].as_ptr(),
                                     stride,
                                     tr,
-                                    panel.add(g0 * NR * 4),
+                                    panel.add(q0 * NR * 4),
                                     &mut all_sums[t],
                                     g0 > 0,
                                 )
                             };
                         }
                     }
+                    let sb = &pack.scales[first..first + NR];
                     for (t, ir) in (0..rows).step_by(T::MR).enumerate() {
                         let tr = T::MR.min(rows - ir);
-                        let acc = &all_sums[t];
                         for r in 0..tr {
-                            let (sa, za) = (scales[ir + r], zeros[ir + r] as i32);
                             // SAFETY: row ic + ir + r, columns p0..p0 + cols, lie inside C.
                             let out = unsafe {
                                 std::slice::from_raw_parts_mut(
@@ -197,11 +260,9 @@ unsafe fn drive<T: Tile>(call: &Call<'_>) {
                                     cols,
                                 )
                             };
-                            let sums = &acc[r * NR..r * NR + cols];
-                            for (((o, &s), &q), &b) in
-                                out.iter_mut().zip(sums).zip(col_sums).zip(sb)
-                            {
-                                *o = (s - za * q) as f32 * (sa * b);
+                            let sums = &all_sums[t][r * NR..r * NR + cols];
+                            for ((o, &s), &b) in out.iter_mut().zip(sums).zip(sb) {
+                                *o = s * b;
                             }
                         }
                     }
@@ -218,29 +279,45 @@ impl Tile for Portable {
     const MR: usize = 4;
 
     unsafe fn tile(
-        groups: usize,
+        groups: &Groups,
         a: *const u8,
         a_rs: usize,
         rows: usize,
         b: *const i8,
-        acc: &mut [i32; MAX_MR * NR],
+        acc: &mut [f32; MAX_MR * NR],
         accumulate: bool,
     ) {
         for r in 0..Self::MR {
-            // SAFETY: row min(r, rows − 1) holds groups · 4 bytes; b holds groups · NR · 4.
-            let a_row =
-                unsafe { std::slice::from_raw_parts(a.add(r.min(rows - 1) * a_rs), groups * 4) };
-            let b_all = unsafe { std::slice::from_raw_parts(b, groups * NR * 4) };
-            let sums = &mut acc[r * NR..(r + 1) * NR];
-            if !accumulate {
-                sums.fill(0);
-            }
-            for (quad, group) in a_row.chunks_exact(4).zip(b_all.chunks_exact(NR * 4)) {
-                for (sum, lane) in sums.iter_mut().zip(group.chunks_exact(4)) {
-                    for t in 0..4 {
-                        *sum += i32::from(quad[t]) * i32::from(lane[t]);
+            let out = &mut acc[r * NR..(r + 1) * NR];
+            let mut q0 = 0;
+            for g in 0..groups.count {
+                let quads = groups.quads(g);
+                // SAFETY: row min(r, rows − 1) holds the groups' quads; b holds as many of NR · 4 bytes; the
+                // group's scale, zero point and NR column sums exist (the trait's contract).
+                let (a_row, b_all, col_sums, (scale, zero)) = unsafe {
+                    (
+                        std::slice::from_raw_parts(
+                            a.add(r.min(rows - 1) * a_rs + 4 * q0),
+                            4 * quads,
+                        ),
+                        std::slice::from_raw_parts(b.add(q0 * NR * 4), quads * NR * 4),
+                        std::slice::from_raw_parts(groups.col_sums(g), NR),
+                        groups.row(r, rows, g),
+                    )
+                };
+                let mut sums = [0i32; NR];
+                for (quad, lanes) in a_row.chunks_exact(4).zip(b_all.chunks_exact(NR * 4)) {
+                    for (sum, lane) in sums.iter_mut().zip(lanes.chunks_exact(4)) {
+                        for t in 0..4 {
+                            *sum += i32::from(quad[t]) * i32::from(lane[t]);
+                        }
                     }
                 }
+                for ((o, &s), &q) in out.iter_mut().zip(&sums).zip(col_sums) {
+                    let v = (s as f32 - zero * q) * scale;
+                    *o = if accumulate || g > 0 { *o + v } else { v };
+                }
+                q0 += quads;
             }
         }
     }
@@ -250,7 +327,7 @@ impl Tile for Portable {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{drive, Call, Tile, MAX_MR, NR};
+    use super::{drive, Call, Groups, Tile, MAX_MR, NR};
 
     /// 4 bytes of row `r` at group `g`, as one i32 to broadcast.
     #[inline(always)]
@@ -272,6 +349,67 @@ mod x86 {
         std::array::from_fn(|r| a.wrapping_add(r.min(rows - 1) * a_rs))
     }
 
+    /// `out (+)= (sums − zero · col_sums) · scale` over 8 columns of one row: one group's i32 sums dequantised
+    /// into the tile's f32 sums (the correction is exact in f32: both terms are integers below 2²⁴).
+    ///
+    /// # Safety
+    /// `col_sums` and `out` hold 8 floats.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn dequant8(
+        sums: __m256i,
+        (scale, zero): (f32, f32),
+        col_sums: *const f32,
+        out: *mut f32,
+        add: bool,
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            let t = _mm256_fnmadd_ps(
+                _mm256_set1_ps(zero),
+                _mm256_loadu_ps(col_sums),
+                _mm256_cvtepi32_ps(sums),
+            );
+            let scale = _mm256_set1_ps(scale);
+            let v = if add {
+                _mm256_fmadd_ps(t, scale, _mm256_loadu_ps(out))
+            } else {
+                _mm256_mul_ps(t, scale)
+            };
+            _mm256_storeu_ps(out, v);
+        }
+    }
+
+    /// [`dequant8`] over 16 columns.
+    ///
+    /// # Safety
+    /// `col_sums` and `out` hold 16 floats.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn dequant16(
+        sums: __m512i,
+        (scale, zero): (f32, f32),
+        col_sums: *const f32,
+        out: *mut f32,
+        add: bool,
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            let t = _mm512_fnmadd_ps(
+                _mm512_set1_ps(zero),
+                _mm512_loadu_ps(col_sums),
+                _mm512_cvtepi32_ps(sums),
+            );
+            let scale = _mm512_set1_ps(scale);
+            let v = if add {
+                _mm512_fmadd_ps(t, scale, _mm512_loadu_ps(out))
+            } else {
+                _mm512_mul_ps(t, scale)
+            };
+            _mm512_storeu_ps(out, v);
+        }
+    }
+
     pub struct Vnni512;
 
     impl Tile for Vnni512 {
@@ -284,46 +422,42 @@ mod x86 {
 
         #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma")]
         unsafe fn tile(
-            groups: usize,
+            groups: &Groups,
             a: *const u8,
             a_rs: usize,
             rows: usize,
             b: *const i8,
-            acc: &mut [i32; MAX_MR * NR],
+            acc: &mut [f32; MAX_MR * NR],
             accumulate: bool,
         ) {
             const MR: usize = 12;
             let p = row_ptrs::<MR>(a, a_rs, rows);
-            // SAFETY: the loads stay inside the tile's rows and the panel (the trait's contract); the caller is
-            // compiled with AVX-512 VNNI.
+            // SAFETY: the loads stay inside the tile's rows, the panel and the groups' arrays (the trait's
+            // contract); the caller is compiled with AVX-512 VNNI.
             unsafe {
-                let mut c = [[_mm512_setzero_si512(); 2]; MR];
-                if accumulate {
-                    for (r, cr) in c.iter_mut().enumerate() {
-                        for (s, v) in cr.iter_mut().enumerate() {
-                            *v = _mm512_loadu_si512(
-                                acc.as_ptr().add(r * NR + 16 * s) as *const __m512i
-                            );
+                let mut q0 = 0;
+                for g in 0..groups.count {
+                    let quads = groups.quads(g);
+                    let mut c = [[_mm512_setzero_si512(); 2]; MR];
+                    for q in q0..q0 + quads {
+                        let bp = b.add(q * NR * 4);
+                        let b0 = _mm512_loadu_si512(bp as *const __m512i);
+                        let b1 = _mm512_loadu_si512(bp.add(64) as *const __m512i);
+                        for (r, cr) in c.iter_mut().enumerate() {
+                            let av = _mm512_set1_epi32(quad(&p, r, q));
+                            cr[0] = _mm512_dpbusd_epi32(cr[0], av, b0);
+                            cr[1] = _mm512_dpbusd_epi32(cr[1], av, b1);
                         }
                     }
-                }
-                for g in 0..groups {
-                    let bp = b.add(g * NR * 4);
-                    let b0 = _mm512_loadu_si512(bp as *const __m512i);
-                    let b1 = _mm512_loadu_si512(bp.add(64) as *const __m512i);
-                    for (r, cr) in c.iter_mut().enumerate() {
-                        let av = _mm512_set1_epi32(quad(&p, r, g));
-                        cr[0] = _mm512_dpbusd_epi32(cr[0], av, b0);
-                        cr[1] = _mm512_dpbusd_epi32(cr[1], av, b1);
+                    let col_sums = groups.col_sums(g);
+                    for (r, cr) in c.iter().enumerate() {
+                        let row = groups.row(r, rows, g);
+                        for (s, &v) in cr.iter().enumerate() {
+                            let out = acc.as_mut_ptr().add(r * NR + 16 * s);
+                            dequant16(v, row, col_sums.add(16 * s), out, accumulate || g > 0);
+                        }
                     }
-                }
-                for (r, cr) in c.iter().enumerate() {
-                    for (s, &v) in cr.iter().enumerate() {
-                        _mm512_storeu_si512(
-                            acc.as_mut_ptr().add(r * NR + 16 * s) as *mut __m512i,
-                            v,
-                        );
-                    }
+                    q0 += quads;
                 }
             }
         }
@@ -341,47 +475,43 @@ mod x86 {
 
         #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma")]
         unsafe fn tile(
-            groups: usize,
+            groups: &Groups,
             a: *const u8,
             a_rs: usize,
             rows: usize,
             b: *const i8,
-            acc: &mut [i32; MAX_MR * NR],
+            acc: &mut [f32; MAX_MR * NR],
             accumulate: bool,
         ) {
             const MR: usize = 6;
             let p = row_ptrs::<MR>(a, a_rs, rows);
             // SAFETY: as for `Vnni512`, compiled with AVX-512 VNNI and VL.
             unsafe {
-                let mut c = [[_mm256_setzero_si256(); 4]; MR];
-                if accumulate {
-                    for (r, cr) in c.iter_mut().enumerate() {
-                        for (s, v) in cr.iter_mut().enumerate() {
-                            *v = _mm256_loadu_si256(
-                                acc.as_ptr().add(r * NR + 8 * s) as *const __m256i
-                            );
+                let mut q0 = 0;
+                for g in 0..groups.count {
+                    let quads = groups.quads(g);
+                    let mut c = [[_mm256_setzero_si256(); 4]; MR];
+                    for q in q0..q0 + quads {
+                        let bp = b.add(q * NR * 4);
+                        let bv: [__m256i; 4] = std::array::from_fn(|s| {
+                            _mm256_loadu_si256(bp.add(32 * s) as *const __m256i)
+                        });
+                        for (r, cr) in c.iter_mut().enumerate() {
+                            let av = _mm256_set1_epi32(quad(&p, r, q));
+                            for (acc_s, &b_s) in cr.iter_mut().zip(&bv) {
+                                *acc_s = _mm256_dpbusd_epi32(*acc_s, av, b_s);
+                            }
                         }
                     }
-                }
-                for g in 0..groups {
-                    let bp = b.add(g * NR * 4);
-                    let bv: [__m256i; 4] = std::array::from_fn(|s| {
-                        _mm256_loadu_si256(bp.add(32 * s) as *const __m256i)
-                    });
-                    for (r, cr) in c.iter_mut().enumerate() {
-                        let av = _mm256_set1_epi32(quad(&p, r, g));
-                        for (acc_s, &b_s) in cr.iter_mut().zip(&bv) {
-                            *acc_s = _mm256_dpbusd_epi32(*acc_s, av, b_s);
+                    let col_sums = groups.col_sums(g);
+                    for (r, cr) in c.iter().enumerate() {
+                        let row = groups.row(r, rows, g);
+                        for (s, &v) in cr.iter().enumerate() {
+                            let out = acc.as_mut_ptr().add(r * NR + 8 * s);
+                            dequant8(v, row, col_sums.add(8 * s), out, accumulate || g > 0);
                         }
                     }
-                }
-                for (r, cr) in c.iter().enumerate() {
-                    for (s, &v) in cr.iter().enumerate() {
-                        _mm256_storeu_si256(
-                            acc.as_mut_ptr().add(r * NR + 8 * s) as *mut __m256i,
-                            v,
-                        );
-                    }
+                    q0 += quads;
                 }
             }
         }
@@ -394,7 +524,7 @@ mod x86 {
         const A_BYTES: usize = 2;
 
         /// A's rows are quantised straight into u16, so the inner loop only broadcasts a row's 4 levels (one
-        /// 8-byte load) instead of widening them per row, group and strip.
+        /// 8-byte load) instead of widening them per row, quad and strip.
         unsafe fn quantize(x: &[f32], out: &mut [u8]) -> (f32, i32) {
             debug_assert!((out.as_ptr() as usize).is_multiple_of(2));
             // SAFETY: `out` is 2-byte aligned (the trait's contract), so its bytes are out.len() / 2 u16 cells.
@@ -405,17 +535,17 @@ mod x86 {
             unsafe { quantize_avx2(x, words) }
         }
 
-        /// Per 8-column strip: each 32-byte group (8 columns × 4 depths) widened to two i16 vectors of 4 columns,
-        /// A's 4 levels repeated; `vpmaddwd` sums pairs of depths into i32 without saturation, and one horizontal
-        /// add per row joins the pairs at the end.
+        /// Per 8-column strip and group: each 32-byte quad of the panel (8 columns × 4 depths) widened to two i16
+        /// vectors of 4 columns, A's 4 levels repeated; `vpmaddwd` sums pairs of depths into i32 without
+        /// saturation, and one horizontal add per row joins the pairs as the group ends.
         #[target_feature(enable = "avx2,fma")]
         unsafe fn tile(
-            groups: usize,
+            groups: &Groups,
             a: *const u8,
             a_rs: usize,
             rows: usize,
             b: *const i8,
-            acc: &mut [i32; MAX_MR * NR],
+            acc: &mut [f32; MAX_MR * NR],
             accumulate: bool,
         ) {
             const MR: usize = 6;
@@ -423,27 +553,32 @@ mod x86 {
             // SAFETY: as for `Vnni512`, compiled with AVX2.
             unsafe {
                 for s in 0..NR / 8 {
-                    let mut lo = [_mm256_setzero_si256(); MR];
-                    let mut hi = [_mm256_setzero_si256(); MR];
-                    for g in 0..groups {
-                        let bv = _mm256_loadu_si256(b.add(g * NR * 4 + 32 * s) as *const __m256i);
-                        let b_lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(bv));
-                        let b_hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(bv));
+                    let mut q0 = 0;
+                    for g in 0..groups.count {
+                        let quads = groups.quads(g);
+                        let mut lo = [_mm256_setzero_si256(); MR];
+                        let mut hi = [_mm256_setzero_si256(); MR];
+                        for q in q0..q0 + quads {
+                            let bv =
+                                _mm256_loadu_si256(b.add(q * NR * 4 + 32 * s) as *const __m256i);
+                            let b_lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(bv));
+                            let b_hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(bv));
+                            for r in 0..MR {
+                                let av = _mm256_set1_epi64x(quad_wide(&p, r, q));
+                                lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(av, b_lo));
+                                hi[r] = _mm256_add_epi32(hi[r], _mm256_madd_epi16(av, b_hi));
+                            }
+                        }
+                        let col_sums = groups.col_sums(g).add(8 * s);
                         for r in 0..MR {
-                            let av = _mm256_set1_epi64x(quad_wide(&p, r, g));
-                            lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(av, b_lo));
-                            hi[r] = _mm256_add_epi32(hi[r], _mm256_madd_epi16(av, b_hi));
+                            // [c0 c1 c4 c5 | c2 c3 c6 c7] → columns in order.
+                            let sums =
+                                _mm256_permute4x64_epi64::<0xD8>(_mm256_hadd_epi32(lo[r], hi[r]));
+                            let out = acc.as_mut_ptr().add(r * NR + 8 * s);
+                            let row = groups.row(r, rows, g);
+                            dequant8(sums, row, col_sums, out, accumulate || g > 0);
                         }
-                    }
-                    for r in 0..MR {
-                        // [c0 c1 c4 c5 | c2 c3 c6 c7] → columns in order.
-                        let mut sums =
-                            _mm256_permute4x64_epi64::<0xD8>(_mm256_hadd_epi32(lo[r], hi[r]));
-                        let at = acc.as_mut_ptr().add(r * NR + 8 * s) as *mut __m256i;
-                        if accumulate {
-                            sums = _mm256_add_epi32(sums, _mm256_loadu_si256(at));
-                        }
-                        _mm256_storeu_si256(at, sums);
+                        q0 += quads;
                     }
                 }
             }

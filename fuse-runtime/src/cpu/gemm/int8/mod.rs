@@ -4,23 +4,28 @@
 //!   `q[l][j] = round(B[l][j] / s_j)` in [-127, 127] (ties to even), packed in panels of [`NR`] columns where each
 //!   group of 4 depths is one 4-byte lane per column: the operand layout of VNNI's `vpdpbusd` (u8 × s8, four
 //!   products summed into an i32 lane). The depth is padded to a multiple of 4 with zeros.
-//! - **A** (activations, m×k): per row, dynamically and asymmetrically into u8 (`vpdpbusd` multiplies unsigned
-//!   by signed bytes): `s_i = (max − min) / 255` over the row's range with 0 in it, a zero point `z_i`, and
-//!   `u = round(x / s_i) + z_i` ([`quantize_row`]). The zero point adds `z_i · Σ_l q[l][j]` to every column; the
-//!   column sums are precomputed at load, so the i32 sum minus `z_i · Σq_j` is exactly `Σ_l (u − z_i) · q`. An
-//!   asymmetric range spends all 256 steps on the values a row has: a GELU output (nearly all ≥ −0.17) gets
-//!   twice the resolution of a symmetric scale (MiniLM's mean cosine to f32 went from 0.99689 with a symmetric
-//!   scale to 0.99872, `tests/tests/minilm_int8.rs`).
-//! - **C**: `(acc − z_i·Σq_j) · s_i · s_j` in f32, written per register tile after the last depth block (the
-//!   tiles' i32 sums are carried across blocks of 512 depths); the kernel's f32 epilogue (bias, GELU, residual)
-//!   then runs on the block while it is in cache, as for the f32 GEMM.
+//! - **A** (activations, m×k): per row and per group of [`A_GROUP`] depths, dynamically and asymmetrically into
+//!   u8 (`vpdpbusd` multiplies unsigned by signed bytes): `s = (max − min) / 255` over the group's range with 0
+//!   in it, a zero point `z`, and `u = round(x / s) + z` ([`quantize_row`]). The zero point adds `z · Σ q[l][j]`
+//!   (over the group's depths) to every column; those sums are precomputed at load, so a group's i32 sum minus
+//!   `z · Σq` is exactly `Σ (u − z) · q`. An asymmetric range spends all 256 steps on the values a group has: a
+//!   GELU output (nearly all ≥ −0.17) gets twice the resolution of a symmetric scale (MiniLM's mean cosine to f32
+//!   went from 0.99689 with a symmetric scale to 0.99872, `tests/tests/minilm_int8.rs`); groups rather than
+//!   whole rows took it to 0.9992 (see [`A_GROUP`]).
+//! - **C**: `Σ_groups (acc_g − z_g·Σq_g) · s_g`, in f32, times `s_j`. The register tile makes each group's i32
+//!   sums and dequantises them in registers as the group ends (a conversion and two FMAs per vector) into f32
+//!   sums, which it carries across depth blocks of four groups in this thread's scratch; C is written after the
+//!   last block. The kernel's f32 epilogue (bias, GELU, residual) then runs on the block while it is in cache, as
+//!   for the f32 GEMM. Groups cost the VNNI tiles 10–29 % and the AVX2 tile 8–10 % of their rate against one
+//!   scale per row (BENCHMARKS.md, twelfth run): the price of the accuracy above.
 //!
 //! Rows of A are quantised while they are packed inside this driver (one extra read of a row being packed anyway).
-//! A row that holds a NaN or an infinity gets a NaN scale, so its outputs are NaN as the f32 product's would
+//! A group that holds a NaN or an infinity gets a NaN scale, so its row's outputs are NaN as the f32 product's would
 //! be, never finite numbers made from a clipped row.
 //!
 //! Kernels ([`Int8Kernel`]): AVX-512 VNNI on 512-bit or 256-bit vectors, AVX2 through a widening path
-//! (`vpmaddwd` on bytes widened to i16, so no i16 saturation as with `vpmaddubsw`), and a portable scalar one.
+//! (`vpmaddwd` on i16, so no i16 saturation as with `vpmaddubsw`, whose exact use would need 7-bit activations:
+//! BENCHMARKS.md, eleventh run), and a portable scalar one.
 //! All read the same pack, so one pack serves every kernel a test forces.
 
 mod kernels;
@@ -38,8 +43,15 @@ pub use quantize::{quantize_column_scale, quantize_row};
 /// Columns per panel of a packed B (the widest tile's).
 pub const NR: usize = 32;
 
-/// The deepest product the i32 accumulator holds without overflow: |Σ u8·s8| ≤ k·255·127 < 2³¹.
+/// The deepest product the int8 path takes (the packs' offsets and column sums stay small).
 pub const MAX_DEPTH: usize = 65_536;
+
+/// Depths per activation scale: each row of A is quantised in groups of this many depths, each with its own scale
+/// and zero point, and each group's i32 sums are dequantised before the next group's are added (in f32). One
+/// scale per whole row let a few large activations coarsen every other value of the row: on MiniLM, groups of
+/// 128 took the mean cosine to f32 from 0.9987 to 0.9992 and the worst sentence from 0.9947 to 0.9960. A multiple
+/// of 4 (the `vpdpbusd` group).
+pub const A_GROUP: usize = 128;
 
 /// Which int8 kernel runs a product.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -118,8 +130,12 @@ pub struct QuantB {
     panels: Vec<i8>,
     /// Per column (padded to whole panels): the dequantisation scale `s_j`.
     scales: Vec<f32>,
-    /// Per column (padded): `Σ_l q[l][j]`, which a row's zero point multiplies.
-    col_sums: Vec<i32>,
+    /// Per activation group `g` (depths `g·A_GROUP..`), per column (padded): `Σ_l q[l][j]` over the group's
+    /// depths, which the row's zero point for that group multiplies; `g · width + j`. Held in f32, where they are
+    /// exact (|Σ| ≤ A_GROUP · 127 < 2²⁴), so the tiles correct a group's sums with one FMA.
+    col_sums: Vec<f32>,
+    /// Columns of the padded pack (a multiple of [`NR`]): the row length of `col_sums`.
+    width: usize,
 }
 
 impl std::fmt::Debug for QuantB {
@@ -148,7 +164,7 @@ impl QuantB {
         })?;
         let mut panels = zeroed(bytes)?;
         let mut scales = vec![0.0f32; width];
-        let mut col_sums = vec![0i32; width];
+        let mut col_sums = vec![0.0f32; k.div_ceil(A_GROUP).max(1) * width];
         let at = |l: usize, j: usize| source[view.offset + l * view.rs + j * view.cs];
         let mut column = vec![0.0f32; k];
         for j in 0..n {
@@ -158,13 +174,11 @@ impl QuantB {
             let (scale, inv) = quantize_column_scale(&column);
             scales[j] = scale;
             let (panel, lane) = (j / NR, j % NR);
-            let mut sum = 0i32;
             for (l, &v) in column.iter().enumerate() {
                 let q = quantize::to_i8(v, inv);
-                sum += i32::from(q);
+                col_sums[l / A_GROUP * width + j] += f32::from(q);
                 panels[panel * k4 * NR + (l / 4) * NR * 4 + lane * 4 + l % 4] = q;
             }
-            col_sums[j] = sum;
         }
         Ok(Some(QuantB {
             view,
@@ -172,6 +186,7 @@ impl QuantB {
             panels,
             scales,
             col_sums,
+            width,
         }))
     }
 
@@ -182,7 +197,7 @@ impl QuantB {
 
     /// Bytes of the pack (panels, scales, column sums).
     pub fn bytes(&self) -> usize {
-        self.panels.len() + 8 * self.scales.len()
+        self.panels.len() + 4 * (self.scales.len() + self.col_sums.len())
     }
 
     /// C = A·B over B's columns `col0..col0 + n` (`dims` = (m, k, n)) on [`Int8Kernel::best`].
