@@ -2,7 +2,7 @@
 //! one `#[target_feature]` function per kernel, so the quantisation of A and the dequantisation of C vectorise
 //! with the tile's instruction set.
 
-use super::quantize::{quantize_row, quantize_row_into};
+use super::quantize::quantize_row;
 use super::{Int8Kernel, QuantB, A_GROUP, NR};
 use crate::cpu::gemm::Strided;
 use crate::cpu::scratch::{with_buffer, GEMM_A, GEMM_B};
@@ -124,12 +124,18 @@ pub(super) unsafe fn run(kernel: Int8Kernel, call: &Call<'_>) {
     }
 }
 
-/// [`quantize_row`] compiled for `kernel`'s instruction set, as the driver runs it (for measuring its cost), into
-/// `out.len()` elements of the kernel's width (bytes in the first half of `out`).
+/// [`quantize_groups`] on `kernel`'s quantiser, as the driver runs it (for measuring its cost), into `out.len()`
+/// cells of the kernel's width (bytes in the first half of `out`).
 ///
 /// # Safety
-/// `kernel` runs on this CPU.
-pub(super) unsafe fn quantize_on(kernel: Int8Kernel, x: &[f32], out: &mut [u16]) -> (f32, i32) {
+/// `kernel` runs on this CPU; `scales` and `zeros` hold a value per group of `x`; `out` holds `x`'s cells.
+pub(super) unsafe fn quantize_on(
+    kernel: Int8Kernel,
+    x: &[f32],
+    out: &mut [u16],
+    scales: &mut [f32],
+    zeros: &mut [f32],
+) {
     let len = out.len();
     // SAFETY: `out`'s memory as bytes: 2·len of them, 2-byte aligned.
     let bytes = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut u8, 2 * len) };
@@ -137,11 +143,43 @@ pub(super) unsafe fn quantize_on(kernel: Int8Kernel, x: &[f32], out: &mut [u16])
     match kernel {
         #[cfg(target_arch = "x86_64")]
         Int8Kernel::Vnni512 | Int8Kernel::Vnni256 => unsafe {
-            x86::quantize_avx512(x, &mut bytes[..len])
+            quantize_groups::<x86::Vnni512>(x, &mut bytes[..len], scales, zeros)
         },
         #[cfg(target_arch = "x86_64")]
-        Int8Kernel::Avx2 => unsafe { x86::Avx2::quantize(x, bytes) },
-        _ => quantize_row(x, &mut bytes[..len]),
+        Int8Kernel::Avx2 => unsafe { quantize_groups::<x86::Avx2>(x, bytes, scales, zeros) },
+        _ => unsafe { quantize_groups::<Portable>(x, &mut bytes[..len], scales, zeros) },
+    }
+}
+
+/// Quantises row `x` of A as the driver does: each group of [`A_GROUP`] depths on its own, into `cells` (the
+/// row's cells of `T::A_BYTES` bytes, the last group's running to their end, past its values), with its scale
+/// and zero point into `scales[g]` and `zeros[g]` (one per group).
+///
+/// # Safety
+/// The CPU runs `T`'s instruction set; `cells` starts at an even byte.
+#[inline(always)]
+unsafe fn quantize_groups<T: Tile>(
+    x: &[f32],
+    cells: &mut [u8],
+    scales: &mut [f32],
+    zeros: &mut [f32],
+) {
+    let groups = scales.len();
+    for (g, (scale, zero)) in scales.iter_mut().zip(zeros.iter_mut()).enumerate() {
+        let (from, to) = (g * A_GROUP, ((g + 1) * A_GROUP).min(x.len()));
+        let cell_end = if g + 1 == groups {
+            cells.len() / T::A_BYTES
+        } else {
+            to
+        };
+        // SAFETY: the caller's contract; a group's cells start at an even byte.
+        let (s, z) = unsafe {
+            T::quantize(
+                &x[from..to],
+                &mut cells[from * T::A_BYTES..cell_end * T::A_BYTES],
+            )
+        };
+        (*scale, *zero) = (s, z as f32);
     }
 }
 
@@ -198,21 +236,16 @@ unsafe fn drive<T: Tile>(call: &Call<'_>) {
                         }
                         &row
                     };
-                    let cells = &mut bytes[r * stride..(r + 1) * stride];
-                    for g in 0..groups {
-                        // The last group's cells run to the padded depth (k4), past its values.
-                        let (from, to) = (g * A_GROUP, ((g + 1) * A_GROUP).min(k));
-                        let cell_end = if g + 1 == groups { k4 } else { to };
-                        // SAFETY: `drive` runs on T's instruction set; the cells start at an even byte.
-                        let (scale, zero) = unsafe {
-                            T::quantize(
-                                &x[from..to],
-                                &mut cells[from * T::A_BYTES..cell_end * T::A_BYTES],
-                            )
-                        };
-                        scales[r * groups + g] = scale;
-                        zeros[r * groups + g] = zero as f32;
-                    }
+                    let params = r * groups..(r + 1) * groups;
+                    // SAFETY: `drive` runs on T's instruction set; the row's cells start at an even byte.
+                    unsafe {
+                        quantize_groups::<T>(
+                            x,
+                            &mut bytes[r * stride..(r + 1) * stride],
+                            &mut scales[params.clone()],
+                            &mut zeros[params],
+                        )
+                    };
                 }
                 for p0 in (0..n).step_by(NR) {
                     let cols = NR.min(n - p0);
@@ -327,6 +360,7 @@ impl Tile for Portable {
 mod x86 {
     use std::arch::x86_64::*;
 
+    use super::super::quantize_x86::{quantize_u16_avx2, quantize_u8_avx512};
     use super::{drive, Call, Groups, Tile, MAX_MR, NR};
 
     /// 4 bytes of row `r` at group `g`, as one i32 to broadcast.
@@ -417,7 +451,7 @@ mod x86 {
 
         unsafe fn quantize(x: &[f32], out: &mut [u8]) -> (f32, i32) {
             // SAFETY: the caller runs on this tile's instruction set.
-            unsafe { quantize_avx512(x, out) }
+            unsafe { quantize_u8_avx512(x, out) }
         }
 
         #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma")]
@@ -470,7 +504,7 @@ mod x86 {
 
         unsafe fn quantize(x: &[f32], out: &mut [u8]) -> (f32, i32) {
             // SAFETY: the caller runs on this tile's instruction set.
-            unsafe { quantize_avx512(x, out) }
+            unsafe { quantize_u8_avx512(x, out) }
         }
 
         #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma")]
@@ -532,7 +566,7 @@ mod x86 {
                 std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut u16, out.len() / 2)
             };
             // SAFETY: the caller runs on this tile's instruction set.
-            unsafe { quantize_avx2(x, words) }
+            unsafe { quantize_u16_avx2(x, words) }
         }
 
         /// Per 8-column strip and group: each 32-byte quad of the panel (8 columns × 4 depths) widened to two i16
@@ -595,16 +629,6 @@ mod x86 {
     pub unsafe fn run_vnni256(call: &Call<'_>) {
         // SAFETY: forwarded.
         unsafe { drive::<Vnni256>(call) }
-    }
-
-    #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
-    pub unsafe fn quantize_avx512(x: &[f32], out: &mut [u8]) -> (f32, i32) {
-        super::quantize_row(x, out)
-    }
-
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn quantize_avx2(x: &[f32], out: &mut [u16]) -> (f32, i32) {
-        super::quantize_row_into(x, out)
     }
 
     #[target_feature(enable = "avx2,fma")]

@@ -30,6 +30,8 @@
 
 mod kernels;
 mod quantize;
+#[cfg(target_arch = "x86_64")]
+mod quantize_x86;
 #[cfg(test)]
 mod tests;
 
@@ -100,14 +102,26 @@ impl Int8Kernel {
         all
     }
 
-    /// Quantises one row of A as this kernel's driver does ([`quantize_row`], compiled for its instruction set,
-    /// into `out.len()` elements of the width the kernel reads: bytes in the first half of `out`, or u16), for
-    /// measuring what quantisation costs; `None` when this CPU cannot run the kernel.
-    pub fn quantize_row(self, x: &[f32], out: &mut [u16]) -> Option<(f32, i32)> {
+    /// Quantises one row of A as this kernel's driver does (per group of [`A_GROUP`] depths, compiled for its
+    /// instruction set) into `out`, cells of the width the kernel reads (bytes in the first half of `out`, or
+    /// u16), and each group's scale and zero point into `scales` and `zeros`; for measuring what quantisation
+    /// costs. `None` when this CPU cannot run the kernel, or `out` holds fewer than `x.len()` rounded up to 4
+    /// cells, or `scales` or `zeros` do not hold one value per group.
+    pub fn quantize_row(
+        self,
+        x: &[f32],
+        out: &mut [u16],
+        scales: &mut [f32],
+        zeros: &mut [f32],
+    ) -> Option<()> {
         static SUPPORTED: OnceLock<Vec<Int8Kernel>> = OnceLock::new();
+        let groups = x.len().div_ceil(A_GROUP).max(1);
+        let fits = out.len() >= x.len().next_multiple_of(4)
+            && scales.len() == groups
+            && zeros.len() == groups;
         let runs = SUPPORTED.get_or_init(Int8Kernel::supported).contains(&self);
-        // SAFETY: the kernel runs on this CPU (checked).
-        runs.then(|| unsafe { kernels::quantize_on(self, x, out) })
+        // SAFETY: the kernel runs on this CPU and the buffers fit (both checked).
+        (runs && fits).then(|| unsafe { kernels::quantize_on(self, x, out, scales, zeros) })
     }
 
     /// How the device report names it.

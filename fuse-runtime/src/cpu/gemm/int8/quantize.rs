@@ -108,8 +108,21 @@ impl Level for u16 {
 #[inline(always)]
 pub fn quantize_row_into<L: Level>(x: &[f32], out: &mut [L]) -> (f32, i32) {
     let (lo, hi, bad) = range(x);
+    let (scale, inv, zero) = row_params(lo, hi, bad);
+    let (head, pad) = out.split_at_mut(x.len());
+    for (o, &v) in head.iter_mut().zip(x) {
+        *o = L::from_level(level(v, inv, zero));
+    }
+    pad.fill(L::from_level(zero as u8));
+    (scale, zero as i32)
+}
+
+/// `(scale, 1 / scale, zero point)` of a row with range `[lo, hi]` (0 included) as [`quantize_row`] defines
+/// them; `bad` when the row holds a NaN or an infinity.
+#[inline(always)]
+pub(super) fn row_params(lo: f32, hi: f32, bad: bool) -> (f32, f32, f32) {
     let width = hi - lo;
-    let (scale, inv, zero) = if bad || !width.is_finite() {
+    if bad || !width.is_finite() {
         (f32::NAN, 0.0, 0.0)
     } else if width > 0.0 {
         let inv = 255.0 / width;
@@ -120,17 +133,17 @@ pub fn quantize_row_into<L: Level>(x: &[f32], out: &mut [L]) -> (f32, i32) {
         )
     } else {
         (0.0, 0.0, 0.0)
-    };
-    let (head, pad) = out.split_at_mut(x.len());
-    for (o, &v) in head.iter_mut().zip(x) {
-        // `max`/`min` also turn a NaN into 0 (its row's scale is NaN already), so the value is finite and in
-        // range for the unchecked conversion, which vectorises where a saturating one does not.
-        // Not `clamp`, which keeps a NaN.
-        #[allow(clippy::manual_clamp)]
-        let q = ((v * inv).round_ties_even() + zero).max(0.0).min(255.0);
-        // SAFETY: q is finite and in [0, 255].
-        *o = L::from_level(unsafe { q.to_int_unchecked::<i32>() } as u8);
     }
-    pad.fill(L::from_level(zero as u8));
-    (scale, zero as i32)
+}
+
+/// The level of `v`: `clamp(round(v · inv) + zero, 0, 255)`, ties to even; the SIMD quantisers compute the same
+/// operations in the same order, so every path gives the same levels.
+#[inline(always)]
+pub(super) fn level(v: f32, inv: f32, zero: f32) -> u8 {
+    // `max`/`min` also turn a NaN into 0 (its row's scale is NaN already), so the value is finite and in range for
+    // the unchecked conversion, which vectorises where a saturating one does not. Not `clamp`, which keeps a NaN.
+    #[allow(clippy::manual_clamp)]
+    let q = ((v * inv).round_ties_even() + zero).max(0.0).min(255.0);
+    // SAFETY: q is finite and in [0, 255].
+    (unsafe { q.to_int_unchecked::<i32>() }) as u8
 }

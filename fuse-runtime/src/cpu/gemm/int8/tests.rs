@@ -280,3 +280,59 @@ fn unfit_views_are_not_quantised() {
         .unwrap()
         .is_none());
 }
+
+/// Every kernel's quantiser (the SIMD ones written with intrinsics) gives the portable one's levels, scales and
+/// zero points bit for bit: on random rows of lengths around the vector widths and the group size, rows that
+/// are all positive, all negative or all zero, rows with exact ties (x · 255 / width at half-integers), and rows
+/// with a NaN or an infinity.
+#[test]
+fn every_quantiser_gives_the_portable_levels() {
+    let mut rows: Vec<Vec<f32>> = [1, 7, 8, 9, 15, 16, 17, 33, 127, 128, 129, 300, 384]
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| randv(n, 40 + i as u64))
+        .collect();
+    rows.push(randv(129, 60).iter().map(|v| v.abs() + 0.5).collect());
+    rows.push(randv(40, 61).iter().map(|v| -v.abs() - 0.5).collect());
+    rows.push(vec![0.0; 21]);
+    // Range [-2.55, 0]: a step of 0.01, so x = -0.005 · (2j + 1) lands halfway between levels.
+    rows.push(
+        (0..40)
+            .map(|j| -0.005 * (2 * j + 1) as f32)
+            .chain([-2.55])
+            .collect(),
+    );
+    for (at, bad) in [(3, f32::NAN), (20, f32::INFINITY), (130, f32::NEG_INFINITY)] {
+        let mut row = randv(200, 70 + at as u64);
+        row[at] = bad;
+        rows.push(row);
+    }
+    let levels = |kernel: Int8Kernel, x: &[f32]| {
+        let groups = x.len().div_ceil(A_GROUP).max(1);
+        let mut out = vec![0xAAAAu16; x.len().next_multiple_of(4)];
+        let (mut scales, mut zeros) = (vec![0.0; groups], vec![0.0; groups]);
+        kernel
+            .quantize_row(x, &mut out, &mut scales, &mut zeros)
+            .unwrap();
+        // The byte kernels fill the first half of `out` with bytes.
+        let cells: Vec<u16> = if kernel == Int8Kernel::Avx2 {
+            out
+        } else {
+            let bytes: Vec<u8> = out.iter().flat_map(|w| w.to_le_bytes()).collect();
+            bytes[..out.len()].iter().map(|&b| u16::from(b)).collect()
+        };
+        let bits = |v: Vec<f32>| v.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
+        (cells, bits(scales), bits(zeros))
+    };
+    for kernel in Int8Kernel::supported() {
+        for x in &rows {
+            assert_eq!(
+                levels(kernel, x),
+                levels(Int8Kernel::Portable, x),
+                "{kernel:?} on a row of {} starting {:?}",
+                x.len(),
+                &x[..x.len().min(3)]
+            );
+        }
+    }
+}
