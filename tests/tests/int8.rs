@@ -3,11 +3,13 @@
 //! (one row block, columns split across threads, several row blocks); switching back to f32 restores the f32
 //! numbers; the device report names the precision.
 
+use fuse_runtime::cpu::gemm::int8::A_GROUP;
 use fuse_runtime::{CpuPrecision, Tensor};
 
 #[fuse_runtime::fused_model]
 mod layer {
-    /// Not a multiple of 4 (the int8 depth group) nor of a tile.
+    /// Not a multiple of 4 (the int8 depth quad) nor of a tile; both depths span two or three activation groups,
+    /// the last one partial.
     pub const D: usize = 203;
     pub const H: usize = 333;
 
@@ -46,31 +48,47 @@ fn quantised(x: &[f32]) -> (f64, Vec<i64>) {
     )
 }
 
-/// The documented quantisation of a row of A, written out: asymmetric over [min(x, 0), max(x, 0)] with 255
-/// steps; (scale, u − zero) per element.
-fn quantised_row(x: &[f32]) -> (f64, Vec<i64>) {
-    let lo = x.iter().fold(0.0f32, |m, &v| m.min(v));
-    let hi = x.iter().fold(0.0f32, |m, &v| m.max(v));
-    if hi == lo {
-        return (0.0, vec![0; x.len()]);
-    }
-    let inv = 255.0 / (hi - lo);
-    let zero = (-lo * inv).round_ties_even();
-    let q = x
-        .iter()
-        .map(|&v| ((v * inv).round_ties_even() + zero).clamp(0.0, 255.0) as i64 - zero as i64)
-        .collect();
-    (f64::from((hi - lo) / 255.0), q)
+/// The documented quantisation of a row of A, written out: each group of `A_GROUP` depths asymmetric over
+/// [min(x, 0), max(x, 0)] with 255 steps; per group (scale, u − zero) per element.
+fn quantised_row(x: &[f32]) -> Vec<(f64, Vec<i64>)> {
+    x.chunks(A_GROUP)
+        .map(|group| {
+            let lo = group.iter().fold(0.0f32, |m, &v| m.min(v));
+            let hi = group.iter().fold(0.0f32, |m, &v| m.max(v));
+            if hi == lo {
+                return (0.0, vec![0; group.len()]);
+            }
+            let inv = 255.0 / (hi - lo);
+            let zero = (-lo * inv).round_ties_even();
+            let q = group
+                .iter()
+                .map(|&v| {
+                    ((v * inv).round_ties_even() + zero).clamp(0.0, 255.0) as i64 - zero as i64
+                })
+                .collect();
+            (f64::from((hi - lo) / 255.0), q)
+        })
+        .collect()
 }
 
-/// `x · B` for rows `x` (f32) and B given by its columns, quantised as the int8 GEMM does, in f64.
+/// `x · B` for rows `x` (f32) and B given by its columns, quantised as the int8 GEMM does, in f64: each group's
+/// integer sum times its scale, summed over the groups, times the column's scale.
 fn quantised_product(x: &[Vec<f32>], columns: &[Vec<f32>]) -> Vec<Vec<f64>> {
     let qb: Vec<_> = columns.iter().map(|c| quantised(c)).collect();
     x.iter()
         .map(|row| {
-            let (sa, qa) = quantised_row(row);
+            let groups = quantised_row(row);
             qb.iter()
-                .map(|(sb, q)| qa.iter().zip(q).map(|(a, b)| a * b).sum::<i64>() as f64 * sa * sb)
+                .map(|(sb, q)| {
+                    let sum: f64 = groups
+                        .iter()
+                        .zip(q.chunks(A_GROUP))
+                        .map(|((sa, qa), qg)| {
+                            qa.iter().zip(qg).map(|(a, b)| a * b).sum::<i64>() as f64 * sa
+                        })
+                        .sum();
+                    sum * sb
+                })
                 .collect()
         })
         .collect()
