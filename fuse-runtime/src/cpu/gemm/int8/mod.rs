@@ -16,8 +16,9 @@
 //!   sums and dequantises them in registers as the group ends (a conversion and two FMAs per vector) into f32
 //!   sums, which it carries across depth blocks of four groups in this thread's scratch; C is written after the
 //!   last block. The kernel's f32 epilogue (bias, GELU, residual) then runs on the block while it is in cache, as
-//!   for the f32 GEMM. Groups cost the VNNI tiles 10–29 % and the AVX2 tile 8–10 % of their rate against one
-//!   scale per row (BENCHMARKS.md, twelfth run): the price of the accuracy above.
+//!   for the f32 GEMM. Groups cost the VNNI tiles 8–29 % and the AVX2 tile 8–10 % of their rate against one
+//!   scale per row (BENCHMARKS.md, twelfth run): the price of the accuracy above, partly won back by quantising
+//!   with intrinsics (`quantize_x86.rs`).
 //!
 //! Rows of A are quantised while they are packed inside this driver (one extra read of a row being packed anyway).
 //! A group that holds a NaN or an infinity gets a NaN scale, so its row's outputs are NaN as the f32 product's would
