@@ -172,6 +172,10 @@ fn infer_unchecked(g: &Graph, op: &Op) -> Result<TensorType, TypeError> {
             start,
             value,
         } => write(g, *state, *axis, start, *value),
+        Op::Arange { len, .. } => Ok(TensorType {
+            dtype: DType::I64,
+            shape: Shape(vec![len.clone()]),
+        }),
         Op::Scalar(_) => Ok(f32_of(Shape::scalar())),
         Op::Unary(u, a) => {
             let a = ty(*a)?;

@@ -308,6 +308,14 @@ pub enum Op {
         start: Dim,
         value: NodeId,
     },
+    /// `arange(start, len)`: the i64 values `start, start + 1, .., start + len - 1` (shape `[len]`), both bounds
+    /// dims (constants or dims bound at run time, such as `past`). A leaf: its values depend only on the dims, so
+    /// the runtime writes them into a buffer of their own when the dims are bound, and kernels read it as any
+    /// other leaf (positions and causal masks made inside a model).
+    Arange {
+        start: Dim,
+        len: Dim,
+    },
     /// A scalar f32 constant (shape `[]`), broadcast wherever it is used.
     Scalar(f64),
     Unary(UnaryOp, NodeId),
@@ -380,7 +388,9 @@ impl Op {
     /// The nodes this op reads, in a fixed order.
     pub fn operands(&self) -> Vec<NodeId> {
         match self {
-            Op::Input(_) | Op::Param(_) | Op::State(_) | Op::Scalar(_) => Vec::new(),
+            Op::Input(_) | Op::Param(_) | Op::State(_) | Op::Arange { .. } | Op::Scalar(_) => {
+                Vec::new()
+            }
             Op::Write { state, value, .. } => vec![*state, *value],
             Op::Unary(_, a) | Op::Cast(a, _) => vec![*a],
             Op::Binary(_, a, b) | Op::MatMul(a, b) => vec![*a, *b],
@@ -416,7 +426,10 @@ impl Op {
     }
 
     pub fn is_leaf(&self) -> bool {
-        matches!(self, Op::Input(_) | Op::Param(_) | Op::State(_))
+        matches!(
+            self,
+            Op::Input(_) | Op::Param(_) | Op::State(_) | Op::Arange { .. }
+        )
     }
 
     /// A short name for dumps and reports.
@@ -426,6 +439,7 @@ impl Op {
             Op::Param(i) => format!("param{i}"),
             Op::State(i) => format!("state{i}"),
             Op::Write { .. } => "write".into(),
+            Op::Arange { .. } => "arange".into(),
             Op::Scalar(v) => format!("const({v:?})"),
             Op::Unary(u, _) => u.name().to_string(),
             Op::Binary(b, ..) => b.name().to_string(),

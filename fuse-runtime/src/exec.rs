@@ -128,6 +128,15 @@ impl std::ops::Deref for Program {
 const ALIGN: usize = 64;
 
 impl Program {
+    /// The values of the `index`-th `arange` at `dims` (`numel` of them, from its start), as an i64 tensor.
+    pub(crate) fn arange(&self, index: usize, numel: usize, dims: &[usize]) -> Result<Tensor> {
+        let start = self.aranges.get(index).map_or(0, |m| m.eval(dims));
+        let end = start.saturating_add(numel);
+        let last = i64::try_from(end).map_err(|_| Error::DimArgTooLarge { value: end })?;
+        let first = last - numel as i64;
+        Tensor::from_i64(&[numel], (first..last).collect())
+    }
+
     /// Zeroed output tensors of this program's output shapes at `dims`.
     pub(crate) fn fresh_outputs(&self, dims: &[usize]) -> Result<Vec<Tensor>> {
         self.outputs
@@ -171,7 +180,14 @@ impl Program {
             if start.checked_add(len).is_none_or(|end| end > size) {
                 let what = b.what.clone();
                 let axis = b.axis;
-                return Err(if b.write {
+                return Err(if b.ids {
+                    Error::IdOutOfRange {
+                        input: "arange".into(),
+                        id: i64::try_from(start.saturating_add(len) - 1).unwrap_or(i64::MAX),
+                        vocab: size,
+                        table: what,
+                    }
+                } else if b.write {
                     Error::StateWriteOutOfRange {
                         what,
                         axis,
@@ -672,10 +688,17 @@ impl Executor {
             })
             .collect();
         let mut ptrs = Vec::with_capacity(p.buffers.len());
+        // The aranges' values, made for this call (a tensor's data does not move when this vector grows).
+        let mut aranges = Vec::new();
         for spec in &p.buffers {
-            let bytes = spec.numel.eval(dims).saturating_mul(spec.dtype.size());
+            let numel = spec.numel.eval(dims);
+            let bytes = numel.saturating_mul(spec.dtype.size());
             let ptr = match spec.kind {
                 BufferKind::Input(i) => inputs[i].data_ptr() as *mut u8,
+                BufferKind::Arange(i) => {
+                    aranges.push(p.arange(i, numel, dims)?);
+                    aranges.last().map_or(std::ptr::null(), |t| t.data_ptr()) as *mut u8
+                }
                 BufferKind::Param(i) => weights[i].data_ptr() as *mut u8,
                 // The session's buffer, borrowed mutably for the call: read as the state, written in place by its
                 // write kernel, which the plan orders before every reader of the new value and after every reader

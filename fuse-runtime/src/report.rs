@@ -164,7 +164,11 @@ impl fmt::Display for PlanReport {
         if !p.slice_bounds.is_empty() {
             writeln!(f, "  checked per call:")?;
             for b in &p.slice_bounds {
-                let kind = if b.write { "write" } else { "narrow" };
+                let kind = match (b.write, b.ids) {
+                    (true, _) => "write",
+                    (_, true) => "rows read at arange ids",
+                    _ => "narrow",
+                };
                 writeln!(f, "    {kind} of axis {} of {}: {}", b.axis, b.what, b.text)?;
             }
         }

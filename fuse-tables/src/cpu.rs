@@ -12,6 +12,9 @@ pub enum BufferKind {
     /// A state's buffer, owned by the caller's session (`#[state]` fields): read, and written in place by the
     /// state's `write` kernel.
     State(usize),
+    /// The values `start, start + 1, ..` of an `arange` (i64, `numel` of them), by index into
+    /// [`ProgramTables::aranges`] (its start): written by the runtime once the dims are bound.
+    Arange(usize),
     /// An arena slot, by index into [`ProgramTables::slots`].
     Arena(usize),
     Output(usize),
@@ -78,6 +81,10 @@ pub struct ProgramTables {
     /// checks them against these shapes. Empty (and absent from the encoding) for a model without state.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub states: Vec<StateSpec>,
+    /// The start of each [`BufferKind::Arange`] buffer. Empty (and absent from the encoding) when the model has no
+    /// `arange`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub aranges: Vec<Mono>,
 }
 
 /// A `#[state]` buffer (f32): its checkpoint-style name and its dims, which may name dynamic dims (`batch`).
@@ -128,6 +135,9 @@ pub struct SliceBound {
     /// A write into a state at `start` (the error then names the state), not a slice that reads.
     #[serde(default)]
     pub write: bool,
+    /// The rows an embedding reads at ids made by an `arange` (`what` then names the table).
+    #[serde(default)]
+    pub ids: bool,
 }
 
 /// A GEMM's B operand that is a parameter read through a view whose every size is static: the k×n matrix with

@@ -161,6 +161,7 @@ mod tests {
                     syms: vec![],
                 },
                 write: false,
+                ids: false,
             }],
             sum_dims: vec![SumDim {
                 sym: 2,
@@ -176,6 +177,10 @@ mod tests {
                 ],
             }],
             states: vec![],
+            aranges: vec![Mono {
+                coeff: 1,
+                syms: vec![1],
+            }],
         };
         tables.states = vec![StateSpec {
             name: "k_cache".into(),

@@ -296,6 +296,33 @@ pub mod ops {
         }
     }
 
+    /// Positions made inside the model: `arange` at a run-time start (`past`) and over a sum of dims (`past + seq`),
+    /// compared into a causal mask added to attention scores, cast and scaled in an elementwise kernel, and used
+    /// as the ids of an embedding (the table rows of the current positions).
+    pub struct Positions {
+        #[shape(MAX_POS, D)]
+        table: Tensor,
+    }
+    impl Positions {
+        pub fn forward(
+            &self,
+            #[shape(batch, seq, D)] q: Tensor,
+            #[shape(batch, past + seq, D)] k: Tensor,
+            #[dim] past: usize,
+        ) -> (Tensor, Tensor, Tensor) {
+            let s = q.dim(1);
+            let t = past + s;
+            let q_pos = arange(past, s).to_f32().reshape([1, s, 1]);
+            let k_pos = arange(0, t).to_f32().reshape([1, 1, t]);
+            let causal = where_(k_pos.gt(&q_pos), -1e9, 0.0);
+            let attn = (q.matmul(&k.transpose(1, 2)) * 0.25 + causal)
+                .softmax(-1)
+                .matmul(&k);
+            let rows = embedding(&self.table, &arange(past, s)) + &q;
+            (attn, rows, q_pos * 0.5 - k_pos.max(1.0).log())
+        }
+    }
+
     /// A cache read: keys and values `[0, total)` of a `[batch, MAX_POS, D]` buffer (a length bound at run time,
     /// on an inner axis) into attention's matmuls, the rows `[past, past + seq)` into an elementwise kernel, and
     /// columns at a run-time start on the innermost axis.

@@ -217,6 +217,12 @@ fn interpret_nodes(
                 let start = eval_dim(graph, &dyn_values, start)?;
                 ops::write(v(*state), *axis, start, v(*value))
             }
+            Op::Arange { start, len } => {
+                let start = eval_dim(graph, &dyn_values, start)?;
+                let len = eval_dim(graph, &dyn_values, len)?;
+                let values = (start..start + len).map(|p| p as f64).collect();
+                Some(RefTensor::new(vec![len], values))
+            }
             Op::Scalar(x) => Some(RefTensor::scalar(*x)),
             Op::Unary(u, a) => Some(ops::unary(*u, v(*a))),
             Op::Binary(b, x, y) => ops::binary(*b, v(*x), v(*y)),

@@ -269,6 +269,7 @@ fn specs() -> Vec<&'static ModelSpec> {
         Attentions::spec(),
         NarrowRope::spec(),
         NarrowCache::spec(),
+        Positions::spec(),
     ]
 }
 
@@ -671,6 +672,25 @@ fn narrows_at_run_time_offsets_on_gpu() {
                 Tensor::randn(&[b, MAX_POS, D], s + 1),
                 dim(past),
                 dim(MAX_POS - s as usize),
+            ]
+        },
+    );
+}
+
+#[test]
+fn arange_positions_on_gpu() {
+    let dim = |n: usize| fuse_runtime::exec::dim_arg(n).expect("dim argument");
+    ops_on_gpu(
+        Positions::random(21).into_compiled(),
+        "positions",
+        2e-5,
+        2e-5,
+        |b, q, s| {
+            let past = (s as usize * 5) % (MAX_POS - q + 1);
+            vec![
+                Tensor::randn(&[b, q, D], s),
+                Tensor::randn(&[b, past + q, D], s + 1),
+                dim(past),
             ]
         },
     );

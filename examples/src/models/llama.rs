@@ -6,8 +6,9 @@
 //! configuration `tests/tests/llama.rs` checks token for token against transformers) and `smollm` (SmolLM-135M's
 //! shape, benchmark W5). `TinyLlama` and `SmolLm` run the whole sequence on each call; `TinyLlamaCached` and
 //! `SmolLmCached` (the same parameters) keep a KV cache in the caller's session and run only the new positions
-//! (`CachedDecoder` drives them). The rotary tables and the attention mask are inputs (`inputs` builds them for a
-//! left-padded batch, `step_inputs` for one cached step).
+//! (`CachedDecoder` drives them). The rotary tables are inputs, and so is Hugging Face's `attention_mask` (1 for a
+//! real token, 0 for padding; `inputs` builds them for a left-padded batch, `step_inputs` for one cached step); the
+//! causal mask is made inside the model from the positions (`CausalMask`).
 
 use fuse_runtime::{fused_model, CompiledModel, PlanMode, Result, Session, Tensor};
 
@@ -33,6 +34,23 @@ pub mod llama_blocks {
     impl<const H: usize> RmsNorm<H> {
         pub fn forward(&self, x: Tensor) -> Tensor {
             x.rms_norm(&self.weight, 1e-5)
+        }
+    }
+
+    /// The additive attention mask `[batch, seq, past + seq]` of a left-padded batch, from Hugging Face's
+    /// `attention_mask` (`[batch, past + seq]`, 1 for a real token, 0 for padding): the token at position
+    /// `past + i` sees itself and the real tokens before it (0), nothing else (-1e9). A padding token sees only
+    /// itself, so no row of the softmax is empty.
+    pub struct CausalMask {}
+
+    impl CausalMask {
+        pub fn forward(&self, attention_mask: Tensor, past: usize, seq: usize) -> Tensor {
+            let b = attention_mask.dim(0);
+            let t = past + seq;
+            let query = arange(past, seq).to_f32().reshape([1, seq, 1]);
+            let key = arange(0, t).to_f32().reshape([1, 1, t]);
+            let padding = (attention_mask.reshape([b, 1, t]) - 1.0) * 1e9;
+            where_(key.eq(&query), 0.0, where_(key.lt(&query), padding, -1e9))
         }
     }
 
@@ -304,6 +322,7 @@ pub mod tiny {
     pub struct TinyLlama {
         model: TinyModel,
         lm_head: Linear<HIDDEN, VOCAB>,
+        causal_mask: CausalMask,
     }
 
     impl TinyLlama {
@@ -313,8 +332,9 @@ pub mod tiny {
             #[shape(batch, seq)] ids: Tensor<i64>,
             #[shape(batch, seq, HEAD_DIM)] cos: Tensor,
             #[shape(batch, seq, HEAD_DIM)] sin: Tensor,
-            #[shape(batch, seq, seq)] mask: Tensor,
+            #[shape(batch, seq)] attention_mask: Tensor,
         ) -> Tensor {
+            let mask = self.causal_mask.forward(attention_mask, 0, ids.dim(1));
             let mut x = self.model.embed_tokens.forward(ids);
             for layer in &self.model.layers {
                 x = layer.forward(x, cos, sin, mask);
@@ -338,6 +358,7 @@ pub mod tiny {
     pub struct TinyLlamaCached {
         model: TinyCachedModel,
         lm_head: Linear<HIDDEN, VOCAB>,
+        causal_mask: CausalMask,
     }
 
     impl TinyLlamaCached {
@@ -347,9 +368,10 @@ pub mod tiny {
             #[shape(batch, seq)] ids: Tensor<i64>,
             #[shape(batch, seq, HEAD_DIM)] cos: Tensor,
             #[shape(batch, seq, HEAD_DIM)] sin: Tensor,
-            #[shape(batch, seq, past + seq)] mask: Tensor,
+            #[shape(batch, past + seq)] attention_mask: Tensor,
             #[dim] past: usize,
         ) -> Tensor {
+            let mask = self.causal_mask.forward(attention_mask, past, ids.dim(1));
             let mut x = self.model.embed_tokens.forward(ids);
             for layer in &self.model.layers {
                 x = layer.forward(x, cos, sin, mask, past);
@@ -380,6 +402,7 @@ pub mod smollm {
 
     pub struct SmolLm {
         model: SmolModel,
+        causal_mask: CausalMask,
     }
 
     impl SmolLm {
@@ -389,8 +412,9 @@ pub mod smollm {
             #[shape(batch, seq)] ids: Tensor<i64>,
             #[shape(batch, seq, HEAD_DIM)] cos: Tensor,
             #[shape(batch, seq, HEAD_DIM)] sin: Tensor,
-            #[shape(batch, seq, seq)] mask: Tensor,
+            #[shape(batch, seq)] attention_mask: Tensor,
         ) -> Tensor {
+            let mask = self.causal_mask.forward(attention_mask, 0, ids.dim(1));
             let mut x = self.model.embed_tokens.forward(ids);
             for layer in &self.model.layers {
                 x = layer.forward(x, cos, sin, mask);
@@ -412,6 +436,7 @@ pub mod smollm {
     /// [`SmolLm`] with a KV cache (the same parameters, in the same order).
     pub struct SmolLmCached {
         model: SmolCachedModel,
+        causal_mask: CausalMask,
     }
 
     impl SmolLmCached {
@@ -421,9 +446,10 @@ pub mod smollm {
             #[shape(batch, seq)] ids: Tensor<i64>,
             #[shape(batch, seq, HEAD_DIM)] cos: Tensor,
             #[shape(batch, seq, HEAD_DIM)] sin: Tensor,
-            #[shape(batch, seq, past + seq)] mask: Tensor,
+            #[shape(batch, past + seq)] attention_mask: Tensor,
             #[dim] past: usize,
         ) -> Tensor {
+            let mask = self.causal_mask.forward(attention_mask, past, ids.dim(1));
             let mut x = self.model.embed_tokens.forward(ids);
             for layer in &self.model.layers {
                 x = layer.forward(x, cos, sin, mask, past);
@@ -435,8 +461,8 @@ pub mod smollm {
 
 /// The inputs for a batch of sequences of different lengths, left-padded to the longest (as Hugging Face pads for
 /// generation): ids (0 in the padding), the rotary tables (`head_dim` wide, base `theta`) at each token's position
-/// counted from its first real token, and a mask that lets a token see itself and the real tokens before it. Every
-/// sequence's last token is in the last column.
+/// counted from its first real token, and the attention mask (1 for a real token, 0 for padding). Every sequence's
+/// last token is in the last column.
 pub fn inputs(sequences: &[&[i64]], head_dim: usize, theta: f64) -> Result<[Tensor; 4]> {
     let batch = sequences.len();
     let seq = sequences.iter().map(|s| s.len()).max().unwrap_or(0);
@@ -454,19 +480,14 @@ pub fn inputs(sequences: &[&[i64]], head_dim: usize, theta: f64) -> Result<[Tens
                 sin.push(angle.sin() as f32);
             }
         }
-        for row in 0..seq {
-            for col in 0..seq {
-                let visible = col == row || (col >= pad && col < row);
-                mask.push(if visible { 0.0 } else { -1e9 });
-            }
-        }
+        mask.extend((0..seq).map(|col| if col >= pad { 1.0 } else { 0.0 }));
     }
     let table = [batch, seq, head_dim];
     Ok([
         Tensor::from_i64(&[batch, seq], ids)?,
         Tensor::from_f32(&table, cos)?,
         Tensor::from_f32(&table, sin)?,
-        Tensor::from_f32(&[batch, seq, seq], mask)?,
+        Tensor::from_f32(&[batch, seq], mask)?,
     ])
 }
 
@@ -571,8 +592,8 @@ impl<'m> CachedDecoder<'m> {
 }
 
 /// The inputs of one cached step: each sequence's `token` at position `past` of the cache, its rotary tables at
-/// its own position (counted from its first real token, `pads` before it), and a mask that lets it see its real
-/// tokens in the cache and itself.
+/// its own position (counted from its first real token, `pads` before it), and the attention mask over the cache
+/// and the new position (1 for a real token, 0 for padding).
 pub fn step_inputs(
     tokens: &[i64],
     pads: &[usize],
@@ -592,15 +613,13 @@ pub fn step_inputs(
             cos.push(angle.cos() as f32);
             sin.push(angle.sin() as f32);
         }
-        for col in 0..=past {
-            mask.push(if col >= pad { 0.0 } else { -1e9 });
-        }
+        mask.extend((0..=past).map(|col| if col >= pad { 1.0 } else { 0.0 }));
     }
     let table = [batch, 1, head_dim];
     Ok([
         Tensor::from_i64(&[batch, 1], tokens.to_vec())?,
         Tensor::from_f32(&table, cos)?,
         Tensor::from_f32(&table, sin)?,
-        Tensor::from_f32(&[batch, 1, past + 1], mask)?,
+        Tensor::from_f32(&[batch, past + 1], mask)?,
     ])
 }

@@ -18,6 +18,8 @@ pub struct SliceBound {
     pub size: Dim,
     /// A state write (`input` the state), not a slice that reads.
     pub write: bool,
+    /// An embedding whose ids are an `arange` (`input` the table): the rows `[start, start + len)` it reads.
+    pub ids: bool,
 }
 
 impl SliceBound {
@@ -51,6 +53,7 @@ pub fn unproved(g: &Graph) -> Vec<SliceBound> {
                     len: len.clone(),
                     size,
                     write: false,
+                    ids: false,
                 })
             }
             // A state write replaces `[start, start + len)` of its axis: it must not reach past the buffer.
@@ -70,9 +73,40 @@ pub fn unproved(g: &Graph) -> Vec<SliceBound> {
                     len,
                     size,
                     write: true,
+                    ids: false,
+                })
+            }
+            // Ids made by an `arange` are positions the runtime computes, not an input it validates: the rows
+            // they read must exist, or the kernel would read zeros. Views of the arange read a subset of its
+            // values, so its whole range is checked (a safe over-approximation).
+            Op::Embedding { table, ids } => {
+                let (start, len) = arange_behind(g, *ids)?;
+                let size = g.ty(*table).shape.0.first()?.clone();
+                (slice_fits(g, &start, &len, &size) != Some(true)).then_some(SliceBound {
+                    node: id,
+                    input: *table,
+                    axis: 0,
+                    start,
+                    len,
+                    size,
+                    write: false,
+                    ids: true,
                 })
             }
             _ => None,
         })
         .collect()
+}
+
+/// The bounds of the `arange` that `node` is, or is a view of.
+fn arange_behind(g: &Graph, mut node: NodeId) -> Option<(Dim, Dim)> {
+    loop {
+        match &g.node(node).op {
+            Op::Arange { start, len } => return Some((start.clone(), len.clone())),
+            Op::Permute { input, .. } | Op::Reshape { input, .. } | Op::Slice { input, .. } => {
+                node = *input
+            }
+            _ => return None,
+        }
+    }
 }

@@ -28,7 +28,7 @@ pub enum Class {
 
 pub fn class(op: &Op) -> Class {
     match op {
-        Op::Input(_) | Op::Param(_) | Op::State(_) => Class::Leaf,
+        Op::Input(_) | Op::Param(_) | Op::State(_) | Op::Arange { .. } => Class::Leaf,
         Op::Scalar(_) => Class::Constant,
         Op::Permute { .. } | Op::Reshape { .. } | Op::Slice { .. } => Class::View,
         Op::Unary(..) | Op::Binary(..) | Op::Where(..) | Op::Cast(..) => Class::Elementwise,

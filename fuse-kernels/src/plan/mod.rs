@@ -113,6 +113,8 @@ pub enum Storage {
     Param(u32),
     /// A state's buffer, owned by the caller's session: read as the state and written by its `write`.
     State(u32),
+    /// An [`Op::Arange`]'s values, written by the runtime when it binds the dims (the node's op says which).
+    Arange,
     Arena(usize),
     Output(usize),
 }
@@ -207,7 +209,7 @@ fn views_needing_copies(g: &Graph, roots: &BTreeSet<NodeId>) -> BTreeSet<NodeId>
 }
 
 fn is_materialized(g: &Graph, roots: &BTreeSet<NodeId>, n: NodeId) -> bool {
-    roots.contains(&n) || matches!(g.node(n).op, Op::Input(_) | Op::Param(_) | Op::State(_))
+    roots.contains(&n) || g.node(n).op.is_leaf()
 }
 
 fn build_kernels(g: &Graph, groups: Vec<fusion::Group>, copies: &BTreeSet<NodeId>) -> Vec<Kernel> {
@@ -302,6 +304,7 @@ fn storage(g: &Graph, kernels: &[Kernel]) -> Vec<(NodeId, Storage)> {
             Op::Input(i) => buffers.push((id, Storage::Input(i))),
             Op::Param(i) => buffers.push((id, Storage::Param(i))),
             Op::State(i) => buffers.push((id, Storage::State(i))),
+            Op::Arange { .. } => buffers.push((id, Storage::Arange)),
             _ => {}
         }
     }

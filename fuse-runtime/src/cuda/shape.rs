@@ -72,6 +72,15 @@ impl ShapeState {
                     owned.push(Some(buffer));
                     ptr
                 }
+                // Its values depend only on the dims, which this state is for: written once, here.
+                BufferKind::Arange(i) => {
+                    let numel = spec.numel.eval(dims);
+                    let mut buffer = DeviceBuffer::zeros(stream, spec.dtype, precision, numel)?;
+                    buffer.upload(stream, &p.arange(i, numel, dims)?)?;
+                    let ptr = buffer.ptr(stream);
+                    owned.push(Some(buffer));
+                    ptr
+                }
                 BufferKind::Param(i) => {
                     owned.push(None);
                     let w = weights

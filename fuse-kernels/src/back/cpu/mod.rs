@@ -22,7 +22,7 @@ use fuse_tables::{
 };
 
 use super::mono;
-use crate::ir::DType;
+use crate::ir::{DType, NodeId};
 use crate::plan::{kernel_bytes, Kernel, Mode, Plan, Storage};
 
 fn dtype(d: DType) -> fuse_tables::DType {
@@ -109,6 +109,13 @@ fn tables(plan: &Plan, function_of: &[usize]) -> ProgramTables {
             bytes: kernel_bytes(g, k).iter().map(mono).collect(),
         });
     }
+    // Each arange buffer's start, in buffer order.
+    let aranges: Vec<NodeId> = plan
+        .buffers
+        .iter()
+        .filter(|(_, s)| matches!(s, Storage::Arange))
+        .map(|&(n, _)| n)
+        .collect();
     let buffers = (0..plan.buffers.len())
         .map(|b| {
             let (node, _) = plan.buffers[b];
@@ -117,6 +124,12 @@ fn tables(plan: &Plan, function_of: &[usize]) -> ProgramTables {
                 Storage::Input(i) => BufferKind::Input(i as usize),
                 Storage::Param(i) => BufferKind::Param(i as usize),
                 Storage::State(i) => BufferKind::State(i as usize),
+                Storage::Arange => BufferKind::Arange(
+                    aranges
+                        .iter()
+                        .position(|&n| n == node)
+                        .unwrap_or(usize::MAX),
+                ),
                 Storage::Arena(s) => BufferKind::Arena(s),
                 Storage::Output(i) => BufferKind::Output(i),
             };
@@ -158,13 +171,17 @@ fn tables(plan: &Plan, function_of: &[usize]) -> ProgramTables {
     let slice_bounds = crate::plan::bounds::unproved(g)
         .into_iter()
         .map(|b| SliceBound {
-            what: format!("{} ({})", g.fmt_shape(&g.ty(b.input).shape), b.node),
+            what: match g.node(b.input).op {
+                crate::ir::Op::Param(i) if b.ids => g.params[i as usize].name.clone(),
+                _ => format!("{} ({})", g.fmt_shape(&g.ty(b.input).shape), b.node),
+            },
             text: b.text(g),
             axis: b.axis,
             start: mono(&b.start),
             len: mono(&b.len),
             size: mono(&b.size),
             write: b.write,
+            ids: b.ids,
         })
         .collect();
     let sum_dims = g
@@ -183,8 +200,16 @@ fn tables(plan: &Plan, function_of: &[usize]) -> ProgramTables {
             dims: s.ty.shape.0.iter().map(mono).collect(),
         })
         .collect();
+    let aranges = aranges
+        .iter()
+        .map(|&n| match &g.node(n).op {
+            crate::ir::Op::Arange { start, .. } => mono(start),
+            _ => mono(&crate::ir::Dim::fixed(0)),
+        })
+        .collect();
     ProgramTables {
         states,
+        aranges,
         sum_dims,
         slice_bounds,
         buffers,

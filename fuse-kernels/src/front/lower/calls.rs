@@ -1,12 +1,12 @@
 //! Calls: methods on models (inlined), on constants and on tensors (see `ops`), and the built-in functions
-//! `where_`, `embedding` and `concat`.
+//! `where_`, `embedding`, `concat` and `arange`.
 
 use super::{closest, Instance, Lowerer, Scope, Value, MAX_CALL_DEPTH};
 use crate::front::consts::{apply_method, ConstVal};
 use crate::front::diag::At;
 use crate::ir::{NodeId, Op};
 
-const BUILTINS: [&str; 3] = ["where_", "embedding", "concat"];
+const BUILTINS: [&str; 4] = ["where_", "embedding", "concat", "arange"];
 
 impl Lowerer<'_> {
     pub(super) fn eval_method(&mut self, m: &syn::ExprMethodCall) -> Value {
@@ -251,10 +251,21 @@ impl Lowerer<'_> {
                 }
             }
             (Some("concat"), 2) => self.concat(c, at),
-            (Some(f @ ("where_" | "embedding" | "concat")), n) => {
+            (Some("arange"), 2) => {
+                let start = self.eval(&c.args[0]);
+                let len = self.eval(&c.args[1]);
+                let start = self.dim_bound(&start, At::of(&c.args[0]), "an arange start", 0);
+                let len = self.dim_bound(&len, At::of(&c.args[1]), "an arange length", 1);
+                match (start, len) {
+                    (Some(start), Some(len)) => self.add(Op::Arange { start, len }, at),
+                    _ => Value::Poison,
+                }
+            }
+            (Some(f @ ("where_" | "embedding" | "concat" | "arange")), n) => {
                 let usage = match f {
                     "where_" => "`where_(mask, a, b)`",
                     "embedding" => "`embedding(&table, &ids)`",
+                    "arange" => "`arange(start, len)`",
                     _ => "`concat([a, b], axis)`",
                 };
                 self.diags.error(

@@ -355,6 +355,14 @@ impl Lowerer<'_> {
     /// derived symbol, see [`crate::ir::DerivedDim`]) stay a dim.
     fn dim_arith(&mut self, op: &syn::BinOp, b: &syn::ExprBinary, l: &Value, r: &Value) -> Value {
         let dims = (super::dim_of(l), super::dim_of(r));
+        // `past + seq` with a `past` of 0 (a caller passing a constant start): the other dim itself.
+        match (op, l, r) {
+            (syn::BinOp::Add(_), Value::Const(ConstVal::Int(0)), d @ Value::Dim(_))
+            | (syn::BinOp::Add(_), d @ Value::Dim(_), Value::Const(ConstVal::Int(0))) => {
+                return d.clone()
+            }
+            _ => {}
+        }
         if let (syn::BinOp::Add(_), (Some(x), Some(y))) = (op, &dims) {
             let sum = self.g.sum(&[x, y]);
             if sum.coeff > crate::infer::MAX_ELEMENTS {

@@ -343,7 +343,7 @@ impl Lowerer<'_> {
     }
 
     /// A narrow bound: an integer constant of at least `min`, or a dim.
-    fn dim_bound(&mut self, v: &Value, at: At, what: &str, min: i64) -> Option<Dim> {
+    pub(super) fn dim_bound(&mut self, v: &Value, at: At, what: &str, min: i64) -> Option<Dim> {
         match v {
             Value::Dim(d) => Some(d.clone()),
             Value::Const(ConstVal::Int(n)) if *n >= min && *n as u64 <= MAX_ELEMENTS as u64 => {
