@@ -6,8 +6,9 @@
 //! The reference is `tests/data/llama_greedy.json`, made by `scripts/llama_reference.py` (which says how); the
 //! weights come from the generator that script uses, repeated in [`weight`], so no checkpoint is committed. The
 //! uncached model runs the whole prefix again at each step (rotary tables and the padding mask are inputs, the
-//! causal mask is made inside the model); the cached one (`TinyLlamaCached`, same weights) prefills once and then runs one token per step. The prompts run as one left-padded
-//! batch, so the test also shows that a batch of prompts of different lengths gives each its own tokens.
+//! causal mask is made inside the model); the cached one (`TinyLlamaCached`, same weights) prefills once and then
+//! runs one token per step. The prompts run as one left-padded batch, so the test also shows that a batch of
+//! prompts of different lengths gives each its own tokens.
 
 use std::ops::ControlFlow;
 use std::path::Path;

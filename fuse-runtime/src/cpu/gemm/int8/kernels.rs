@@ -12,9 +12,9 @@ const MAX_MR: usize = 12;
 
 /// Bytes of quantised A per row block. Each row block streams all of B's panels once, and each panel reads the
 /// whole block: a block larger than L2 is read from L3 per panel, a smaller one makes B stream from L3 once per
-/// block. With few rows and a deep product the second costs more: W2's 64×4096×1024 column block on a Zen 3 core
-/// (512 KiB L2, AVX2 tile, u16 A) ran at 74–75 GOP/s in three 24-row blocks (192 KiB) and 85–90 in one (BENCHMARKS.md,
-/// thirteenth run); the other measured shapes moved within noise.
+/// block. With few rows and a deep product the second costs more: W2's 64×4096×1024 column block on a Zen 3
+/// core (512 KiB L2, AVX2 tile, u16 A) ran at 74–75 GOP/s in three 24-row blocks (192 KiB) and 75–90 in one
+/// (BENCHMARKS.md, thirteenth run); the other measured shapes moved within noise.
 const A_BLOCK_BYTES: usize = 576 << 10;
 
 /// Quads (groups of 4 depths, one `vpdpbusd` lane) per activation group.
