@@ -333,6 +333,17 @@ fn infer_unchecked(g: &Graph, op: &Op) -> Result<TensorType, TypeError> {
                     g.fmt_shape(&t.shape)
                 ));
             }
+            // Positions made by an `arange` past the table's end at every dim value: refused here, at the line.
+            if let Some((start, len)) = g.arange_behind(*ids) {
+                if slice_fits(g, &start, &len, &t.shape.0[0]) == Some(false) {
+                    return err(format!(
+                        "embedding ids from `arange({}, {})` reach past the end of the table {}, whatever the dims",
+                        g.fmt_dim(&start),
+                        g.fmt_dim(&len),
+                        g.fmt_shape(&t.shape)
+                    ));
+                }
+            }
             let mut dims = i.shape.0.clone();
             dims.push(t.shape.0[1].clone());
             Ok(f32_of(Shape(dims)))

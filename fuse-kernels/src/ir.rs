@@ -541,6 +541,20 @@ impl Graph {
         self.spans[id.index()]
     }
 
+    /// The bounds `(start, len)` of the `arange` that `node` is, or is a view of: the positions an embedding reads
+    /// when `node` holds its ids.
+    pub fn arange_behind(&self, mut node: NodeId) -> Option<(Dim, Dim)> {
+        loop {
+            match &self.node(node).op {
+                Op::Arange { start, len } => return Some((start.clone(), len.clone())),
+                Op::Permute { input, .. } | Op::Reshape { input, .. } | Op::Slice { input, .. } => {
+                    node = *input
+                }
+                _ => return None,
+            }
+        }
+    }
+
     pub fn ids(&self) -> impl Iterator<Item = NodeId> {
         (0..self.nodes.len() as u32).map(NodeId)
     }

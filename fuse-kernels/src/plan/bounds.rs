@@ -78,35 +78,25 @@ pub fn unproved(g: &Graph) -> Vec<SliceBound> {
             }
             // Ids made by an `arange` are positions the runtime computes, not an input it validates: the rows
             // they read must exist, or the kernel would read zeros. Views of the arange read a subset of its
-            // values, so its whole range is checked (a safe over-approximation).
+            // values, so its whole range is checked (a safe over-approximation); inference refuses a range past
+            // the table whatever the dims.
             Op::Embedding { table, ids } => {
-                let (start, len) = arange_behind(g, *ids)?;
+                let (start, len) = g.arange_behind(*ids)?;
                 let size = g.ty(*table).shape.0.first()?.clone();
-                (slice_fits(g, &start, &len, &size) != Some(true)).then_some(SliceBound {
-                    node: id,
-                    input: *table,
-                    axis: 0,
-                    start,
-                    len,
-                    size,
-                    write: false,
-                    ids: true,
-                })
+                slice_fits(g, &start, &len, &size)
+                    .is_none()
+                    .then_some(SliceBound {
+                        node: id,
+                        input: *table,
+                        axis: 0,
+                        start,
+                        len,
+                        size,
+                        write: false,
+                        ids: true,
+                    })
             }
             _ => None,
         })
         .collect()
-}
-
-/// The bounds of the `arange` that `node` is, or is a view of.
-fn arange_behind(g: &Graph, mut node: NodeId) -> Option<(Dim, Dim)> {
-    loop {
-        match &g.node(node).op {
-            Op::Arange { start, len } => return Some((start.clone(), len.clone())),
-            Op::Permute { input, .. } | Op::Reshape { input, .. } | Op::Slice { input, .. } => {
-                node = *input
-            }
-            _ => return None,
-        }
-    }
 }
