@@ -9,6 +9,7 @@ use crate::cpu::gemm::int8::QuantB;
 use crate::cpu::gemm::{BView, PackedB, WeightPack};
 use crate::cpu::CpuPrecision;
 use crate::error::{Error, Result};
+use crate::iota::Iota;
 use crate::pool::{ArenaPool, PoolLimits, PoolStats};
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -128,13 +129,17 @@ impl std::ops::Deref for Program {
 const ALIGN: usize = 64;
 
 impl Program {
-    /// The values of the `index`-th `arange` at `dims` (`numel` of them, from its start), as an i64 tensor.
-    pub(crate) fn arange(&self, index: usize, numel: usize, dims: &[usize]) -> Result<Tensor> {
+    /// The values of the `index`-th `arange` at `dims`, `numel` of them from its start; the end fits an i64.
+    pub(crate) fn arange(
+        &self,
+        index: usize,
+        numel: usize,
+        dims: &[usize],
+    ) -> Result<std::ops::Range<usize>> {
         let start = self.aranges.get(index).map_or(0, |m| m.eval(dims));
         let end = start.saturating_add(numel);
-        let last = i64::try_from(end).map_err(|_| Error::DimArgTooLarge { value: end })?;
-        let first = last - numel as i64;
-        Tensor::from_i64(&[numel], (first..last).collect())
+        i64::try_from(end).map_err(|_| Error::DimArgTooLarge { value: end })?;
+        Ok(start..end)
     }
 
     /// Zeroed output tensors of this program's output shapes at `dims`.
@@ -472,6 +477,8 @@ pub struct Executor {
     /// Per plan kernel, its GEMM's B packed from the weights this executor runs with (see
     /// [`Executor::pack_weights`]).
     packs: Vec<Option<Arc<WeightPack>>>,
+    /// The table every call's `arange` buffers point into.
+    iota: Iota,
 }
 
 /// Packs made for one set of weights, by parameter and view: a B that several kernels or both plans read (tied
@@ -510,6 +517,7 @@ impl Executor {
             program,
             pool: ArenaPool::default(),
             packs: Vec::new(),
+            iota: Iota::default(),
         }
     }
 
@@ -687,17 +695,21 @@ impl Executor {
                     .map_or(std::ptr::null_mut(), |v| v.as_mut_ptr() as *mut u8)
             })
             .collect();
+        let arange_end = p.buffers.iter().try_fold(0, |end, spec| match spec.kind {
+            BufferKind::Arange(i) => Ok(end.max(p.arange(i, spec.numel.eval(dims), dims)?.end)),
+            _ => Ok(end),
+        })?;
+        let iota = self.iota.at_least(arange_end)?;
         let mut ptrs = Vec::with_capacity(p.buffers.len());
-        // The aranges' values, made for this call (a tensor's data does not move when this vector grows).
-        let mut aranges = Vec::new();
         for spec in &p.buffers {
             let numel = spec.numel.eval(dims);
             let bytes = numel.saturating_mul(spec.dtype.size());
             let ptr = match spec.kind {
                 BufferKind::Input(i) => inputs[i].data_ptr() as *mut u8,
+                // A window of the shared table, which is at least `arange_end` long; kernels only read it.
                 BufferKind::Arange(i) => {
-                    aranges.push(p.arange(i, numel, dims)?);
-                    aranges.last().map_or(std::ptr::null(), |t| t.data_ptr()) as *mut u8
+                    iota.get(p.arange(i, numel, dims)?)
+                        .map_or(std::ptr::null(), <[i64]>::as_ptr) as *mut u8
                 }
                 BufferKind::Param(i) => weights[i].data_ptr() as *mut u8,
                 // The session's buffer, borrowed mutably for the call: read as the state, written in place by its

@@ -10,6 +10,7 @@ pub mod device;
 pub mod error;
 pub mod exec;
 pub mod generate;
+mod iota;
 pub mod memory;
 pub mod model;
 pub mod pool;

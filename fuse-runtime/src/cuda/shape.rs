@@ -76,7 +76,8 @@ impl ShapeState {
                 BufferKind::Arange(i) => {
                     let numel = spec.numel.eval(dims);
                     let mut buffer = DeviceBuffer::zeros(stream, spec.dtype, precision, numel)?;
-                    buffer.upload(stream, &p.arange(i, numel, dims)?)?;
+                    let values = p.arange(i, numel, dims)?.map(|v| v as i64).collect();
+                    buffer.upload(stream, &Tensor::from_i64(&[numel], values)?)?;
                     let ptr = buffer.ptr(stream);
                     owned.push(Some(buffer));
                     ptr

@@ -17,12 +17,12 @@ use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
 use fuse_tables::{
-    BufferKind, BufferSpec, KernelCall, KernelInfo, OutputSpec, ProgramTables, SliceBound,
+    BufferKind, BufferSpec, KernelCall, KernelInfo, Mono, OutputSpec, ProgramTables, SliceBound,
     StateSpec, SumDim,
 };
 
 use super::mono;
-use crate::ir::{DType, NodeId};
+use crate::ir::{DType, NodeId, Op};
 use crate::plan::{kernel_bytes, Kernel, Mode, Plan, Storage};
 
 fn dtype(d: DType) -> fuse_tables::DType {
@@ -109,12 +109,14 @@ fn tables(plan: &Plan, function_of: &[usize]) -> ProgramTables {
             bytes: kernel_bytes(g, k).iter().map(mono).collect(),
         });
     }
-    // Each arange buffer's start, in buffer order.
-    let aranges: Vec<NodeId> = plan
+    // Each arange buffer's node and start, in buffer order.
+    let aranges: Vec<(NodeId, Mono)> = plan
         .buffers
         .iter()
-        .filter(|(_, s)| matches!(s, Storage::Arange))
-        .map(|&(n, _)| n)
+        .filter_map(|&(n, _)| match &g.node(n).op {
+            Op::Arange { start, .. } => Some((n, mono(start))),
+            _ => None,
+        })
         .collect();
     let buffers = (0..plan.buffers.len())
         .map(|b| {
@@ -127,7 +129,7 @@ fn tables(plan: &Plan, function_of: &[usize]) -> ProgramTables {
                 Storage::Arange => BufferKind::Arange(
                     aranges
                         .iter()
-                        .position(|&n| n == node)
+                        .position(|&(n, _)| n == node)
                         .unwrap_or(usize::MAX),
                 ),
                 Storage::Arena(s) => BufferKind::Arena(s),
@@ -172,7 +174,7 @@ fn tables(plan: &Plan, function_of: &[usize]) -> ProgramTables {
         .into_iter()
         .map(|b| SliceBound {
             what: match g.node(b.input).op {
-                crate::ir::Op::Param(i) if b.ids => g.params[i as usize].name.clone(),
+                Op::Param(i) if b.ids => g.params[i as usize].name.clone(),
                 _ => format!("{} ({})", g.fmt_shape(&g.ty(b.input).shape), b.node),
             },
             text: b.text(g),
@@ -200,16 +202,9 @@ fn tables(plan: &Plan, function_of: &[usize]) -> ProgramTables {
             dims: s.ty.shape.0.iter().map(mono).collect(),
         })
         .collect();
-    let aranges = aranges
-        .iter()
-        .map(|&n| match &g.node(n).op {
-            crate::ir::Op::Arange { start, .. } => mono(start),
-            _ => mono(&crate::ir::Dim::fixed(0)),
-        })
-        .collect();
     ProgramTables {
         states,
-        aranges,
+        aranges: aranges.into_iter().map(|(_, start)| start).collect(),
         sum_dims,
         slice_bounds,
         buffers,

@@ -4,7 +4,7 @@ use super::unsupported::operator_hint;
 use super::{closest, dim_value, is_self, Lowerer, Value};
 use crate::front::consts::{apply_binary, apply_cast, apply_unary, lit_value, ConstVal};
 use crate::front::diag::At;
-use crate::ir::{BinaryOp, Op, UnaryOp};
+use crate::ir::{BinaryOp, Dim, Op, UnaryOp};
 
 impl Lowerer<'_> {
     pub(super) fn eval(&mut self, e: &syn::Expr) -> Value {
@@ -355,16 +355,13 @@ impl Lowerer<'_> {
     /// derived symbol, see [`crate::ir::DerivedDim`]) stay a dim.
     fn dim_arith(&mut self, op: &syn::BinOp, b: &syn::ExprBinary, l: &Value, r: &Value) -> Value {
         let dims = (super::dim_of(l), super::dim_of(r));
-        // `past + seq` with a `past` of 0 (a caller passing a constant start): the other dim itself.
-        match (op, l, r) {
-            (syn::BinOp::Add(_), Value::Const(ConstVal::Int(0)), d @ Value::Dim(_))
-            | (syn::BinOp::Add(_), d @ Value::Dim(_), Value::Const(ConstVal::Int(0))) => {
-                return d.clone()
-            }
-            _ => {}
-        }
-        if let (syn::BinOp::Add(_), (Some(x), Some(y))) = (op, &dims) {
-            let sum = self.g.sum(&[x, y]);
+        // A term of a sum may be 0 (`past + seq` with a constant `past` of 0): the sum drops it.
+        let term = |v: &Value| match v {
+            Value::Const(ConstVal::Int(0)) => Some(Dim::fixed(0)),
+            other => super::dim_of(other),
+        };
+        if let (syn::BinOp::Add(_), (Some(x), Some(y))) = (op, (term(l), term(r))) {
+            let sum = self.g.sum(&[&x, &y]);
             if sum.coeff > crate::infer::MAX_ELEMENTS {
                 self.diags
                     .error_at(b, "this dim sum is too large for any tensor");
