@@ -52,6 +52,29 @@ pub mod ops {
         }
     }
 
+    /// Cheap values broadcast into their readers, which recompute them per element rather than read them from
+    /// a kernel of their own: in an elementwise kernel, as a softmax's row input, in a matmul's epilogue and in
+    /// a written-out norm; and a transcendental one, which keeps its own kernel.
+    pub struct RecomputedBroadcasts {
+        #[shape(D, D)]
+        w: Tensor,
+    }
+    impl RecomputedBroadcasts {
+        pub fn forward(
+            &self,
+            #[shape(batch, seq, D)] x: Tensor,
+            #[shape(seq, D)] m: Tensor,
+        ) -> (Tensor, Tensor, Tensor, Tensor, Tensor) {
+            let gated = x * where_(m.gt(0.0), m * 2.0, m.neg());
+            let shifted = (x + (m - 0.5).relu()).softmax(-1);
+            let projected = x.matmul(&self.w) + m.abs() * 0.5;
+            let centred = x - m.min(1.0);
+            let normed = &centred * (centred.square().mean(-1, true) + 1e-5).rsqrt();
+            let kept = x + m.exp();
+            (gated, shifted, projected, normed, kept)
+        }
+    }
+
     pub struct Reductions {}
     impl Reductions {
         pub fn forward(

@@ -257,6 +257,7 @@ fn specs() -> Vec<&'static ModelSpec> {
         Elementwise::spec(),
         Broadcasts::spec(),
         Masks::spec(),
+        RecomputedBroadcasts::spec(),
         Reductions::spec(),
         Softmaxes::spec(),
         Norms::spec(),
@@ -547,6 +548,17 @@ fn comparisons_and_where_on_gpu() {
         2e-6,
         2e-6,
         |b, _, s| two(&[b, D], s),
+    );
+}
+
+#[test]
+fn recomputed_broadcasts_on_gpu() {
+    ops_on_gpu(
+        RecomputedBroadcasts::random(31).into_compiled(),
+        "recomputed",
+        2e-5,
+        2e-5,
+        |b, q, s| vec![Tensor::randn(&[b, q, D], s), Tensor::randn(&[q, D], s + 1)],
     );
 }
 

@@ -214,9 +214,10 @@ fn greedy_continuation_matches_transformers() {
 }
 
 /// RoPE's rotate-half (`slice`, `neg`, `concat`) is computed inside the kernel that applies the rotation to q
-/// and to k: no concat or negation kernel of its own in any layer.
+/// and to k: no concat or negation kernel of its own in any layer. The causal mask is one kernel.
 #[test]
 fn rotary_embeddings_cost_one_kernel_for_q_and_one_for_k() {
+    use fuse_kernels::ir::Op;
     use fuse_kernels::plan::{plan, KernelKind, Mode};
     use fuse_tests::harness::graph_of;
     let fused = plan(&graph_of(TinyLlama::spec()), Mode::Fused);
@@ -232,10 +233,24 @@ fn rotary_embeddings_cost_one_kernel_for_q_and_one_for_k() {
         .filter(|k| matches!(k.kind, KernelKind::Piecewise(_)))
         .count();
     assert_eq!((concats, rotations), (0, 2 * LAYERS), "{dump}");
-    // 41 kernels when the rotation cost a negation, a concat and the rotation itself, for q and for k. Six are
-    // the causal mask, made once per call from the positions: two casts of the `arange`s, the padding term, the
-    // two comparisons and the selection (each a value broadcast into a larger shape, so a kernel of its own).
-    assert_eq!(fused.kernels.len(), 35, "{dump}");
+    // 41 kernels when the rotation cost a negation, a concat and the rotation itself, for q and for k. One is
+    // the causal mask, made once per call from the positions: the casts of the `arange`s, the padding term, the
+    // comparisons and the selection are cheap values broadcast into the mask's shape, recomputed there per
+    // element (six kernels when each broadcast value was a kernel of its own).
+    assert_eq!(fused.kernels.len(), 30, "{dump}");
+    let casts: Vec<_> = fused
+        .kernels
+        .iter()
+        .filter(|k| {
+            k.nodes
+                .iter()
+                .any(|&n| matches!(fused.graph.node(n).op, Op::Cast(..)))
+        })
+        .collect();
+    assert!(
+        matches!(casts[..], [mask] if mask.nodes.len() == 10),
+        "{dump}"
+    );
 }
 
 /// The cached model with the same weights as `uncached` (the same parameters, in the same order).

@@ -53,6 +53,18 @@ fn comparisons_and_where() {
 }
 
 #[test]
+fn broadcast_values_recomputed_in_their_readers() {
+    let m = RecomputedBroadcasts::random(31);
+    for (batch, seq, seed) in cases(31) {
+        let (x, mask) = (
+            Tensor::randn(&[batch, seq, D], seed),
+            Tensor::randn(&[seq, D], seed + 1),
+        );
+        check_model("recomputed", m.compiled(), &[&x, &mask], 1e-5, 1e-5);
+    }
+}
+
+#[test]
 fn reductions_on_every_axis() {
     let m = Reductions::random(4);
     for (batch, seq, seed) in cases(4) {

@@ -47,10 +47,18 @@ pub mod llama_blocks {
         pub fn forward(&self, attention_mask: Tensor, past: usize, seq: usize) -> Tensor {
             let b = attention_mask.dim(0);
             let t = past + seq;
-            let query = arange(past, seq).to_f32().reshape([1, seq, 1]);
-            let key = arange(0, t).to_f32().reshape([1, 1, t]);
             let padding = (attention_mask.reshape([b, 1, t]) - 1.0) * 1e9;
-            where_(key.eq(&query), 0.0, where_(key.lt(&query), padding, -1e9))
+            // The positions are written out at each use: read once, each is recomputed in the mask's one kernel
+            // (a value read twice would be kept in memory, in a kernel of its own).
+            let own = arange(0, t)
+                .reshape([1, 1, t])
+                .to_f32()
+                .eq(&arange(past, seq).reshape([1, seq, 1]).to_f32());
+            let before = arange(0, t)
+                .reshape([1, 1, t])
+                .to_f32()
+                .lt(&arange(past, seq).reshape([1, seq, 1]).to_f32());
+            where_(own, 0.0, where_(before, padding, -1e9))
         }
     }
 

@@ -102,8 +102,13 @@ fn advice(why: &WhyNot) -> &'static str {
              (each reader then computes it in its own kernel) instead of reading one binding several times"
         }
         WhyNot::Broadcast => {
-            "the value is smaller than the op that reads it, and fusing would compute it once per element of \
-             the larger shape; compute it at the reader's shape, or apply it after the op that broadcasts it"
+            "the value is smaller than the op that reads it and too costly (a transcendental, division or long \
+             chain) to compute once per element of the larger shape; compute it at the reader's shape, or apply \
+             it after the op that broadcasts it"
+        }
+        WhyNot::Recomputed => {
+            "a cheap value broadcast into its reader is recomputed there only in elementwise kernels; apply the \
+             broadcast after the matmul, reduction or concat has been computed, or keep the value in memory"
         }
         WhyNot::MatMulOperand => {
             "a matmul reads its operands from memory; apply this op to the matmul's result instead, where it runs \

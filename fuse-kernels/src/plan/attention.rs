@@ -171,6 +171,7 @@ fn merge(qk: &Group, sm: &Group, pv: &Group) -> Option<Group> {
         nodes,
         anchor: pv.anchor,
         reads,
+        recomputed: false,
     })
 }
 

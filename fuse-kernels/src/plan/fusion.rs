@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use crate::ir::{Dim, Graph, NodeId, Op, Shape};
+use crate::ir::{BinaryOp, Dim, Graph, NodeId, Op, Shape, UnaryOp};
 
 /// What a node is to the planner.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,8 +48,11 @@ pub enum WhyNot {
     EagerPlan,
     /// The producer's value is read by more than one op (or is a model output), so it must be in memory.
     MultipleUses(usize),
-    /// The producer's value is broadcast into a larger shape; fusing would recompute it per element.
+    /// The producer's value is broadcast into a larger shape, and it is not cheap enough to recompute per element
+    /// (see [`recomputable`]).
     Broadcast,
+    /// A kernel that recomputes a broadcast value per element holds no concat.
+    Recomputed,
     /// Both sides already hold a reduction or a matmul; a kernel has at most one.
     TwoAnchors,
     /// A matmul reads its operands from memory; elementwise producers are not fused into it.
@@ -80,7 +83,14 @@ impl fmt::Display for WhyNot {
         match self {
             WhyNot::EagerPlan => write!(f, "eager plan: one kernel per op"),
             WhyNot::MultipleUses(n) => write!(f, "value read {n} times, kept in memory"),
-            WhyNot::Broadcast => write!(f, "value is broadcast into a larger shape"),
+            WhyNot::Broadcast => write!(
+                f,
+                "value is broadcast into a larger shape and too costly to recompute per element"
+            ),
+            WhyNot::Recomputed => write!(
+                f,
+                "a kernel that recomputes a broadcast value holds no concat"
+            ),
             WhyNot::TwoAnchors => write!(f, "both sides hold a reduction or matmul"),
             WhyNot::MatMulOperand => write!(f, "matmul reads its operands from memory"),
             WhyNot::Standalone => write!(f, "gathers and state writes run as kernels of their own"),
@@ -115,6 +125,36 @@ pub struct Group {
     pub nodes: Vec<NodeId>,
     pub anchor: Option<NodeId>,
     pub reads: BTreeMap<NodeId, Shape>,
+    /// Some node is computed per element of a larger shape than its own: a cheap producer broadcast into its
+    /// consumer (see [`eval_shapes`]).
+    pub recomputed: bool,
+}
+
+/// How a producer joins its consumer's kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fusion {
+    /// At its own shape, the consumer's.
+    InPlace,
+    /// Recomputed per element of the consumer's larger shape.
+    Broadcast,
+}
+
+/// The most nodes a producer recomputed per element of a broadcast may have.
+const MAX_RECOMPUTED_NODES: usize = 8;
+
+/// Whether `producer` (a group whose value is broadcast into its consumer) is cheap enough to recompute per element
+/// of the consumer rather than to write to memory in a kernel of its own: a few casts, selections, comparisons and
+/// additive or multiplicative ops (a causal mask from positions, a padding term), with no reduction, matmul or
+/// concat. Transcendental ops, divisions and powers stay in a kernel of their own, computed once per value.
+pub fn recomputable(g: &Graph, producer: &Group) -> bool {
+    producer.anchor.is_none()
+        && producer.nodes.len() <= MAX_RECOMPUTED_NODES
+        && producer.nodes.iter().all(|&n| match &g.node(n).op {
+            Op::Cast(..) | Op::Where(..) => true,
+            Op::Unary(u, _) => matches!(u, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu),
+            Op::Binary(b, ..) => !matches!(b, BinaryOp::Div | BinaryOp::Pow),
+            _ => false,
+        })
 }
 
 impl Group {
@@ -122,21 +162,30 @@ impl Group {
     /// of a group but its output has its one use inside the group, and the output's one use is the consumer.
     fn absorb(&mut self, other: Group) {
         self.anchor = self.anchor.or(other.anchor);
+        self.recomputed |= other.recomputed;
         self.nodes.extend(other.nodes);
         self.reads.extend(other.reads);
     }
 }
 
-/// Can `producer` (the output of `group`) be computed in the same kernel as `consumer`? `operand_pos` is the
-/// producer's position among the consumer's operands.
+/// Can `producer` (the output of `producer_group`) be computed in the same kernel as `consumer`, which has already
+/// absorbed `consumer_group` (its other fused producers)? `operand_pos` is the producer's position among the
+/// consumer's operands. Both groups are asked about together, so reads are checked across every group merging
+/// into the kernel.
 pub fn can_fuse(
     g: &Graph,
     uses: &[usize],
-    group: &Group,
+    producer_group: &Group,
+    consumer_group: &Group,
     producer: NodeId,
     consumer: NodeId,
     operand_pos: usize,
-) -> Result<(), WhyNot> {
+) -> Result<Fusion, WhyNot> {
+    // The anchor stays the producer's: the consumer's side may hold the consumer itself (a row op), and the two
+    // sides' anchors are compared below.
+    let mut group = producer_group.clone();
+    group.absorb(consumer_group.clone());
+    group.anchor = producer_group.anchor;
     if group
         .nodes
         .iter()
@@ -185,17 +234,48 @@ pub fn can_fuse(
         return Err(WhyNot::MultipleUses(uses[producer.index()]));
     }
     // Row consumers read the producer as their row input, and a concat each input, at the producer's own shape.
-    if consumer_class == Class::Elementwise && g.ty(producer).shape != g.ty(consumer).shape {
-        return Err(WhyNot::Broadcast);
+    let consumer_shape = &g.ty(consumer).shape;
+    let fusion = if consumer_class == Class::Elementwise && g.ty(producer).shape != *consumer_shape
+    {
+        if !recomputable(g, producer_group) {
+            return Err(WhyNot::Broadcast);
+        }
+        Fusion::Broadcast
+    } else {
+        Fusion::InPlace
+    };
+    if producer_group.anchor.is_some() && consumer_group.anchor.is_some() {
+        return Err(WhyNot::TwoAnchors);
+    }
+    if consumer_group.anchor.is_some() && count_concats(g, &producer_group.nodes) > 0 {
+        // The consumer already holds a matmul epilogue (or is a row op): no concat in it.
+        return Err(WhyNot::ConcatReader);
+    }
+    // A fused concat's pieces are computed at their own spans of the concat axis: no value recomputed over a
+    // broadcast among them.
+    if (fusion == Fusion::Broadcast || group.recomputed) && concats > 0 {
+        return Err(WhyNot::Recomputed);
+    }
+    // A recomputed producer's reads are made at the consumer's shape, like everything else in its kernel.
+    let producer_reads = producer_group.reads.iter().map(|(n, at)| match fusion {
+        Fusion::Broadcast => (*n, consumer_shape.clone()),
+        Fusion::InPlace => (*n, at.clone()),
+    });
+    let mut reads: BTreeMap<NodeId, Shape> = consumer_group.reads.clone();
+    for (n, at) in producer_reads {
+        if reads.get(&n).is_some_and(|seen| *seen != at) {
+            return Err(WhyNot::ReadAtTwoShapes);
+        }
+        reads.insert(n, at);
     }
     let conflict = node_reads(g, consumer)
         .into_iter()
         .filter(|(n, _)| !group.nodes.contains(n))
-        .any(|(n, at)| group.reads.get(&n).is_some_and(|seen| *seen != at));
+        .any(|(n, at)| reads.get(&n).is_some_and(|seen| *seen != at));
     if conflict {
         return Err(WhyNot::ReadAtTwoShapes);
     }
-    Ok(())
+    Ok(fusion)
 }
 
 /// A concat whose axis has a dynamic length.
@@ -216,14 +296,50 @@ pub fn count_concats(g: &Graph, nodes: &[NodeId]) -> usize {
 
 /// Every operand a kernel computing `nodes` reads from memory (not computed by one of `nodes`, not a constant),
 /// with the shape it is read at: a matmul reads its operands at the output's batch dims plus their own matrix
-/// dims, row ops and gathers read whole operands, elementwise ops read at their own (broadcast) shape.
+/// dims, row ops and gathers read whole operands, elementwise ops read at their evaluation shape
+/// ([`eval_shapes`]).
 pub fn reads_from_memory(g: &Graph, nodes: &[NodeId]) -> Vec<(NodeId, Shape)> {
     let inside: BTreeSet<NodeId> = nodes.iter().copied().collect();
+    let evaluated_at = eval_shapes(g, nodes);
     nodes
         .iter()
-        .flat_map(|&id| node_reads(g, id))
+        .flat_map(|&id| {
+            let reads = node_reads(g, id);
+            match evaluated_at.get(&id) {
+                Some(at) => reads.into_iter().map(|(n, _)| (n, at.clone())).collect(),
+                None => reads,
+            }
+        })
         .filter(|(operand, _)| !inside.contains(operand))
         .collect()
+}
+
+/// The shape each elementwise node of the kernel computing `nodes` is evaluated at: the shape of the end of its
+/// elementwise chain inside the kernel (the kernel's output, or the operand of the row op or matmul it feeds).
+/// That is the node's own shape, unless it is a cheap value broadcast into its reader and recomputed there per
+/// element ([`Fusion::Broadcast`]); broadcasting composes, so what such a node reads is broadcast straight to the
+/// end of the chain.
+fn eval_shapes(g: &Graph, nodes: &[NodeId]) -> BTreeMap<NodeId, Shape> {
+    // Every node of a kernel but its output has its one use inside the kernel, and readers come after what they
+    // read: so, from the last node back, each node's reader is already evaluated.
+    let mut reader_of: BTreeMap<NodeId, NodeId> = BTreeMap::new();
+    for &n in nodes {
+        for operand in g.node(n).op.operands() {
+            reader_of.insert(operand, n);
+        }
+    }
+    let mut at: BTreeMap<NodeId, Shape> = BTreeMap::new();
+    for &n in nodes.iter().rev() {
+        if class(&g.node(n).op) != Class::Elementwise {
+            continue;
+        }
+        let shape = match reader_of.get(&n).and_then(|r| at.get(r)) {
+            Some(reader_at) => reader_at.clone(),
+            None => g.ty(n).shape.clone(),
+        };
+        at.insert(n, shape);
+    }
+    at
 }
 
 /// The non-constant operands of one node, each with the shape the node reads it at.
@@ -297,29 +413,21 @@ pub fn group(g: &Graph, fused: bool) -> (Vec<Group>, Vec<Refusal>) {
                 continue;
             };
             let verdict = if fused {
-                // Ask about the producer's group together with what the consumer already absorbed, so reads
-                // are checked across every group merging into this kernel.
-                // The anchor stays the candidate's: `merged.anchor` may be the consumer itself (a row op), and
-                // the anchors of both sides are compared just below.
-                let mut with_merged = candidate.clone();
-                with_merged.absorb(merged.clone());
-                with_merged.anchor = candidate.anchor;
-                can_fuse(g, &uses, &with_merged, operand, id, pos).and_then(|()| {
-                    if candidate.anchor.is_some() && merged.anchor.is_some() {
-                        Err(WhyNot::TwoAnchors)
-                    } else if merged.anchor.is_some() && count_concats(g, &candidate.nodes) > 0 {
-                        // The consumer already holds a matmul epilogue (or is a row op): no concat in it.
-                        Err(WhyNot::ConcatReader)
-                    } else {
-                        Ok(())
-                    }
-                })
+                can_fuse(g, &uses, candidate, &merged, operand, id, pos)
             } else {
                 Err(WhyNot::EagerPlan)
             };
             match verdict {
-                Ok(()) => {
-                    if let Some(taken) = groups[gi].take() {
+                Ok(fusion) => {
+                    if let Some(mut taken) = groups[gi].take() {
+                        if fusion == Fusion::Broadcast {
+                            let at = g.ty(id).shape.clone();
+                            taken
+                                .reads
+                                .values_mut()
+                                .for_each(|shape| *shape = at.clone());
+                            taken.recomputed = true;
+                        }
                         merged.absorb(taken);
                     }
                 }
@@ -345,3 +453,7 @@ pub fn group(g: &Graph, fused: bool) -> (Vec<Group>, Vec<Refusal>) {
     }
     (groups.into_iter().flatten().collect(), refusals)
 }
+
+#[cfg(test)]
+#[path = "fusion_tests.rs"]
+mod tests;

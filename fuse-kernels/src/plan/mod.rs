@@ -16,7 +16,7 @@ use std::collections::BTreeSet;
 pub use access::Access;
 pub use attention::Attention;
 pub use concat::{Piece, Piecewise};
-pub use fusion::{can_fuse, Refusal, WhyNot};
+pub use fusion::{can_fuse, Fusion, Refusal, WhyNot};
 pub use memory::MemoryPlan;
 pub use report::{dot, dump, dump_graph, kernel_bytes};
 
