@@ -63,10 +63,41 @@ fn workload_f32(name: &str) -> Option<Workload> {
     }
 }
 
+/// How a fresh process prepares for its first call.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum FirstCall {
+    /// Loads the model, then calls it.
+    Cold,
+    /// Also allocates the arena for the call's sizes first, as a server that knows its largest batch would at
+    /// load.
+    Reserved,
+    /// Also keeps every worker thread spinning for [`AWAKE_MS`] just before the call, so that no CPU is waking
+    /// from idle when it comes: what is left of the first call's cost is then fuse's own.
+    Awake,
+}
+
+/// How long the worker threads spin before an [`FirstCall::Awake`] first call.
+const AWAKE_MS: u128 = 50;
+
+impl FirstCall {
+    fn flag(self) -> &'static str {
+        match self {
+            FirstCall::Cold => "--first-call",
+            FirstCall::Reserved => "--first-call-reserved",
+            FirstCall::Awake => "--first-call-awake",
+        }
+    }
+
+    fn from_flag(flag: &str) -> Option<FirstCall> {
+        [FirstCall::Cold, FirstCall::Reserved, FirstCall::Awake]
+            .into_iter()
+            .find(|f| f.flag() == flag)
+    }
+}
+
 /// Prints the first call's time and the median of the next [`STEADY_CALLS`] in this process: comparing the two
-/// within one process keeps the machine's process-to-process variance out of the ratio. With `reserve`, the
-/// arena for the call's sizes is allocated first, as a server that knows its largest batch would at load.
-fn first_call(name: &str, reserve: bool, precision: CpuPrecision) -> Result<()> {
+/// within one process keeps the machine's process-to-process variance out of the ratio.
+fn first_call(name: &str, how: FirstCall, precision: CpuPrecision) -> Result<()> {
     let Some(Workload {
         model,
         inputs,
@@ -76,10 +107,18 @@ fn first_call(name: &str, reserve: bool, precision: CpuPrecision) -> Result<()> 
     else {
         return Ok(());
     };
-    if reserve {
+    if how != FirstCall::Cold {
         model.reserve(&sizes)?;
     }
     let refs: Vec<&Tensor> = inputs.iter().collect();
+    if how == FirstCall::Awake {
+        rayon::broadcast(|_| {
+            let spin = Instant::now();
+            while spin.elapsed().as_millis() < AWAKE_MS {
+                std::hint::spin_loop();
+            }
+        });
+    }
     let start = Instant::now();
     model.run(PlanMode::Fused, &refs)?;
     let first = start.elapsed().as_secs_f64() * 1e3;
@@ -97,14 +136,8 @@ fn main() -> Result<()> {
             std::process::exit(2);
         }
     };
-    if let Some(mode @ ("--first-call" | "--first-call-reserved")) =
-        args.first().map(String::as_str)
-    {
-        return first_call(
-            args.get(1).map_or("", String::as_str),
-            mode == "--first-call-reserved",
-            precision,
-        );
+    if let Some(how) = args.first().and_then(|a| FirstCall::from_flag(a)) {
+        return first_call(args.get(1).map_or("", String::as_str), how, precision);
     }
     let profile = args.iter().any(|a| a == "--profile");
     let as_json = args.iter().any(|a| a == "--json");
@@ -144,13 +177,13 @@ fn main() -> Result<()> {
             model.run_into(PlanMode::Fused, &refs, &mut outputs)
         })?;
         let nan = (f64::NAN, f64::NAN);
-        let (first, first_ratio) =
-            fresh_process_first_call(name, "--first-call", None, precision).unwrap_or(nan);
-        let (_, reserved) =
-            fresh_process_first_call(name, "--first-call-reserved", None, precision).unwrap_or(nan);
-        let (_, reserved_one_thread) =
-            fresh_process_first_call(name, "--first-call-reserved", Some(1), precision)
-                .unwrap_or(nan);
+        let fresh = |how: FirstCall, threads| {
+            fresh_process_first_call(name, how, threads, precision).unwrap_or(nan)
+        };
+        let (first, first_ratio) = fresh(FirstCall::Cold, None);
+        let (_, reserved) = fresh(FirstCall::Reserved, None);
+        let (_, reserved_one_thread) = fresh(FirstCall::Reserved, Some(1));
+        let (_, awake) = fresh(FirstCall::Awake, None);
         if as_json {
             for (mode, sample, reuse) in
                 [("fused", fused, fused_reuse), ("eager", eager, eager_reuse)]
@@ -166,6 +199,7 @@ fn main() -> Result<()> {
                     line["first_call_over_steady_reserved"] = json!(finite(reserved));
                     line["first_call_over_steady_reserved_one_thread"] =
                         json!(finite(reserved_one_thread));
+                    line["first_call_over_steady_reserved_awake"] = json!(finite(awake));
                 }
                 println!("{line}");
             }
@@ -173,7 +207,7 @@ fn main() -> Result<()> {
             let (eager, fused) = (eager.median, fused.median);
             let label = format!("{label} {precision}");
             println!(
-                "{label:<40} {eager:>9.2} {fused:>9.2} {:>6.2}x {eager_reuse:>9.2} {fused_reuse:>9.2} {:>6.2}x {first:>9.2} {first_ratio:>9.2}x {reserved:>9.2}x {reserved_one_thread:>9.2}x",
+                "{label:<40} {eager:>9.2} {fused:>9.2} {:>6.2}x {eager_reuse:>9.2} {fused_reuse:>9.2} {:>6.2}x {first:>9.2} {first_ratio:>9.2}x {reserved:>9.2}x {reserved_one_thread:>9.2}x {awake:>9.2}x",
                 eager / fused,
                 eager_reuse / fused_reuse
             );
@@ -200,7 +234,7 @@ fn print_header(cpu: &str) {
         "ms, median of {RUNS}; 'new out' allocates the output per call, 'reuse' writes into one"
     );
     println!(
-        "{:<40} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7} {:>9} {:>10} {:>10} {:>10}",
+        "{:<40} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7} {:>9} {:>10} {:>10} {:>10} {:>10}",
         "workload",
         "eager",
         "fused",
@@ -211,7 +245,8 @@ fn print_header(cpu: &str) {
         "1st call",
         "1st/steady",
         "reserved",
-        "1 thread"
+        "1 thread",
+        "awake"
     );
     println!(
         "{:<40} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7}   (medians over {FIRST_CALL_PROCESSES} fresh processes)",
@@ -222,10 +257,10 @@ fn print_header(cpu: &str) {
 /// Over a few fresh processes, the median first-call time and the median of each process's first call over its
 /// own steady state: one process is one sample, and the first call of a process varies with what the OS has to
 /// map for it. `threads` sets the processes' worker count: with one, no idle CPU has to wake up for the first
-/// call.
+/// call ([`FirstCall::Awake`] keeps them all awake instead).
 fn fresh_process_first_call(
     name: &str,
-    mode: &str,
+    how: FirstCall,
     threads: Option<usize>,
     precision: CpuPrecision,
 ) -> Option<(f64, f64)> {
@@ -233,7 +268,7 @@ fn fresh_process_first_call(
     let (mut firsts, mut ratios) = (Vec::new(), Vec::new());
     for _ in 0..FIRST_CALL_PROCESSES {
         let mut command = Command::new(&exe);
-        command.args([mode, name, "--precision", &precision.to_string()]);
+        command.args([how.flag(), name, "--precision", &precision.to_string()]);
         if let Some(threads) = threads {
             command.env("RAYON_NUM_THREADS", threads.to_string());
         }
