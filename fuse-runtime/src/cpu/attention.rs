@@ -40,6 +40,11 @@ pub const SCRATCH_ELEMENTS: usize = 1 << 14;
 /// Below this many multiply-adds the whole attention runs on the calling thread.
 const PARALLEL_MIN_FLOPS: usize = 1 << 20;
 
+/// A decoding step's attention (a few query rows per sequence and head) does few multiply-adds per key and value
+/// it reads, and reads them from memory (the cache was written a step ago, and the weights streamed since have
+/// evicted it): from this many floats of keys and values read, its heads are split between threads.
+const PARALLEL_MIN_STREAMED: usize = 1 << 16;
+
 /// Most query rows of a block that take the direct path ([`few_rows`]): a decoding step has one per sequence and
 /// head, and the GEMM driver's set-up (packing a 64×129 K per head, a 6-row tile for one row) cost 20 µs for
 /// 33 k multiply-adds.
@@ -78,7 +83,8 @@ pub fn attention(
         });
     };
     let flops = batches * m * n * (spec.d + dv);
-    if flops < PARALLEL_MIN_FLOPS || rayon::current_num_threads() == 1 {
+    let streams_cache = m <= FEW_ROWS && batches > 1 && flops / m >= PARALLEL_MIN_STREAMED;
+    if (flops < PARALLEL_MIN_FLOPS && !streams_cache) || rayon::current_num_threads() == 1 {
         for (t, block) in blocks.into_iter().enumerate() {
             run(t, block);
         }
