@@ -3,18 +3,20 @@
 //! ```text
 //! generate [--model tiny|smollm] [--weights model.safetensors] [--prompt 1,17,42] [--max-new 32]
 //!          [--temperature T] [--top-k K] [--top-p P] [--seed S] [--stop 2,0]
-//!          [--cached]
-//! generate --bench [--json]      benchmark W5: SmolLM-135M's shape, the prefill of 128 tokens at batch 1, then
+//!          [--cached] [--precision f32|int8]
+//! generate --bench [--json] [--precision f32|int8]
+//!                                benchmark W5: SmolLM-135M's shape, the prefill of 128 tokens at batch 1, then
 //!                                decoding with the KV cache: 128 new tokens after a 128-token prefill, at batch
 //!                                1 and 8 (FUSE_PROFILE=1: the prefill's slowest kernels too)
-//! generate --bench --profile [--batch N]
+//! generate --bench --profile [--batch N] [--precision f32|int8]
 //!                                where one decode step (batch 1 or N, after a 128-token prefill) spends its
 //!                                time: each kernel name's summed ms, and the call's time outside kernels
 //! ```
 //! Without `--weights` the model has seeded random weights (`--seed`), so the tokens are a demonstration of the
 //! loop, not of language. With no sampling option, decoding is greedy. There is no tokenizer: prompts and output
 //! are token ids. Without `--cached` each step runs the whole sequence again; with it the prompt is prefilled once
-//! into the model's KV cache and each step runs one token.
+//! into the model's KV cache and each step runs one token. `--precision int8` runs the products with a weight in
+//! int8 (`CompiledModel::with_cpu_precision`): a decoding step then reads a quarter of the weight bytes.
 
 use std::ops::ControlFlow;
 
@@ -22,11 +24,11 @@ use fuse_examples::models::llama::{
     inputs, last_logits, smollm::SmolLm, smollm::SmolLmCached, tiny::TinyLlama,
     tiny::TinyLlamaCached, CachedDecoder,
 };
-use fuse_examples::timing::{cpu_line, json_line, sample_ms, threads};
+use fuse_examples::timing::{cpu_line, json_line, precision_arg, sample_ms, threads};
 use fuse_runtime::generate::{
     generate, generate_batch_indexed, Decoding, GenerateOptions, Sampler, Sampling,
 };
-use fuse_runtime::{CompiledModel, PlanMode, Tensor};
+use fuse_runtime::{CompiledModel, CpuPrecision, PlanMode, Tensor};
 
 /// Rotary base of both configurations (Hugging Face's Llama default, and SmolLM-135M's).
 const THETA: f64 = 10_000.0;
@@ -39,8 +41,20 @@ struct Loaded {
 }
 
 /// The configuration `name`, with a KV cache when `cached` (the same weights either way: the cached models take
-/// the uncached ones' parameters, in the same order).
+/// the uncached ones' parameters, in the same order), its products with a weight run in `precision`.
 fn load(
+    name: &str,
+    weights: Option<&str>,
+    seed: u64,
+    cached: bool,
+    precision: CpuPrecision,
+) -> Result<Loaded, Box<dyn std::error::Error>> {
+    let mut loaded = load_f32(name, weights, seed, cached)?;
+    loaded.model = loaded.model.with_cpu_precision(precision)?;
+    Ok(loaded)
+}
+
+fn load_f32(
     name: &str,
     weights: Option<&str>,
     seed: u64,
@@ -149,14 +163,15 @@ fn bench_decode(m: &Loaded, batch: usize) -> Result<(f64, f64, f64), Box<dyn std
 }
 
 /// W5's prefill: one forward over 128 tokens at batch 1, SmolLM-135M's shape, seeded weights; then its decoding.
-fn bench(json: bool) -> Result<(), Box<dyn std::error::Error>> {
-    let cached = load("smollm", None, 1, true)?;
+fn bench(json: bool, precision: CpuPrecision) -> Result<(), Box<dyn std::error::Error>> {
+    let cached = load("smollm", None, 1, true, precision)?;
     for batch in [1, 8] {
         let (prefill, first_step, step) = bench_decode(&cached, batch)?;
         let tokens_per_s = batch as f64 * 1e3 / step;
         if json {
             let line = serde_json::json!({
                 "workload": "W5",
+                "precision": precision.to_string(),
                 "mode": "fused",
                 "phase": "decode",
                 "batch": batch,
@@ -171,13 +186,13 @@ fn bench(json: bool) -> Result<(), Box<dyn std::error::Error>> {
             println!("{line}");
         } else {
             println!(
-                "W5 decode (SmolLM-135M shape, KV cache, 128 new tokens after a 128-token prefill), batch {batch}: \
-                 {step:.1} ms/step, {tokens_per_s:.1} tokens/s (prefill {prefill:.0} ms, first step {first_step:.1} ms)"
+                "W5 decode {precision} (SmolLM-135M shape, KV cache, 128 new tokens after a 128-token prefill), batch \
+                 {batch}: {step:.1} ms/step, {tokens_per_s:.1} tokens/s (prefill {prefill:.0} ms, first step {first_step:.1} ms)"
             );
         }
     }
     drop(cached);
-    let m = load("smollm", None, 1, false)?;
+    let m = load("smollm", None, 1, false, precision)?;
     let prompt: Vec<i64> = (0..128).map(|i| (i * 7919 % m.vocab) as i64).collect();
     let inputs = inputs(&[&prompt], m.head_dim, THETA)?;
     let refs: Vec<&Tensor> = inputs.iter().collect();
@@ -192,11 +207,12 @@ fn bench(json: bool) -> Result<(), Box<dyn std::error::Error>> {
         if json {
             let mut line = json_line("W5", name, sample, runs);
             line["phase"] = "prefill".into();
+            line["precision"] = precision.to_string().into();
             line["tokens"] = 128.into();
             println!("{line}");
         } else {
             println!(
-                "W5 prefill (SmolLM-135M shape, 128 tokens, batch 1), {name}: {:.1} ms (min {:.1}, max {:.1})",
+                "W5 prefill {precision} (SmolLM-135M shape, 128 tokens, batch 1), {name}: {:.1} ms (min {:.1}, max {:.1})",
                 sample.median, sample.min, sample.max
             );
         }
@@ -217,8 +233,12 @@ fn bench(json: bool) -> Result<(), Box<dyn std::error::Error>> {
 
 /// The per-kernel profile of one batch-1 decode step of SmolLM-135M's shape: a 128-token prompt prefilled into the
 /// session, then the step at position 128 run `runs` times (each run writes the same cache row again).
-fn profile_decode(runs: usize, batch: usize) -> Result<(), Box<dyn std::error::Error>> {
-    let m = load("smollm", None, 1, true)?;
+fn profile_decode(
+    runs: usize,
+    batch: usize,
+    precision: CpuPrecision,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let m = load("smollm", None, 1, true, precision)?;
     let mut session = m.model.session(&[("batch", batch)])?;
     let prompts = bench_prompts(m.vocab, batch);
     let prompt_refs: Vec<&[i64]> = prompts.iter().map(Vec::as_slice).collect();
@@ -261,7 +281,8 @@ fn profile_decode(runs: usize, batch: usize) -> Result<(), Box<dyn std::error::E
     by_name.sort_by(|a, b| b.2.total_cmp(&a.2));
     let kernels_ms: f64 = profile.kernels.iter().map(|k| k.ms).sum();
     println!(
-        "W5 decode step profile (SmolLM-135M shape, batch {batch}, past 128, {runs} runs, {} threads): {} kernels",
+        "W5 decode step profile {precision} (SmolLM-135M shape, batch {batch}, past 128, {runs} runs, {} threads): \
+         {} kernels",
         threads(),
         profile.kernels.len()
     );
@@ -291,7 +312,8 @@ fn profile_decode(runs: usize, batch: usize) -> Result<(), Box<dyn std::error::E
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let precision = precision_arg(&mut args)?;
     if args.iter().any(|a| a == "--bench") && args.iter().any(|a| a == "--profile") {
         let batch = match args.iter().position(|a| a == "--batch") {
             Some(i) => args
@@ -301,10 +323,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .ok_or("--batch takes a positive number")?,
             None => 1,
         };
-        return profile_decode(20, batch);
+        return profile_decode(20, batch, precision);
     }
     if args.iter().any(|a| a == "--bench") {
-        return bench(args.iter().any(|a| a == "--json"));
+        return bench(args.iter().any(|a| a == "--json"), precision);
     }
     let value = |flag: &str| {
         args.iter()
@@ -327,6 +349,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         value("--weights"),
         seed,
         cached,
+        precision,
     )?;
     let prompt = ids(value("--prompt").unwrap_or("1"))?;
     let (temperature, top_k, top_p) = (

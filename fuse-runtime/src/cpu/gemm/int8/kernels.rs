@@ -150,7 +150,7 @@ pub(super) unsafe fn quantize_on(
             quantize_groups::<x86::Vnni512>(x, &mut bytes[..len], scales, zeros)
         },
         #[cfg(target_arch = "x86_64")]
-        Int8Kernel::Avx2 => unsafe { quantize_groups::<x86::Avx2>(x, bytes, scales, zeros) },
+        Int8Kernel::Avx2 => unsafe { quantize_groups::<x86::Avx2<6>>(x, bytes, scales, zeros) },
         _ => unsafe { quantize_groups::<Portable>(x, &mut bytes[..len], scales, zeros) },
     }
 }
@@ -555,10 +555,13 @@ mod x86 {
         }
     }
 
-    pub struct Avx2;
+    /// The AVX2 tile over `MR` rows: 6 for a block of rows (12 accumulators, two strips of B and A's broadcast
+    /// fill 15 of the 16 registers); 1, 2 or 4 for a product of that few rows (a decoding step), which would
+    /// otherwise compute 6 rows to keep one: the tile's work then follows the rows it has, while B streams once.
+    pub struct Avx2<const MR: usize>;
 
-    impl Tile for Avx2 {
-        const MR: usize = 6;
+    impl<const MR: usize> Tile for Avx2<MR> {
+        const MR: usize = MR;
         const A_BYTES: usize = 2;
 
         /// A's rows are quantised straight into u16, so the inner loop only broadcasts a row's 4 levels (one
@@ -586,7 +589,6 @@ mod x86 {
             acc: &mut [f32; MAX_MR * NR],
             accumulate: bool,
         ) {
-            const MR: usize = 6;
             let p = row_ptrs::<MR>(a, a_rs, rows);
             // SAFETY: as for `Vnni512`, compiled with AVX2.
             unsafe {
@@ -637,7 +639,12 @@ mod x86 {
 
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn run_avx2(call: &Call<'_>) {
-        // SAFETY: forwarded.
-        unsafe { drive::<Avx2>(call) }
+        // SAFETY (each arm): forwarded.
+        match call.m {
+            1 => unsafe { drive::<Avx2<1>>(call) },
+            2 => unsafe { drive::<Avx2<2>>(call) },
+            3 | 4 => unsafe { drive::<Avx2<4>>(call) },
+            _ => unsafe { drive::<Avx2<6>>(call) },
+        }
     }
 }

@@ -177,6 +177,10 @@ fn every_kernel_matches_the_quantised_product_on_odd_shapes_and_views() {
         (12, 4, 32, false, 0, 0, 32),
         (6, 5, 64, true, 2, 32, 32),
         (9, 1100, 40, false, 1, 32, 8),
+        // Products of a few rows (a decoding step), which the AVX2 kernel runs on a tile of as many rows.
+        (2, 300, 70, true, 0, 32, 38),
+        (3, 129, 64, false, 2, 0, 64),
+        (4, 576, 96, true, 1, 32, 64),
     ];
     let mut state = 0x853c_49e6_748f_ea9bu64;
     let mut next = |below: usize| {
