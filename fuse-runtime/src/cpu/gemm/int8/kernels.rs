@@ -147,7 +147,7 @@ pub(super) unsafe fn quantize_on(
     match kernel {
         #[cfg(target_arch = "x86_64")]
         Int8Kernel::Vnni512 | Int8Kernel::Vnni256 => unsafe {
-            quantize_groups::<x86::Vnni512>(x, &mut bytes[..len], scales, zeros)
+            quantize_groups::<x86::Vnni512<12>>(x, &mut bytes[..len], scales, zeros)
         },
         #[cfg(target_arch = "x86_64")]
         Int8Kernel::Avx2 => unsafe { quantize_groups::<x86::Avx2<6>>(x, bytes, scales, zeros) },
@@ -448,10 +448,12 @@ mod x86 {
         }
     }
 
-    pub struct Vnni512;
+    /// The 512-bit VNNI tile over `MR` rows: 12 for a block of rows; 1, 2 or 4 for a product of that few rows
+    /// (see [`Avx2`]).
+    pub struct Vnni512<const MR: usize>;
 
-    impl Tile for Vnni512 {
-        const MR: usize = 12;
+    impl<const MR: usize> Tile for Vnni512<MR> {
+        const MR: usize = MR;
 
         unsafe fn quantize(x: &[f32], out: &mut [u8]) -> (f32, i32) {
             // SAFETY: the caller runs on this tile's instruction set.
@@ -468,7 +470,6 @@ mod x86 {
             acc: &mut [f32; MAX_MR * NR],
             accumulate: bool,
         ) {
-            const MR: usize = 12;
             let p = row_ptrs::<MR>(a, a_rs, rows);
             // SAFETY: the loads stay inside the tile's rows, the panel and the groups' arrays (the trait's
             // contract); the caller is compiled with AVX-512 VNNI.
@@ -501,10 +502,12 @@ mod x86 {
         }
     }
 
-    pub struct Vnni256;
+    /// The 256-bit VNNI tile over `MR` rows: 6 for a block of rows; 1, 2 or 4 for a product of that few rows
+    /// (see [`Avx2`]).
+    pub struct Vnni256<const MR: usize>;
 
-    impl Tile for Vnni256 {
-        const MR: usize = 6;
+    impl<const MR: usize> Tile for Vnni256<MR> {
+        const MR: usize = MR;
 
         unsafe fn quantize(x: &[f32], out: &mut [u8]) -> (f32, i32) {
             // SAFETY: the caller runs on this tile's instruction set.
@@ -521,7 +524,6 @@ mod x86 {
             acc: &mut [f32; MAX_MR * NR],
             accumulate: bool,
         ) {
-            const MR: usize = 6;
             let p = row_ptrs::<MR>(a, a_rs, rows);
             // SAFETY: as for `Vnni512`, compiled with AVX-512 VNNI and VL.
             unsafe {
@@ -627,14 +629,24 @@ mod x86 {
 
     #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma")]
     pub unsafe fn run_vnni512(call: &Call<'_>) {
-        // SAFETY: forwarded.
-        unsafe { drive::<Vnni512>(call) }
+        // SAFETY (each arm): forwarded.
+        match call.m {
+            1 => unsafe { drive::<Vnni512<1>>(call) },
+            2 => unsafe { drive::<Vnni512<2>>(call) },
+            3 | 4 => unsafe { drive::<Vnni512<4>>(call) },
+            _ => unsafe { drive::<Vnni512<12>>(call) },
+        }
     }
 
     #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma")]
     pub unsafe fn run_vnni256(call: &Call<'_>) {
-        // SAFETY: forwarded.
-        unsafe { drive::<Vnni256>(call) }
+        // SAFETY (each arm): forwarded.
+        match call.m {
+            1 => unsafe { drive::<Vnni256<1>>(call) },
+            2 => unsafe { drive::<Vnni256<2>>(call) },
+            3 | 4 => unsafe { drive::<Vnni256<4>>(call) },
+            _ => unsafe { drive::<Vnni256<6>>(call) },
+        }
     }
 
     #[target_feature(enable = "avx2,fma")]
