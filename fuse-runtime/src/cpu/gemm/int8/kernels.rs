@@ -633,7 +633,8 @@ mod x86 {
         match call.m {
             1 => unsafe { drive::<Vnni512<1>>(call) },
             2 => unsafe { drive::<Vnni512<2>>(call) },
-            3 | 4 => unsafe { drive::<Vnni512<4>>(call) },
+            // Up to eight rows are one or two tiles of 4, where a tile of 12 would compute 12.
+            3..=8 => unsafe { drive::<Vnni512<4>>(call) },
             _ => unsafe { drive::<Vnni512<12>>(call) },
         }
     }
@@ -644,7 +645,8 @@ mod x86 {
         match call.m {
             1 => unsafe { drive::<Vnni256<1>>(call) },
             2 => unsafe { drive::<Vnni256<2>>(call) },
-            3 | 4 => unsafe { drive::<Vnni256<4>>(call) },
+            // As on AVX2: eight rows are two tiles of 4 rather than two of 6.
+            3 | 4 | 7 | 8 => unsafe { drive::<Vnni256<4>>(call) },
             _ => unsafe { drive::<Vnni256<6>>(call) },
         }
     }
@@ -655,7 +657,8 @@ mod x86 {
         match call.m {
             1 => unsafe { drive::<Avx2<1>>(call) },
             2 => unsafe { drive::<Avx2<2>>(call) },
-            3 | 4 => unsafe { drive::<Avx2<4>>(call) },
+            // Eight rows (a batch-8 decoding step) are two tiles of 4, where tiles of 6 would compute 12.
+            3 | 4 | 7 | 8 => unsafe { drive::<Avx2<4>>(call) },
             _ => unsafe { drive::<Avx2<6>>(call) },
         }
     }

@@ -181,6 +181,7 @@ fn every_kernel_matches_the_quantised_product_on_odd_shapes_and_views() {
         (2, 300, 70, true, 0, 32, 38),
         (3, 129, 64, false, 2, 0, 64),
         (4, 576, 96, true, 1, 32, 64),
+        (8, 200, 40, false, 0, 0, 40),
     ];
     let mut state = 0x853c_49e6_748f_ea9bu64;
     let mut next = |below: usize| {
