@@ -213,15 +213,17 @@ unsafe fn drive<T: Tile>(call: &Call<'_>) {
         .div_ceil(T::MR)
         * T::MR;
     let mc = mc.min(m.next_multiple_of(T::MR));
-    // The scratch holds mc · groups scales, as many zero points (exact in f32), then mc rows of `stride` bytes.
-    let floats = 2 * mc * groups + (mc * stride).div_ceil(4);
-    with_buffer(&GEMM_A, floats, |buf| {
+    // The scratch holds mc · groups scales, as many zero points (exact in f32), then mc rows of `stride` bytes, and,
+    // when A's rows are not contiguous, one row of A gathered before it is quantised.
+    let row_floats = if a.cs == 1 { 0 } else { k };
+    let cell_floats = (mc * stride).div_ceil(4);
+    with_buffer(&GEMM_A, 2 * mc * groups + cell_floats + row_floats, |buf| {
         let (scales, rest) = buf.split_at_mut(mc * groups);
-        let (zeros, bytes) = rest.split_at_mut(mc * groups);
+        let (zeros, rest) = rest.split_at_mut(mc * groups);
+        let (bytes, row) = rest.split_at_mut(cell_floats);
         // SAFETY: the f32 buffer viewed as bytes (alignment 1, same memory, within its length).
         let bytes =
             unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr() as *mut u8, mc * stride) };
-        let mut row = vec![0.0f32; if a.cs == 1 { 0 } else { k }];
         let tiles = mc.div_ceil(T::MR);
         // Each row tile's f32 sums for the current panel, across depth blocks.
         with_buffer(&GEMM_B, tiles * MAX_MR * NR, |sums_buf| {
@@ -238,7 +240,7 @@ unsafe fn drive<T: Tile>(call: &Call<'_>) {
                             // SAFETY: element (ic + r, l) of A is readable.
                             *v = unsafe { *src.offset(l as isize * a.cs) };
                         }
-                        &row
+                        &*row
                     };
                     let params = r * groups..(r + 1) * groups;
                     // SAFETY: `drive` runs on T's instruction set; the row's cells start at an even byte.

@@ -50,7 +50,7 @@ struct Case {
     m: usize,
     k: usize,
     n: usize,
-    /// B stored column-contiguous (a Linear layer's Wᵀ).
+    /// B stored column-contiguous (a Linear layer's Wᵀ), and A read through a transposed view.
     b_trans: bool,
     /// Padding of every leading dimension and B's offset in its buffer.
     pad: usize,
@@ -85,24 +85,30 @@ fn run_case(
         n,
     };
     let pack = QuantB::new(&buf, view).unwrap().expect("the view fits");
-    // A: m×k inside rows of k + pad, scaled per row so row scales differ.
-    let a_rs = k + pad;
-    let mut a = randv(m * a_rs, seed + 1);
-    for (i, row) in a.chunks_mut(a_rs).enumerate() {
-        row.iter_mut().for_each(|v| *v *= 0.1 + i as f32 % 7.0);
+    // A: m×k inside rows of k + pad, scaled per row so row scales differ; with B transposed, A is read through a
+    // transposed view too (element (i, l) at l·(m + pad) + i), which the driver gathers row by row.
+    let (a_rs, a_cs) = if b_trans { (1, m + pad) } else { (k + pad, 1) };
+    let mut a = randv(pad + (m - 1) * a_rs + (k - 1) * a_cs + 1, seed + 1);
+    let at = |i: usize, l: usize| i * a_rs + l * a_cs;
+    for i in 0..m {
+        for l in 0..k {
+            a[at(i, l)] *= 0.1 + i as f32 % 7.0;
+        }
     }
     let mut c = vec![f32::NAN; m * cols];
-    // SAFETY: A is m×k at row stride a_rs; C is m×cols; the columns are inside the pack.
+    // SAFETY: A is m×k at strides (a_rs, a_cs) inside `a`; C is m×cols; the columns are inside the pack.
     unsafe {
         pack.gemm_on(
             kernel,
             (m, k, cols),
             col0,
-            Strided::new(a.as_ptr(), a_rs as isize, 1),
+            Strided::new(a.as_ptr(), a_rs as isize, a_cs as isize),
             Strided::new(c.as_mut_ptr(), cols as isize, 1),
         );
     }
-    let a_rows = (0..m).map(|i| a[i * a_rs..i * a_rs + k].to_vec()).collect();
+    let a_rows = (0..m)
+        .map(|i| (0..k).map(|l| a[at(i, l)]).collect())
+        .collect();
     let b_cols = (col0..col0 + cols)
         .map(|j| (0..k).map(|l| buf[pad + l * rs + j * cs]).collect())
         .collect();
