@@ -75,9 +75,12 @@ impl ShapeState {
                 // Its values depend only on the dims, which this state is for: written once, here.
                 BufferKind::Arange(i) => {
                     let numel = spec.numel.eval(dims);
-                    let mut buffer = DeviceBuffer::zeros(stream, spec.dtype, precision, numel)?;
                     let values = p.arange(i, numel, dims)?.map(|v| v as i64).collect();
-                    buffer.upload(stream, &Tensor::from_i64(&[numel], values)?)?;
+                    let buffer = DeviceBuffer::from_tensor(
+                        stream,
+                        &Tensor::from_i64(&[numel], values)?,
+                        precision,
+                    )?;
                     let ptr = buffer.ptr(stream);
                     owned.push(Some(buffer));
                     ptr
