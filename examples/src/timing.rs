@@ -36,7 +36,7 @@ pub fn sample_ms<E>(runs: usize, mut f: impl FnMut() -> Result<(), E>) -> Result
     })
 }
 
-/// Takes `--precision f32|int8` out of `args` (f32 when absent): the CPU precision of the benchmarked model's
+/// Takes `--precision f32|int8|bf16` out of `args` (f32 when absent): the CPU precision of the benchmarked model's
 /// weight GEMMs.
 pub fn precision_arg(args: &mut Vec<String>) -> Result<CpuPrecision, String> {
     let Some(at) = args.iter().position(|a| a == "--precision") else {
@@ -47,7 +47,10 @@ pub fn precision_arg(args: &mut Vec<String>) -> Result<CpuPrecision, String> {
     match value.as_str() {
         "f32" => Ok(CpuPrecision::F32),
         "int8" => Ok(CpuPrecision::Int8),
-        other => Err(format!("--precision takes f32 or int8, not {other:?}")),
+        "bf16" => Ok(CpuPrecision::Bf16),
+        other => Err(format!(
+            "--precision takes f32, int8 or bf16, not {other:?}"
+        )),
     }
 }
 

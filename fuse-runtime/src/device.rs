@@ -277,13 +277,23 @@ fn cpu_line(model: &CompiledModel) -> String {
         Backend::Avx2 => "; AVX2 kernels with fuse's 6×16 GEMM tile",
         Backend::Portable => "; portable kernels, matrixmultiply for GEMMs (no AVX2 on this CPU)",
     };
-    let (int8, packed) = model.executor(PlanMode::Fused).int8_gemms();
-    if model.cpu_precision() == crate::CpuPrecision::Int8 {
-        let kernel = crate::cpu::gemm::int8::Int8Kernel::best().describe();
-        line += &format!(
-            "; int8 GEMMs ({kernel}) for {int8} of the {packed} whose B is a weight, activations quantised per \
-             row; every other op in f32"
-        );
+    let (reduced, packed) = model.executor(PlanMode::Fused).reduced_gemms();
+    match model.cpu_precision() {
+        crate::CpuPrecision::Int8 => {
+            let kernel = crate::cpu::gemm::int8::Int8Kernel::best().describe();
+            line += &format!(
+                "; int8 GEMMs ({kernel}) for {reduced} of the {packed} whose B is a weight, activations \
+                 quantised per row; every other op in f32"
+            );
+        }
+        crate::CpuPrecision::Bf16 => {
+            let kernel = crate::cpu::gemm::bf16::Bf16Kernel::best().describe();
+            line += &format!(
+                "; bf16 GEMMs ({kernel}) for {reduced} of the {packed} whose B is a weight, activations \
+                 rounded to bf16, f32 sums; every other op in f32"
+            );
+        }
+        crate::CpuPrecision::F32 => {}
     }
     let threads = rayon::current_num_threads();
     line += &format!("; {threads} worker thread(s)");

@@ -5,6 +5,7 @@
 //! threads may run the same model at once; kernels only touch their own call's arena and the shared, read-only
 //! weights.
 
+use crate::cpu::gemm::bf16::Bf16B;
 use crate::cpu::gemm::int8::QuantB;
 use crate::cpu::gemm::{BView, PackedB, WeightPack};
 use crate::cpu::CpuPrecision;
@@ -495,10 +496,18 @@ fn pack_one(
     source: &[f32],
     view: BView,
 ) -> Result<Option<WeightPack>> {
-    if precision == CpuPrecision::Int8 {
-        if let Some(q) = QuantB::new(source, view)? {
-            return Ok(Some(WeightPack::Int8(q)));
+    match precision {
+        CpuPrecision::Int8 => {
+            if let Some(q) = QuantB::new(source, view)? {
+                return Ok(Some(WeightPack::Int8(q)));
+            }
         }
+        CpuPrecision::Bf16 => {
+            if let Some(h) = Bf16B::new(source, view)? {
+                return Ok(Some(WeightPack::Bf16(h)));
+            }
+        }
+        CpuPrecision::F32 => {}
     }
     Ok(PackedB::new(backend, source, view)?.map(WeightPack::F32))
 }
@@ -564,14 +573,15 @@ impl Executor {
         Ok(())
     }
 
-    /// How many of the program's GEMMs read a weight packed in int8, of how many read a packed weight.
-    pub fn int8_gemms(&self) -> (usize, usize) {
+    /// How many of the program's GEMMs read a weight packed in a reduced precision (int8 or bf16), of how many
+    /// read a packed weight.
+    pub fn reduced_gemms(&self) -> (usize, usize) {
         let packed = self.packs.iter().flatten();
-        let int8 = packed
+        let reduced = packed
             .clone()
-            .filter(|p| matches!(***p, WeightPack::Int8(_)))
+            .filter(|p| !matches!(***p, WeightPack::F32(_)))
             .count();
-        (int8, packed.count())
+        (reduced, packed.count())
     }
 
     pub fn program(&self) -> &'static Program {

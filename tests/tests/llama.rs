@@ -465,21 +465,25 @@ fn a_decoding_step_profiles_with_its_session() {
     );
 }
 
-/// int8 weights (`CpuPrecision::Int8`) through the KV cache, teacher-forced on transformers' greedy tokens: every
-/// step's logits stay close to the f32 model's, and its greedy token is f32's wherever f32's top two logits are
-/// apart by more than int8's error could close.
-#[test]
-fn int8_decoding_stays_close_to_f32() {
+/// Weights in `precision` through the KV cache, teacher-forced on transformers' greedy tokens: every step's
+/// logits keep a cosine of at least `min_cosine` to the f32 model's, and its greedy token is f32's wherever f32's
+/// top two logits are apart by more than `margin` of the largest (what the precision's error could close).
+fn decoding_stays_close_to_f32(
+    precision: fuse_runtime::CpuPrecision,
+    min_cosine: f32,
+    margin_share: f32,
+) {
     use fuse_examples::minilm_run::cosine;
     let r = reference();
     let theta = r.config["rope_theta"].as_f64().expect("rope_theta");
     let exact = cached(&model()).into_compiled();
-    let int8 = cached(&model())
+    let reduced = cached(&model())
         .into_compiled()
-        .with_cpu_precision(fuse_runtime::CpuPrecision::Int8)
-        .expect("int8 packs");
+        .with_cpu_precision(precision)
+        .expect("the weights pack");
     let decoder = |m| CachedDecoder::new(m, PlanMode::Fused, r.cases.len(), HEAD_DIM, VOCAB, theta);
-    let (mut exact_decoder, mut int8_decoder) = (decoder(&exact).unwrap(), decoder(&int8).unwrap());
+    let (mut exact_decoder, mut reduced_decoder) =
+        (decoder(&exact).unwrap(), decoder(&reduced).unwrap());
     let (mut worst, mut disagreements) = (1f32, 0);
     for step in 0..32 {
         let sequences: Vec<Vec<i64>> = r
@@ -490,7 +494,7 @@ fn int8_decoding_stays_close_to_f32() {
         let views: Vec<&[i64]> = sequences.iter().map(Vec::as_slice).collect();
         let running: Vec<usize> = (0..views.len()).collect();
         let want = exact_decoder.next_logits(&running, &views).unwrap();
-        let got = int8_decoder.next_logits(&running, &views).unwrap();
+        let got = reduced_decoder.next_logits(&running, &views).unwrap();
         for (w, g) in want.iter().zip(&got) {
             let c = cosine(w, g);
             worst = worst.min(c);
@@ -504,13 +508,26 @@ fn int8_decoding_stays_close_to_f32() {
             if want_token != got_token {
                 disagreements += 1;
                 assert!(
-                    margin <= 0.02 * scale,
-                    "step {step}: int8 picked {got_token}, f32 {want_token} by a margin of {margin} \
+                    margin <= margin_share * scale,
+                    "step {step}: {precision} picked {got_token}, f32 {want_token} by a margin of {margin} \
                      (largest logit {scale}, cosine {c})"
                 );
             }
         }
     }
-    eprintln!("int8 vs f32 over 32 teacher-forced steps: worst logit cosine {worst}, {disagreements} greedy tokens differ");
-    assert!(worst >= 0.999, "worst logit cosine {worst}");
+    eprintln!(
+        "{precision} vs f32 over 32 teacher-forced steps: worst logit cosine {worst}, {disagreements} greedy \
+         tokens differ"
+    );
+    assert!(worst >= min_cosine, "worst logit cosine {worst}");
+}
+
+#[test]
+fn int8_decoding_stays_close_to_f32() {
+    decoding_stays_close_to_f32(fuse_runtime::CpuPrecision::Int8, 0.999, 0.02);
+}
+
+#[test]
+fn bf16_decoding_stays_close_to_f32() {
+    decoding_stays_close_to_f32(fuse_runtime::CpuPrecision::Bf16, 0.9999, 0.005);
 }

@@ -3,12 +3,12 @@
 //! ```text
 //! generate [--model tiny|smollm] [--weights model.safetensors] [--prompt 1,17,42] [--max-new 32]
 //!          [--temperature T] [--top-k K] [--top-p P] [--seed S] [--stop 2,0]
-//!          [--cached] [--precision f32|int8]
-//! generate --bench [--json] [--precision f32|int8]
+//!          [--cached] [--precision f32|int8|bf16]
+//! generate --bench [--json] [--precision f32|int8|bf16]
 //!                                benchmark W5: SmolLM-135M's shape, the prefill of 128 tokens at batch 1, then
 //!                                decoding with the KV cache: 128 new tokens after a 128-token prefill, at batch
 //!                                1 and 8 (FUSE_PROFILE=1: the prefill's slowest kernels too)
-//! generate --bench --profile [--batch N] [--precision f32|int8]
+//! generate --bench --profile [--batch N] [--precision f32|int8|bf16]
 //!                                where one decode step (batch 1 or N, after a 128-token prefill) spends its
 //!                                time: each kernel name's summed ms, and the call's time outside kernels
 //! ```

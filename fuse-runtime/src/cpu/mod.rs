@@ -19,6 +19,9 @@ pub enum CpuPrecision {
     /// Weights quantised to int8 per output channel at load, activations per row at each call, i32
     /// accumulation, f32 output and epilogue (`gemm::int8`).
     Int8,
+    /// Weights rounded to bf16 at load, activations per call, f32 accumulation and epilogue (`gemm::bf16`):
+    /// `vdpbf16ps` where the CPU has AVX-512 BF16, bf16 widened to f32 elsewhere.
+    Bf16,
 }
 
 impl std::fmt::Display for CpuPrecision {
@@ -26,6 +29,7 @@ impl std::fmt::Display for CpuPrecision {
         f.write_str(match self {
             CpuPrecision::F32 => "f32",
             CpuPrecision::Int8 => "int8",
+            CpuPrecision::Bf16 => "bf16",
         })
     }
 }

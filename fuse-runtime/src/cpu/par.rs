@@ -160,7 +160,7 @@ pub fn gemm_with(
     let packed = packed.filter(|p| {
         let runs_here = match p {
             WeightPack::F32(f) => f.backend() == Backend::best(),
-            WeightPack::Int8(_) => true,
+            WeightPack::Int8(_) | WeightPack::Bf16(_) => true,
         };
         runs_here
             && b_shared
@@ -205,6 +205,7 @@ pub fn gemm_with(
                     match packed {
                         WeightPack::F32(p) => p.sgemm((rows, k, cols), col0, 1.0, a_ptr, 0.0, c),
                         WeightPack::Int8(q) => q.gemm((rows, k, cols), col0, a_ptr, c),
+                        WeightPack::Bf16(h) => h.gemm((rows, k, cols), col0, a_ptr, c),
                     }
                 }
                 return;

@@ -85,25 +85,18 @@ pub fn report(shapes: &[Shape], peak: Option<(&str, f64)>) {
         let mut c = vec![0.0f32; s.m * s.n];
         let ops = 2.0 * (s.m * s.n * s.k) as f64;
         let reps = (1e9 / ops).ceil() as usize;
-        let mut best = vec![f64::MAX; kernels.len()];
-        for _ in 0..ROUNDS {
-            for (slot, &kernel) in kernels.iter().enumerate() {
-                let start = thread_seconds();
-                for _ in 0..reps {
-                    // SAFETY: A is m×k row-major, C m×n; the pack holds B; the kernel runs on this CPU.
-                    unsafe {
-                        pack.gemm_on(
-                            kernel,
-                            (s.m, s.k, s.n),
-                            0,
-                            Strided::new(a.as_ptr(), s.k as isize, 1),
-                            Strided::new(c.as_mut_ptr(), s.n as isize, 1),
-                        )
-                    };
-                }
-                best[slot] = best[slot].min((thread_seconds() - start) / reps as f64);
+        let best = super::best_per_kernel(&kernels, ops, |kernel| {
+            // SAFETY: A is m×k row-major, C m×n; the pack holds B; the kernel runs on this CPU.
+            unsafe {
+                pack.gemm_on(
+                    kernel,
+                    (s.m, s.k, s.n),
+                    0,
+                    Strided::new(a.as_ptr(), s.k as isize, 1),
+                    Strided::new(c.as_mut_ptr(), s.n as isize, 1),
+                )
             }
-        }
+        });
         // Quantising the block's rows alone, as the driver does once per product (on the best kernel).
         let k4 = s.k.next_multiple_of(4);
         let mut cells = vec![0u16; k4];

@@ -3,11 +3,13 @@
 //! `cargo run --release -p fuse-examples --bin gemm_bench`; best of interleaved rounds, GFLOP/s, and for fuse's
 //! tiles the share of this core's FMA peak for their vector width, measured first by [`fma_peak`]. Each of fuse's
 //! tiles also runs with B packed beforehand ("packed B", as a model packs its weights at load): the difference
-//! is what packing B costs per call. The int8 kernels come first (`int8`); `--int8` stops after them.
+//! is what packing B costs per call. The int8 kernels come first (`int8`; `--int8` stops after them), then the bf16 ones (`bf16`; `--bf16` runs only
+//! them).
 
 use fuse_examples::timing::{cpu_line, thread_seconds};
 use fuse_runtime::cpu::gemm::{sgemm_on, BView, Backend, PackedB, Strided};
 
+mod bf16;
 mod fma_peak;
 mod int8;
 
@@ -82,6 +84,23 @@ fn best_seconds<T>(mut run: impl FnMut() -> T) -> f64 {
     best
 }
 
+/// Each kernel's shortest time for one `run` of it, over [`ROUNDS`] interleaved timings of about 1 GFLOP each
+/// (`flops` per run), in this thread's CPU seconds.
+fn best_per_kernel<K: Copy>(kernels: &[K], flops: f64, mut run: impl FnMut(K)) -> Vec<f64> {
+    let reps = (1e9 / flops).ceil() as usize;
+    let mut best = vec![f64::MAX; kernels.len()];
+    for _ in 0..ROUNDS {
+        for (slot, &kernel) in kernels.iter().enumerate() {
+            let start = thread_seconds();
+            for _ in 0..reps {
+                run(kernel);
+            }
+            best[slot] = best[slot].min((thread_seconds() - start) / reps as f64);
+        }
+    }
+    best
+}
+
 fn main() {
     println!("cpu: {}", cpu_line());
     let vnni = int8::vnni_peaks();
@@ -97,8 +116,22 @@ fn main() {
         .first()
         .map(|&(_, p)| ("VNNI 256-bit", p))
         .or(avx2.first().map(|&(_, p)| ("vpmaddwd", p)));
-    int8::report(&SHAPES, reference);
-    if std::env::args().any(|a| a == "--int8") {
+    let only = |flag: &str| std::env::args().any(|a| a == flag);
+    if !only("--bf16") {
+        int8::report(&SHAPES, reference);
+    }
+    if only("--int8") {
+        return;
+    }
+    let bf16 = bf16::peaks();
+    for (width, gflops) in &bf16 {
+        println!("one-thread vdpbf16ps peak, {width} vectors: {gflops:.0} GFLOP/s");
+    }
+    bf16::report(
+        &SHAPES,
+        bf16.first().map(|&(_, p)| ("vdpbf16ps 256-bit", p)),
+    );
+    if only("--bf16") {
         return;
     }
     let peaks = fma_peak::measure();

@@ -13,12 +13,15 @@
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+pub mod bf16;
 #[cfg(target_arch = "x86_64")]
 mod driver;
 #[cfg(target_arch = "x86_64")]
 mod gemv;
 pub mod int8;
 mod packed;
+#[cfg(test)]
+mod test_cases;
 #[cfg(target_arch = "x86_64")]
 mod tile;
 
@@ -36,6 +39,8 @@ pub enum WeightPack {
     F32(PackedB),
     /// int8, quantised per column (`int8`).
     Int8(int8::QuantB),
+    /// bf16, rounded per element (`bf16`).
+    Bf16(bf16::Bf16B),
 }
 
 impl WeightPack {
@@ -44,6 +49,7 @@ impl WeightPack {
         match self {
             WeightPack::F32(p) => p.view(),
             WeightPack::Int8(q) => q.view(),
+            WeightPack::Bf16(h) => h.view(),
         }
     }
 
@@ -52,6 +58,7 @@ impl WeightPack {
         match self {
             WeightPack::F32(p) => p.nr(),
             WeightPack::Int8(_) => int8::NR,
+            WeightPack::Bf16(_) => bf16::NR,
         }
     }
 
@@ -59,6 +66,7 @@ impl WeightPack {
         match self {
             WeightPack::F32(p) => p.bytes(),
             WeightPack::Int8(q) => q.bytes(),
+            WeightPack::Bf16(h) => h.bytes(),
         }
     }
 }
@@ -129,6 +137,62 @@ pub fn scratch_needs() -> Vec<(&'static super::scratch::Buffer, usize)> {
         Backend::Portable => {}
     }
     Vec::new()
+}
+
+/// Row `i` of A as a slice of `k` floats: in place when its elements are contiguous, else gathered into
+/// `gather` (at least `k` floats). The drivers of the reduced-precision GEMMs round or quantise A row by row.
+///
+/// # Safety
+/// Row `i` of `a` is readable over `k` elements.
+#[inline(always)]
+unsafe fn strided_row(a: Strided<*const f32>, i: usize, k: usize, gather: &mut [f32]) -> &[f32] {
+    let src = a.ptr.wrapping_offset(i as isize * a.rs);
+    if a.cs == 1 {
+        // SAFETY: the caller's contract; the row lives as long as the call that reads it.
+        return unsafe { std::slice::from_raw_parts(src, k) };
+    }
+    for (l, v) in gather[..k].iter_mut().enumerate() {
+        // SAFETY: element (i, l) of A is readable.
+        *v = unsafe { *src.offset(l as isize * a.cs) };
+    }
+    &gather[..k]
+}
+
+/// Writes a register tile's sums (`rows` rows of `nr`, in `sums`) into C's rows `row0..` and columns
+/// `col0..col0 + cols`, each column times `scales[j]` when given (int8's per-column scale).
+///
+/// # Safety
+/// Those elements of C are writable (unit column stride); `scales` holds `cols` values.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn store_tile(
+    sums: &[f32],
+    nr: usize,
+    c: Strided<*mut f32>,
+    row0: usize,
+    rows: usize,
+    col0: usize,
+    cols: usize,
+    scales: Option<&[f32]>,
+) {
+    for r in 0..rows {
+        // SAFETY: the caller's contract.
+        let out = unsafe {
+            std::slice::from_raw_parts_mut(
+                c.ptr.offset((row0 + r) as isize * c.rs + col0 as isize),
+                cols,
+            )
+        };
+        let row = &sums[r * nr..r * nr + cols];
+        match scales {
+            Some(scales) => {
+                for ((o, &s), &b) in out.iter_mut().zip(row).zip(scales) {
+                    *o = s * b;
+                }
+            }
+            None => out.copy_from_slice(row),
+        }
+    }
 }
 
 /// A strided matrix operand: element (i, j) is at `ptr + i·rs + j·cs`, strides in elements.

@@ -231,17 +231,8 @@ unsafe fn drive<T: Tile>(call: &Call<'_>) {
             for ic in (0..m).step_by(mc) {
                 let rows = mc.min(m - ic);
                 for r in 0..rows {
-                    let src = a.ptr.wrapping_offset((ic + r) as isize * a.rs);
-                    let x: &[f32] = if a.cs == 1 {
-                        // SAFETY: row ic + r of A is readable over k contiguous elements.
-                        unsafe { std::slice::from_raw_parts(src, k) }
-                    } else {
-                        for (l, v) in row.iter_mut().enumerate() {
-                            // SAFETY: element (ic + r, l) of A is readable.
-                            *v = unsafe { *src.offset(l as isize * a.cs) };
-                        }
-                        &*row
-                    };
+                    // SAFETY: row ic + r of A is readable over k elements (the caller's contract).
+                    let x = unsafe { super::super::strided_row(a, ic + r, k, row) };
                     let params = r * groups..(r + 1) * groups;
                     // SAFETY: `drive` runs on T's instruction set; the row's cells start at an even byte.
                     unsafe {
@@ -288,22 +279,21 @@ unsafe fn drive<T: Tile>(call: &Call<'_>) {
                             };
                         }
                     }
-                    let sb = &pack.scales[first..first + NR];
+                    let sb = &pack.scales[first..first + cols];
                     for (t, ir) in (0..rows).step_by(T::MR).enumerate() {
-                        let tr = T::MR.min(rows - ir);
-                        for r in 0..tr {
-                            // SAFETY: row ic + ir + r, columns p0..p0 + cols, lie inside C.
-                            let out = unsafe {
-                                std::slice::from_raw_parts_mut(
-                                    c.ptr.offset((ic + ir + r) as isize * c.rs + p0 as isize),
-                                    cols,
-                                )
-                            };
-                            let sums = &all_sums[t][r * NR..r * NR + cols];
-                            for ((o, &s), &b) in out.iter_mut().zip(sums).zip(sb) {
-                                *o = s * b;
-                            }
-                        }
+                        // SAFETY: rows ic + ir.., columns p0..p0 + cols lie inside C.
+                        unsafe {
+                            super::super::store_tile(
+                                &all_sums[t],
+                                NR,
+                                c,
+                                ic + ir,
+                                T::MR.min(rows - ir),
+                                p0,
+                                cols,
+                                Some(sb),
+                            )
+                        };
                     }
                 }
             }

@@ -10,7 +10,7 @@
 //!   (over the group's depths) to every column; those sums are precomputed at load, so a group's i32 sum minus
 //!   `z · Σq` is exactly `Σ (u − z) · q`. An asymmetric range spends all 256 steps on the values a group has: a
 //!   GELU output (nearly all ≥ −0.17) gets twice the resolution of a symmetric scale (MiniLM's mean cosine to f32
-//!   went from 0.99689 with a symmetric scale to 0.99872, `tests/tests/minilm_int8.rs`); groups rather than
+//!   went from 0.99689 with a symmetric scale to 0.99872, `tests/tests/minilm_precisions.rs`); groups rather than
 //!   whole rows took it to 0.9992 (see [`A_GROUP`]).
 //! - **C**: `Σ_groups (acc_g − z_g·Σq_g) · s_g`, in f32, times `s_j`. The register tile makes each group's i32
 //!   sums and dequantises them in registers as the group ends (a conversion and two FMAs per vector) into f32

@@ -2,11 +2,7 @@
 //! the f32 rounding of the dequantisation) and against the f32 product within a bound derived from the scales.
 
 use super::*;
-use crate::tensor::Tensor;
-
-fn randv(n: usize, seed: u64) -> Vec<f32> {
-    Tensor::randn(&[n], seed).as_f32().unwrap().to_vec()
-}
+use crate::cpu::gemm::test_cases::{cases, randv, Case, Operands};
 
 /// The quantisation as documented, written out again: scale max|x| / 127, values round(x · 127 / max|x|) with
 /// ties to even.
@@ -46,73 +42,28 @@ fn quantised_row(x: &[f32]) -> Vec<(f64, Vec<i64>)> {
         .collect()
 }
 
-struct Case {
-    m: usize,
-    k: usize,
-    n: usize,
-    /// B stored column-contiguous (a Linear layer's Wᵀ), and A read through a transposed view.
-    b_trans: bool,
-    /// Padding of every leading dimension and B's offset in its buffer.
-    pad: usize,
-    /// The product's first column of B (a whole panel) and how many.
-    col0: usize,
-    cols: usize,
-}
-
-/// Runs one case on `kernel` and returns (int8 result, A, B as k×n rows) for the checks.
+/// Runs one case on `kernel` and returns (int8 result, A's rows, B's columns) for the checks.
 fn run_case(
     kernel: Int8Kernel,
     case: &Case,
     seed: u64,
 ) -> (Vec<f32>, Vec<Vec<f32>>, Vec<Vec<f32>>) {
-    let Case {
-        m,
-        k,
-        n,
-        b_trans,
-        pad,
-        col0,
-        cols,
-    } = *case;
-    let (rs, cs) = if b_trans { (1, k + pad) } else { (n + pad, 1) };
-    let len = pad + (k - 1) * rs + (n - 1) * cs + 1;
-    let buf = randv(len, seed);
-    let view = BView {
-        offset: pad,
-        rs,
-        cs,
-        k,
-        n,
-    };
-    let pack = QuantB::new(&buf, view).unwrap().expect("the view fits");
-    // A: m×k inside rows of k + pad, scaled per row so row scales differ; with B transposed, A is read through a
-    // transposed view too (element (i, l) at l·(m + pad) + i), which the driver gathers row by row.
-    let (a_rs, a_cs) = if b_trans { (1, m + pad) } else { (k + pad, 1) };
-    let mut a = randv(pad + (m - 1) * a_rs + (k - 1) * a_cs + 1, seed + 1);
-    let at = |i: usize, l: usize| i * a_rs + l * a_cs;
-    for i in 0..m {
-        for l in 0..k {
-            a[at(i, l)] *= 0.1 + i as f32 % 7.0;
-        }
-    }
-    let mut c = vec![f32::NAN; m * cols];
-    // SAFETY: A is m×k at strides (a_rs, a_cs) inside `a`; C is m×cols; the columns are inside the pack.
+    let ops = Operands::new(case, seed);
+    let pack = QuantB::new(&ops.b, ops.view)
+        .unwrap()
+        .expect("the view fits");
+    let mut c = vec![f32::NAN; case.m * case.cols];
+    // SAFETY: A is m×k at its strides inside its buffer; C is m×cols; the columns are inside the pack.
     unsafe {
         pack.gemm_on(
             kernel,
-            (m, k, cols),
-            col0,
-            Strided::new(a.as_ptr(), a_rs as isize, a_cs as isize),
-            Strided::new(c.as_mut_ptr(), cols as isize, 1),
+            (case.m, case.k, case.cols),
+            case.col0,
+            ops.a_ptr(),
+            Strided::new(c.as_mut_ptr(), case.cols as isize, 1),
         );
     }
-    let a_rows = (0..m)
-        .map(|i| (0..k).map(|l| a[at(i, l)]).collect())
-        .collect();
-    let b_cols = (col0..col0 + cols)
-        .map(|j| (0..k).map(|l| buf[pad + l * rs + j * cs]).collect())
-        .collect();
-    (c, a_rows, b_cols)
+    (c, ops.a_rows(case.m), ops.b_cols(case.col0, case.cols))
 }
 
 fn check_case(kernel: Int8Kernel, case: &Case, seed: u64) {
@@ -174,53 +125,7 @@ fn check_case(kernel: Int8Kernel, case: &Case, seed: u64) {
 
 #[test]
 fn every_kernel_matches_the_quantised_product_on_odd_shapes_and_views() {
-    let fixed = [
-        (1, 1, 1, false, 0, 0, 1),
-        (7, 13, 45, true, 3, 32, 13),
-        (13, 384, 96, true, 0, 0, 96),
-        (25, 1023, 70, false, 5, 32, 38),
-        (300, 66, 33, true, 1, 0, 33),
-        (12, 4, 32, false, 0, 0, 32),
-        (6, 5, 64, true, 2, 32, 32),
-        (9, 1100, 40, false, 1, 32, 8),
-        // Products of a few rows (a decoding step), which the AVX2 kernel runs on a tile of as many rows.
-        (2, 300, 70, true, 0, 32, 38),
-        (3, 129, 64, false, 2, 0, 64),
-        (4, 576, 96, true, 1, 32, 64),
-        (8, 200, 40, false, 0, 0, 40),
-    ];
-    let mut state = 0x853c_49e6_748f_ea9bu64;
-    let mut next = |below: usize| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state % below as u64) as usize
-    };
-    let mut cases: Vec<Case> = fixed
-        .iter()
-        .map(|&(m, k, n, b_trans, pad, col0, cols)| Case {
-            m,
-            k,
-            n,
-            b_trans,
-            pad,
-            col0,
-            cols,
-        })
-        .collect();
-    for _ in 0..16 {
-        let (m, k, n) = (1 + next(40), 1 + next(300), 1 + next(100));
-        let col0 = NR * next(n.div_ceil(NR));
-        cases.push(Case {
-            m,
-            k,
-            n,
-            b_trans: next(2) == 0,
-            pad: next(3) * 2,
-            col0,
-            cols: 1 + next(n - col0),
-        });
-    }
+    let cases = cases(NR);
     let kernels = Int8Kernel::supported();
     if kernels.len() < 4 {
         eprintln!("int8 kernels this CPU cannot run are skipped; testing {kernels:?}");
