@@ -732,23 +732,32 @@ impl Executor {
             };
             ptrs.push((ptr, bytes));
         }
-        for (i, call) in p.kernels.iter().enumerate() {
-            let ctx = Ctx {
-                dims,
-                ptrs: &ptrs,
-                packed_b: self.packs.get(i).and_then(|p| p.as_deref()),
-            };
-            match times.as_deref_mut() {
-                Some(times) => {
-                    let start = std::time::Instant::now();
-                    (p.functions[call.function])(&ctx, &call.buffers);
-                    times[i] += start.elapsed().as_secs_f64();
+        let run_kernels = |mut times: Option<&mut [f64]>,
+                           mut observe: Option<KernelObserver<'_>>| {
+            for (i, call) in p.kernels.iter().enumerate() {
+                let ctx = Ctx {
+                    dims,
+                    ptrs: &ptrs,
+                    packed_b: self.packs.get(i).and_then(|p| p.as_deref()),
+                };
+                match times.as_deref_mut() {
+                    Some(times) => {
+                        let start = std::time::Instant::now();
+                        (p.functions[call.function])(&ctx, &call.buffers);
+                        times[i] += start.elapsed().as_secs_f64();
+                    }
+                    None => (p.functions[call.function])(&ctx, &call.buffers),
                 }
-                None => (p.functions[call.function])(&ctx, &call.buffers),
+                if let (Some(observe), Some(&out)) = (observe.as_deref_mut(), call.buffers.first())
+                {
+                    observe(i, ctx.f32(out));
+                }
             }
-            if let (Some(observe), Some(&out)) = (observe.as_deref_mut(), call.buffers.first()) {
-                observe(i, ctx.f32(out));
-            }
+        };
+        match observe {
+            // The observer is the caller's closure, called on the caller's thread.
+            Some(observe) => run_kernels(times, Some(observe)),
+            None => crate::cpu::par::on_pool(|| run_kernels(times, None)),
         }
         self.pool.give_back(arena);
         // A value returned twice (`(y, y)`) is computed into its first output slot only; copy it to the others.

@@ -65,6 +65,26 @@ pub fn simd_run<T: RowTask>(task: &T, first_row: usize, rows: &mut [f32]) {
     task.run(first_row, rows)
 }
 
+/// Runs `f` on a worker of the pool, the calling thread waiting for it once, when the caller is not a worker
+/// itself. A model call runs its kernels this way: each parallel kernel then shares its work through the worker's
+/// own queue, instead of the caller handing every kernel to the pool and sleeping until it is done — on a virtual
+/// machine each such sleep costs a wake-up of tens of microseconds, and a decoding step has hundreds of kernels.
+pub fn on_pool<F: FnOnce()>(f: F) {
+    if rayon::current_thread_index().is_some() || rayon::current_num_threads() == 1 {
+        return f();
+    }
+    /// `f` and what it borrows, moved to the worker: the caller blocks until the worker has run it, so nothing
+    /// it borrows is touched by two threads at once.
+    struct Job<F>(F);
+    // SAFETY: see above; the job runs on exactly one thread while its caller waits.
+    unsafe impl<F> Send for Job<F> {}
+    let job = Job(f);
+    rayon::scope(move |_| {
+        let job = job;
+        (job.0)()
+    });
+}
+
 /// Splits `out` into chunks of whole rows of `row_len` and runs `task` on each, in parallel when the output is
 /// large enough.
 pub fn for_rows(out: &mut [f32], row_len: usize, task: &dyn SimdTask) {
