@@ -674,8 +674,8 @@ impl Executor {
         inputs: &[&Tensor],
         states: &mut [Tensor],
         outputs: &mut [Tensor],
-        mut times: Option<&mut [f64]>,
-        mut observe: Option<KernelObserver<'_>>,
+        times: Option<&mut [f64]>,
+        observe: Option<KernelObserver<'_>>,
     ) -> Result<()> {
         let p = self.program;
         if states.len() != p.states.len() {
