@@ -147,3 +147,24 @@ impl Operands {
             .collect()
     }
 }
+
+/// Runs `case` on operands made from `seed`: B packed by `pack`, the product by `gemm` (dims (m, k, cols), the
+/// first column, A, C). Returns (C, A's rows, B's columns) for the checks.
+pub fn run_case<P>(
+    case: &Case,
+    seed: u64,
+    pack: impl Fn(&[f32], BView) -> P,
+    gemm: impl Fn(&P, (usize, usize, usize), usize, Strided<*const f32>, Strided<*mut f32>),
+) -> (Vec<f32>, Vec<Vec<f32>>, Vec<Vec<f32>>) {
+    let ops = Operands::new(case, seed);
+    let packed = pack(&ops.b, ops.view);
+    let mut c = vec![f32::NAN; case.m * case.cols];
+    gemm(
+        &packed,
+        (case.m, case.k, case.cols),
+        case.col0,
+        ops.a_ptr(),
+        Strided::new(c.as_mut_ptr(), case.cols as isize, 1),
+    );
+    (c, ops.a_rows(case.m), ops.b_cols(case.col0, case.cols))
+}

@@ -3,34 +3,22 @@
 //! rounding of A, on every kernel, bit for bit as `to_bf16` documents it.
 
 use super::*;
-use crate::cpu::gemm::test_cases::{cases, randv, Case, Operands};
+use crate::cpu::gemm::test_cases::{self, cases, randv, Case};
 
 fn rounded(x: f32) -> f64 {
     f64::from(from_bf16(to_bf16(x)))
 }
 
-/// Runs `case` on `kernel`: (C, A's rows, B's columns).
+/// Runs one case on `kernel`: (C, A's rows, B's columns).
 fn run_case(
     kernel: Bf16Kernel,
     case: &Case,
     seed: u64,
 ) -> (Vec<f32>, Vec<Vec<f32>>, Vec<Vec<f32>>) {
-    let ops = Operands::new(case, seed);
-    let pack = Bf16B::new(&ops.b, ops.view)
-        .unwrap()
-        .expect("the view fits");
-    let mut c = vec![f32::NAN; case.m * case.cols];
+    let pack = |b: &[f32], view| Bf16B::new(b, view).unwrap().expect("the view fits");
     // SAFETY: A is m×k at its strides inside its buffer; C is m×cols; the columns are inside the pack.
-    unsafe {
-        pack.gemm_on(
-            kernel,
-            (case.m, case.k, case.cols),
-            case.col0,
-            ops.a_ptr(),
-            Strided::new(c.as_mut_ptr(), case.cols as isize, 1),
-        );
-    }
-    (c, ops.a_rows(case.m), ops.b_cols(case.col0, case.cols))
+    let gemm = |p: &Bf16B, dims, col0, a, c| unsafe { p.gemm_on(kernel, dims, col0, a, c) };
+    test_cases::run_case(case, seed, pack, gemm)
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! the f32 rounding of the dequantisation) and against the f32 product within a bound derived from the scales.
 
 use super::*;
-use crate::cpu::gemm::test_cases::{cases, randv, Case, Operands};
+use crate::cpu::gemm::test_cases::{self, cases, randv, Case};
 
 /// The quantisation as documented, written out again: scale max|x| / 127, values round(x · 127 / max|x|) with
 /// ties to even.
@@ -42,28 +42,16 @@ fn quantised_row(x: &[f32]) -> Vec<(f64, Vec<i64>)> {
         .collect()
 }
 
-/// Runs one case on `kernel` and returns (int8 result, A's rows, B's columns) for the checks.
+/// Runs one case on `kernel`: (C, A's rows, B's columns).
 fn run_case(
     kernel: Int8Kernel,
     case: &Case,
     seed: u64,
 ) -> (Vec<f32>, Vec<Vec<f32>>, Vec<Vec<f32>>) {
-    let ops = Operands::new(case, seed);
-    let pack = QuantB::new(&ops.b, ops.view)
-        .unwrap()
-        .expect("the view fits");
-    let mut c = vec![f32::NAN; case.m * case.cols];
+    let pack = |b: &[f32], view| QuantB::new(b, view).unwrap().expect("the view fits");
     // SAFETY: A is m×k at its strides inside its buffer; C is m×cols; the columns are inside the pack.
-    unsafe {
-        pack.gemm_on(
-            kernel,
-            (case.m, case.k, case.cols),
-            case.col0,
-            ops.a_ptr(),
-            Strided::new(c.as_mut_ptr(), case.cols as isize, 1),
-        );
-    }
-    (c, ops.a_rows(case.m), ops.b_cols(case.col0, case.cols))
+    let gemm = |p: &QuantB, dims, col0, a, c| unsafe { p.gemm_on(kernel, dims, col0, a, c) };
+    test_cases::run_case(case, seed, pack, gemm)
 }
 
 fn check_case(kernel: Int8Kernel, case: &Case, seed: u64) {
