@@ -78,6 +78,42 @@ pub mod llama_blocks {
         }
     }
 
+    /// What [`Attention`] and [`CachedAttention`] share, with no parameters of its own: heads split from a
+    /// projection, rotary position embeddings, and grouped-query attention over the heads.
+    pub struct HeadOps<const HEADS: usize, const KV_HEADS: usize, const D: usize> {}
+
+    impl<const HEADS: usize, const KV_HEADS: usize, const D: usize> HeadOps<HEADS, KV_HEADS, D> {
+        /// `[batch, seq, heads · D]` → `[batch, heads, seq, D]`.
+        pub fn split(&self, x: Tensor, heads: usize) -> Tensor {
+            let (b, s) = (x.dim(0), x.dim(1));
+            x.reshape([b, s, heads, D]).permute([0, 2, 1, 3])
+        }
+
+        /// Hugging Face's `x * cos + rotate_half(x) * sin`, `rotate_half(x) = [-x2, x1]`; `x`: `[batch, heads,
+        /// seq, D]`, `cos`/`sin`: `[batch, seq, D]`.
+        pub fn rope(&self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor {
+            let (b, s) = (x.dim(0), x.dim(2));
+            let (cos, sin) = (cos.reshape([b, 1, s, D]), sin.reshape([b, 1, s, D]));
+            let x1 = x.slice(3, 0, D / 2);
+            let x2 = x.slice(3, D / 2, D);
+            x * &cos + concat([x2.neg(), x1], 3) * &sin
+        }
+
+        /// `softmax(q·kᵀ / √D + mask) · v` with the query heads of one KV head sharing it through a broadcast batch
+        /// dim (grouped-query attention); `q`: `[batch, HEADS, seq, D]`, `k`/`v`: `[batch, KV_HEADS, t, D]`, `mask`:
+        /// `[batch, seq, t]`; the result is `[batch, seq, HEADS · D]`.
+        pub fn attend(&self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor {
+            let (b, s, t) = (q.dim(0), q.dim(2), k.dim(2));
+            let q = q.reshape([b, KV_HEADS, HEADS / KV_HEADS, s, D]);
+            let k = k.reshape([b, KV_HEADS, 1, t, D]);
+            let v = v.reshape([b, KV_HEADS, 1, t, D]);
+            let scale = 1.0 / (D as f64).sqrt();
+            let scores = q.matmul(&k.transpose(3, 4)) * scale + &mask.reshape([b, 1, 1, s, t]);
+            let out = scores.softmax(-1).matmul(&v).reshape([b, HEADS, s, D]);
+            out.permute([0, 2, 1, 3]).reshape([b, s, HEADS * D])
+        }
+    }
+
     /// `KV_DIM` is `KV_HEADS · D` (a model checks it in its shapes).
     pub struct Attention<
         const H: usize,
@@ -90,6 +126,7 @@ pub mod llama_blocks {
         k_proj: Linear<H, KV_DIM>,
         v_proj: Linear<H, KV_DIM>,
         o_proj: Linear<H, H>,
+        heads: HeadOps<HEADS, KV_HEADS, D>,
     }
 
     impl<
@@ -100,42 +137,13 @@ pub mod llama_blocks {
             const KV_DIM: usize,
         > Attention<H, HEADS, KV_HEADS, D, KV_DIM>
     {
-        /// Hugging Face's `x * cos + rotate_half(x) * sin`, `rotate_half(x) = [-x2, x1]`.
-        fn rope(&self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor {
-            let x1 = x.slice(3, 0, D / 2);
-            let x2 = x.slice(3, D / 2, D);
-            x * &cos + concat([x2.neg(), x1], 3) * &sin
-        }
-
         /// `x`: `[batch, seq, H]`; `cos`/`sin`: `[batch, seq, D]`; `mask`: `[batch, seq, seq]`, added to the scores.
         pub fn forward(&self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor) -> Tensor {
-            let (b, s) = (x.dim(0), x.dim(1));
-            let (cos, sin) = (cos.reshape([b, 1, s, D]), sin.reshape([b, 1, s, D]));
-            let q = self
-                .q_proj
-                .forward(x)
-                .reshape([b, s, HEADS, D])
-                .permute([0, 2, 1, 3]);
-            let k = self
-                .k_proj
-                .forward(x)
-                .reshape([b, s, KV_HEADS, D])
-                .permute([0, 2, 1, 3]);
-            let v = self
-                .v_proj
-                .forward(x)
-                .reshape([b, s, KV_HEADS, D])
-                .permute([0, 2, 1, 3]);
-            let (q, k) = (self.rope(q, cos, sin), self.rope(k, cos, sin));
-            // Grouped-query attention: the query heads of one KV head share it through a broadcast batch dim.
-            let q = q.reshape([b, KV_HEADS, HEADS / KV_HEADS, s, D]);
-            let k = k.reshape([b, KV_HEADS, 1, s, D]);
-            let v = v.reshape([b, KV_HEADS, 1, s, D]);
-            let scale = 1.0 / (D as f64).sqrt();
-            let scores = q.matmul(&k.transpose(3, 4)) * scale + &mask.reshape([b, 1, 1, s, s]);
-            let out = scores.softmax(-1).matmul(&v).reshape([b, HEADS, s, D]);
-            self.o_proj
-                .forward(out.permute([0, 2, 1, 3]).reshape([b, s, H]))
+            let q = self.heads.split(self.q_proj.forward(x), HEADS);
+            let k = self.heads.split(self.k_proj.forward(x), KV_HEADS);
+            let v = self.heads.split(self.v_proj.forward(x), KV_HEADS);
+            let (q, k) = (self.heads.rope(q, cos, sin), self.heads.rope(k, cos, sin));
+            self.o_proj.forward(self.heads.attend(q, k, v, mask))
         }
     }
 
@@ -154,6 +162,7 @@ pub mod llama_blocks {
         k_proj: Linear<H, KV_DIM>,
         v_proj: Linear<H, KV_DIM>,
         o_proj: Linear<H, H>,
+        heads: HeadOps<HEADS, KV_HEADS, D>,
         #[state]
         #[shape(batch, KV_HEADS, MAX_SEQ, D)]
         k_cache: Tensor,
@@ -171,12 +180,6 @@ pub mod llama_blocks {
             const MAX_SEQ: usize,
         > CachedAttention<H, HEADS, KV_HEADS, D, KV_DIM, MAX_SEQ>
     {
-        fn rope(&self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor {
-            let x1 = x.slice(3, 0, D / 2);
-            let x2 = x.slice(3, D / 2, D);
-            x * &cos + concat([x2.neg(), x1], 3) * &sin
-        }
-
         /// `x`: `[batch, seq, H]` (the new positions); `cos`/`sin`: `[batch, seq, D]` at their positions; `mask`:
         /// `[batch, seq, past + seq]` over the cached and the new positions, added to the scores.
         pub fn forward(
@@ -187,36 +190,15 @@ pub mod llama_blocks {
             mask: Tensor,
             past: usize,
         ) -> Tensor {
-            let (b, s) = (x.dim(0), x.dim(1));
-            let t = past + s;
-            let (cos, sin) = (cos.reshape([b, 1, s, D]), sin.reshape([b, 1, s, D]));
-            let q = self
-                .q_proj
-                .forward(x)
-                .reshape([b, s, HEADS, D])
-                .permute([0, 2, 1, 3]);
-            let k = self
-                .k_proj
-                .forward(x)
-                .reshape([b, s, KV_HEADS, D])
-                .permute([0, 2, 1, 3]);
-            let v = self
-                .v_proj
-                .forward(x)
-                .reshape([b, s, KV_HEADS, D])
-                .permute([0, 2, 1, 3]);
-            let (q, k) = (self.rope(q, cos, sin), self.rope(k, cos, sin));
+            let t = past + x.dim(1);
+            let q = self.heads.split(self.q_proj.forward(x), HEADS);
+            let k = self.heads.split(self.k_proj.forward(x), KV_HEADS);
+            let v = self.heads.split(self.v_proj.forward(x), KV_HEADS);
+            let (q, k) = (self.heads.rope(q, cos, sin), self.heads.rope(k, cos, sin));
             // The new keys and values join the cache; attention reads every position so far from it.
             let k = self.k_cache.write(2, past, k).narrow(2, 0, t);
             let v = self.v_cache.write(2, past, v).narrow(2, 0, t);
-            let q = q.reshape([b, KV_HEADS, HEADS / KV_HEADS, s, D]);
-            let k = k.reshape([b, KV_HEADS, 1, t, D]);
-            let v = v.reshape([b, KV_HEADS, 1, t, D]);
-            let scale = 1.0 / (D as f64).sqrt();
-            let scores = q.matmul(&k.transpose(3, 4)) * scale + &mask.reshape([b, 1, 1, s, t]);
-            let out = scores.softmax(-1).matmul(&v).reshape([b, HEADS, s, D]);
-            self.o_proj
-                .forward(out.permute([0, 2, 1, 3]).reshape([b, s, H]))
+            self.o_proj.forward(self.heads.attend(q, k, v, mask))
         }
     }
 
