@@ -139,6 +139,37 @@ pub fn scratch_needs() -> Vec<(&'static super::scratch::Buffer, usize)> {
     Vec::new()
 }
 
+/// One product of a reduced-precision GEMM (int8, bf16): C[m×n] = A[m×k] · B[:, col0..col0 + n] with B in `pack`.
+struct PackCall<'p, P> {
+    pack: &'p P,
+    m: usize,
+    n: usize,
+    col0: usize,
+    a: Strided<*const f32>,
+    c: Strided<*mut f32>,
+}
+
+/// A zeroed buffer of `len` elements for a reduced-precision pack, or [`crate::error::Error::OutOfMemory`] naming
+/// `what`.
+fn zeroed_pack<T: Clone + Default>(what: &'static str, len: usize) -> crate::error::Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len)
+        .map_err(|_| crate::error::Error::OutOfMemory {
+            what,
+            bytes: len.checked_mul(std::mem::size_of::<T>()),
+            available: None,
+        })?;
+    v.resize(len, T::default());
+    Ok(v)
+}
+
+/// Row pointers of a register tile of `MR` rows from `a` at stride `a_rs` bytes, rows past `rows` repeating the
+/// last (a partial tile computes them and discards their sums, reading no row outside the block).
+#[inline(always)]
+fn tile_rows<const MR: usize>(a: *const u8, a_rs: usize, rows: usize) -> [*const u8; MR] {
+    std::array::from_fn(|r| a.wrapping_add(r.min(rows - 1) * a_rs))
+}
+
 /// Row `i` of A as a slice of `k` floats: in place when its elements are contiguous, else gathered into
 /// `gather` (at least `k` floats). The drivers of the reduced-precision GEMMs round or quantise A row by row.
 ///

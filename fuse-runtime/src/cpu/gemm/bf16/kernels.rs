@@ -2,7 +2,6 @@
 //! one `#[target_feature]` function per kernel, so the rounding of A vectorises with the tile's instruction set.
 
 use super::{from_bf16, to_bf16, Bf16B, Bf16Kernel, NR};
-use crate::cpu::gemm::Strided;
 use crate::cpu::scratch::{with_buffer, GEMM_A, GEMM_B};
 
 /// Rows of the tallest tile.
@@ -15,15 +14,8 @@ const A_BLOCK_BYTES: usize = 512 << 10;
 /// every row tile of the row block passes it; deeper products carry each tile's sums across blocks.
 const KC_PAIRS: usize = 128;
 
-/// One product: C[m×n] = A[m×k] · B[:, col0..col0 + n] with B in `pack`.
-pub(super) struct Call<'p> {
-    pub pack: &'p Bf16B,
-    pub m: usize,
-    pub n: usize,
-    pub col0: usize,
-    pub a: Strided<*const f32>,
-    pub c: Strided<*mut f32>,
-}
+/// One product over a pack of this precision.
+pub(super) type Call<'p> = super::super::PackCall<'p, Bf16B>;
 
 /// A register tile over one depth block: for r < MR and every column of one panel, `Σ_l a[r][l] · b[l][j]` over
 /// the block's pairs of depths into `acc[r·NR + j]`, which it overwrites when `!accumulate` (the first depth
@@ -224,12 +216,6 @@ mod x86 {
 
     use super::{drive, round_row_scalar, Call, Tile, MAX_MR, NR};
 
-    /// Row pointers of a tile, rows past `rows` repeating the last.
-    #[inline(always)]
-    fn row_ptrs<const MR: usize>(a: *const u8, a_rs: usize, rows: usize) -> [*const u8; MR] {
-        std::array::from_fn(|r| a.wrapping_add(r.min(rows - 1) * a_rs))
-    }
-
     /// Row `r`'s pair `q` of bf16 values, as one i32 to broadcast.
     #[inline(always)]
     unsafe fn pair(rows: &[*const u8], r: usize, q: usize) -> i32 {
@@ -329,7 +315,7 @@ mod x86 {
             acc: &mut [f32; MAX_MR * NR],
             accumulate: bool,
         ) {
-            let p = row_ptrs::<MR>(a, a_rs, rows);
+            let p = crate::cpu::gemm::tile_rows::<MR>(a, a_rs, rows);
             // SAFETY: the loads stay inside the tile's rows and the panel (the trait's contract); bf16 vectors are
             // reinterpreted bits.
             unsafe {
@@ -385,7 +371,7 @@ mod x86 {
             acc: &mut [f32; MAX_MR * NR],
             accumulate: bool,
         ) {
-            let p = row_ptrs::<MR>(a, a_rs, rows);
+            let p = crate::cpu::gemm::tile_rows::<MR>(a, a_rs, rows);
             // SAFETY: as for `Avx512`.
             unsafe {
                 let mut c = [[_mm256_setzero_ps(); 4]; MR];
@@ -443,7 +429,7 @@ mod x86 {
             acc: &mut [f32; MAX_MR * NR],
             accumulate: bool,
         ) {
-            let p = row_ptrs::<MR>(a, a_rs, rows);
+            let p = crate::cpu::gemm::tile_rows::<MR>(a, a_rs, rows);
             // SAFETY: as for `Avx512`; A's cells are f32s.
             unsafe {
                 let high = _mm256_set1_epi32(0xFFFF_0000_u32 as i32);

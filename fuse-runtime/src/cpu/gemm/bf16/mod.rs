@@ -135,21 +135,14 @@ impl Bf16B {
         }
         let (k, n) = (view.k, view.n);
         let k2 = k.next_multiple_of(2);
-        let too_big = || Error::OutOfMemory {
-            what: "bf16 packed weights",
-            bytes: None,
-            available: None,
-        };
-        let len = k2.checked_mul(n.next_multiple_of(NR)).ok_or_else(too_big)?;
-        let mut panels = Vec::new();
-        panels
-            .try_reserve_exact(len)
-            .map_err(|_| Error::OutOfMemory {
+        let len = k2
+            .checked_mul(n.next_multiple_of(NR))
+            .ok_or(Error::OutOfMemory {
                 what: "bf16 packed weights",
-                bytes: Some(2 * len),
+                bytes: None,
                 available: None,
             })?;
-        panels.resize(len, 0);
+        let mut panels = super::zeroed_pack("bf16 packed weights", len)?;
         for j in 0..n {
             let (panel, lane) = (j / NR, j % NR);
             for l in 0..k {
@@ -204,7 +197,7 @@ impl Bf16B {
         if m == 0 || n == 0 {
             return;
         }
-        let call = kernels::Call {
+        let call = super::PackCall {
             pack: self,
             m,
             n,

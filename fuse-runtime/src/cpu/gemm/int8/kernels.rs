@@ -4,7 +4,6 @@
 
 use super::quantize::quantize_row;
 use super::{Int8Kernel, QuantB, A_GROUP, NR};
-use crate::cpu::gemm::Strided;
 use crate::cpu::scratch::{with_buffer, GEMM_A, GEMM_B};
 
 /// Rows of the tallest tile.
@@ -24,15 +23,8 @@ const GROUP_QUADS: usize = A_GROUP / 4;
 /// the block passes it; deeper products carry each tile's f32 sums across blocks.
 const KC_GROUPS: usize = 4;
 
-/// One product: C[m×n] = A[m×k] · B[:, col0..col0 + n] with B in `pack`.
-pub(super) struct Call<'p> {
-    pub pack: &'p QuantB,
-    pub m: usize,
-    pub n: usize,
-    pub col0: usize,
-    pub a: Strided<*const f32>,
-    pub c: Strided<*mut f32>,
-}
+/// One product over a pack of this precision.
+pub(super) type Call<'p> = super::super::PackCall<'p, QuantB>;
 
 /// What a tile needs to dequantise the activation groups of one call: for its row `r` and the call's group `g`,
 /// the scale `scales[r · row_stride + g]` and zero point `zeros[..]` alike (rows past the tile's last reuse the
@@ -373,12 +365,6 @@ mod x86 {
         unsafe { (rows[r].add(8 * g) as *const i64).read_unaligned() }
     }
 
-    /// Row pointers of a tile, rows past `rows` repeating the last.
-    #[inline(always)]
-    fn row_ptrs<const MR: usize>(a: *const u8, a_rs: usize, rows: usize) -> [*const u8; MR] {
-        std::array::from_fn(|r| a.wrapping_add(r.min(rows - 1) * a_rs))
-    }
-
     /// `out (+)= (sums − zero · col_sums) · scale` over 8 columns of one row: one group's i32 sums dequantised
     /// into the tile's f32 sums (the correction is exact in f32: both terms are integers below 2²⁴).
     ///
@@ -462,7 +448,7 @@ mod x86 {
             acc: &mut [f32; MAX_MR * NR],
             accumulate: bool,
         ) {
-            let p = row_ptrs::<MR>(a, a_rs, rows);
+            let p = crate::cpu::gemm::tile_rows::<MR>(a, a_rs, rows);
             // SAFETY: the loads stay inside the tile's rows, the panel and the groups' arrays (the trait's
             // contract); the caller is compiled with AVX-512 VNNI.
             unsafe {
@@ -516,7 +502,7 @@ mod x86 {
             acc: &mut [f32; MAX_MR * NR],
             accumulate: bool,
         ) {
-            let p = row_ptrs::<MR>(a, a_rs, rows);
+            let p = crate::cpu::gemm::tile_rows::<MR>(a, a_rs, rows);
             // SAFETY: as for `Vnni512`, compiled with AVX-512 VNNI and VL.
             unsafe {
                 let mut q0 = 0;
@@ -583,7 +569,7 @@ mod x86 {
             acc: &mut [f32; MAX_MR * NR],
             accumulate: bool,
         ) {
-            let p = row_ptrs::<MR>(a, a_rs, rows);
+            let p = crate::cpu::gemm::tile_rows::<MR>(a, a_rs, rows);
             // SAFETY: as for `Vnni512`, compiled with AVX2.
             unsafe {
                 for s in 0..NR / 8 {

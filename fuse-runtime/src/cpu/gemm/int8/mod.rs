@@ -181,7 +181,7 @@ impl QuantB {
             bytes: None,
             available: None,
         })?;
-        let mut panels = zeroed(bytes)?;
+        let mut panels = super::zeroed_pack("int8 packed weights", bytes)?;
         let mut scales = vec![0.0f32; width];
         let mut col_sums = vec![0.0f32; k.div_ceil(A_GROUP).max(1) * width];
         let at = |l: usize, j: usize| source[view.offset + l * view.rs + j * view.cs];
@@ -253,7 +253,7 @@ impl QuantB {
         if m == 0 || n == 0 {
             return;
         }
-        let call = kernels::Call {
+        let call = super::PackCall {
             pack: self,
             m,
             n,
@@ -264,16 +264,4 @@ impl QuantB {
         // SAFETY: forwarded contract, on a kernel this CPU runs.
         unsafe { kernels::run(kernel, &call) }
     }
-}
-
-/// A zeroed byte buffer, or [`Error::OutOfMemory`].
-fn zeroed(bytes: usize) -> Result<Vec<i8>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(bytes).map_err(|_| Error::OutOfMemory {
-        what: "int8 packed weights",
-        bytes: Some(bytes),
-        available: None,
-    })?;
-    v.resize(bytes, 0);
-    Ok(v)
 }
