@@ -3,7 +3,7 @@
 //! loop of it alone (each 32-bit lane does two multiply-adds).
 
 use fuse_runtime::cpu::gemm::bf16::{Bf16B, Bf16Kernel};
-use fuse_runtime::cpu::gemm::{BView, Strided};
+use fuse_runtime::cpu::gemm::Strided;
 
 use super::Shape;
 
@@ -12,47 +12,27 @@ const STEPS: usize = 1_000_000;
 
 /// GFLOP/s of one thread's `vdpbf16ps` on 256-bit and 512-bit vectors.
 pub fn peaks() -> Vec<(&'static str, f64)> {
-    let mut peaks = Vec::new();
     #[cfg(target_arch = "x86_64")]
     if Bf16Kernel::supported().contains(&Bf16Kernel::Avx512Ymm) {
-        type PeakLoop = unsafe fn(usize) -> f32;
-        let runs: [(&str, usize, PeakLoop); 2] = [
-            ("256-bit", 8, x86::dpbf16_256),
-            ("512-bit", 16, x86::dpbf16_512),
+        // Per step: every accumulator's lanes, two multiply-adds each, two operations per multiply-add.
+        let per_lane = x86::ACCUMULATORS * 2 * 2;
+        let runs: [super::PeakRun<f32>; 2] = [
+            ("256-bit", 8 * per_lane, x86::dpbf16_256),
+            ("512-bit", 16 * per_lane, x86::dpbf16_512),
         ];
-        for (name, lanes, run) in runs {
-            // SAFETY: the CPU has AVX-512 BF16 and VL (checked above).
-            let best = super::best_seconds(|| unsafe { run(std::hint::black_box(STEPS)) });
-            let flops = (STEPS * x86::ACCUMULATORS * lanes * 2 * 2) as f64;
-            peaks.push((name, flops / best / 1e9));
-        }
+        // SAFETY: the CPU has AVX-512 BF16 and VL (checked above).
+        return unsafe { super::loop_rates(STEPS, &runs) };
     }
-    peaks
+    Vec::new()
 }
 
 /// Prints the bf16 kernels' rates on `shapes`, against `peak` (its name and GFLOP/s) where there is one.
 pub fn report(shapes: &[Shape], peak: Option<(&str, f64)>) {
     let kernels = Bf16Kernel::supported();
-    let header = match peak {
-        Some((name, _)) => format!("bf16 shape (m×k×n), GFLOP/s (% of {name} peak)"),
-        None => "bf16 shape (m×k×n), GFLOP/s".to_string(),
-    };
-    print!("{header:<60}");
-    for k in &kernels {
-        print!(" {:>18}", format!("{k:?}"));
-    }
+    super::print_header("bf16", "GFLOP/s", peak, &kernels);
     println!();
     for s in shapes {
-        let a: Vec<f32> = (0..s.m * s.k).map(|i| (i % 7) as f32 * 0.1 - 0.3).collect();
-        let b_len = (s.k - 1) * s.rsb + (s.n - 1) * s.csb + 1;
-        let b: Vec<f32> = (0..b_len).map(|i| (i % 5) as f32 * 0.1 - 0.2).collect();
-        let view = BView {
-            offset: 0,
-            rs: s.rsb,
-            cs: s.csb,
-            k: s.k,
-            n: s.n,
-        };
+        let (a, b, view) = s.reduced_operands();
         let pack = Bf16B::new(&b, view).unwrap().unwrap();
         let mut c = vec![0.0f32; s.m * s.n];
         let flops = 2.0 * (s.m * s.n * s.k) as f64;
@@ -68,14 +48,7 @@ pub fn report(shapes: &[Shape], peak: Option<(&str, f64)>) {
                 )
             }
         });
-        print!("{:<60}", format!("{} {}×{}×{}", s.what, s.m, s.k, s.n));
-        for &t in &best {
-            let gflops = flops / t / 1e9;
-            let share = peak.map_or(String::new(), |(_, p)| {
-                format!(" ({:.0} %)", 100.0 * gflops / p)
-            });
-            print!(" {:>18}", format!("{gflops:.0}{share}"));
-        }
+        super::print_rates(s, flops, &best, peak);
         println!();
     }
 }

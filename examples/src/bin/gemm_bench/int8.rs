@@ -5,7 +5,7 @@
 
 use fuse_examples::timing::thread_seconds;
 use fuse_runtime::cpu::gemm::int8::{Int8Kernel, QuantB};
-use fuse_runtime::cpu::gemm::{BView, Strided};
+use fuse_runtime::cpu::gemm::Strided;
 
 use super::{Shape, ROUNDS};
 
@@ -14,44 +14,40 @@ const STEPS: usize = 1_000_000;
 
 /// GOP/s of one thread's `vpdpbusd` on 256-bit and 512-bit vectors (four multiply-adds per 32-bit lane).
 pub fn vnni_peaks() -> Vec<(&'static str, f64)> {
-    let mut peaks = Vec::new();
     #[cfg(target_arch = "x86_64")]
     if Int8Kernel::supported().contains(&Int8Kernel::Vnni256) {
-        type PeakLoop = unsafe fn(usize) -> i32;
-        let runs: [(&str, usize, PeakLoop); 2] = [
-            ("256-bit", 8, x86::dpbusd_256),
-            ("512-bit", 16, x86::dpbusd_512),
+        // Per step: every accumulator's lanes, four multiply-adds each, two operations per multiply-add.
+        let per_lane = x86::ACCUMULATORS * 4 * 2;
+        let runs: [super::PeakRun<i32>; 2] = [
+            ("256-bit", 8 * per_lane, x86::dpbusd_256),
+            ("512-bit", 16 * per_lane, x86::dpbusd_512),
         ];
-        for (name, lanes, run) in runs {
-            // SAFETY: the CPU has AVX-512 VNNI and VL (checked above).
-            let best = super::best_seconds(|| unsafe { run(std::hint::black_box(STEPS)) });
-            let ops = (STEPS * x86::ACCUMULATORS * lanes * 4 * 2) as f64;
-            peaks.push((name, ops / best / 1e9));
-        }
+        // SAFETY: the CPU has AVX-512 VNNI and VL (checked above).
+        return unsafe { super::loop_rates(STEPS, &runs) };
     }
-    peaks
+    Vec::new()
 }
 
 /// GOP/s of one thread's AVX2 integer multiply-adds without VNNI: `vpmaddwd` + `vpaddd` on i16 pairs (what the
 /// AVX2 tile issues per 16 multiply-adds), and `vpmaddubsw` + `vpmaddwd` by ones + `vpaddd` on u8 × s8 quads
 /// (32 multiply-adds, the sequence ONNX Runtime's AVX2 kernel issues; exact only while pair sums fit i16).
 pub fn avx2_peaks() -> Vec<(&'static str, f64)> {
-    let mut peaks = Vec::new();
     #[cfg(target_arch = "x86_64")]
     if Int8Kernel::supported().contains(&Int8Kernel::Avx2) {
-        type PeakLoop = unsafe fn(usize) -> i32;
-        let runs: [(&str, usize, PeakLoop); 2] = [
-            ("vpmaddwd (i16 pairs)", 16, x86::maddwd_256),
-            ("vpmaddubsw+vpmaddwd (u8 × s8 quads)", 32, x86::maddubsw_256),
+        // Per step: every accumulator's multiply-adds, two operations each.
+        let per_mac = x86::AVX2_ACCUMULATORS * 2;
+        let runs: [super::PeakRun<i32>; 2] = [
+            ("vpmaddwd (i16 pairs)", 16 * per_mac, x86::maddwd_256),
+            (
+                "vpmaddubsw+vpmaddwd (u8 × s8 quads)",
+                32 * per_mac,
+                x86::maddubsw_256,
+            ),
         ];
-        for (name, macs, run) in runs {
-            // SAFETY: the CPU has AVX2 (checked above).
-            let best = super::best_seconds(|| unsafe { run(std::hint::black_box(STEPS)) });
-            let ops = (STEPS * x86::AVX2_ACCUMULATORS * macs * 2) as f64;
-            peaks.push((name, ops / best / 1e9));
-        }
+        // SAFETY: the CPU has AVX2 (checked above).
+        return unsafe { super::loop_rates(STEPS, &runs) };
     }
-    peaks
+    Vec::new()
 }
 
 /// Prints the int8 kernels' rates on `shapes`, against `peak` (its name and GOP/s) where there is one.
@@ -61,26 +57,10 @@ pub fn report(shapes: &[Shape], peak: Option<(&str, f64)>) {
         .iter()
         .position(|&k| k == Int8Kernel::best())
         .unwrap_or(0);
-    let header = match peak {
-        Some((name, _)) => format!("int8 shape (m×k×n), GOP/s (% of {name} peak)"),
-        None => "int8 shape (m×k×n), GOP/s".to_string(),
-    };
-    print!("{header:<60}");
-    for k in &kernels {
-        print!(" {:>18}", format!("{k:?}"));
-    }
+    super::print_header("int8", "GOP/s", peak, &kernels);
     println!(" {:>18}", "quantise A (share)");
     for s in shapes {
-        let a: Vec<f32> = (0..s.m * s.k).map(|i| (i % 7) as f32 * 0.1 - 0.3).collect();
-        let b_len = (s.k - 1) * s.rsb + (s.n - 1) * s.csb + 1;
-        let b: Vec<f32> = (0..b_len).map(|i| (i % 5) as f32 * 0.1 - 0.2).collect();
-        let view = BView {
-            offset: 0,
-            rs: s.rsb,
-            cs: s.csb,
-            k: s.k,
-            n: s.n,
-        };
+        let (a, b, view) = s.reduced_operands();
         let pack = QuantB::new(&b, view).unwrap().unwrap();
         let mut c = vec![0.0f32; s.m * s.n];
         let ops = 2.0 * (s.m * s.n * s.k) as f64;
@@ -117,14 +97,7 @@ pub fn report(shapes: &[Shape], peak: Option<(&str, f64)>) {
             }
             quant = quant.min((thread_seconds() - start) / reps as f64);
         }
-        print!("{:<60}", format!("{} {}×{}×{}", s.what, s.m, s.k, s.n));
-        for &t in &best {
-            let gops = ops / t / 1e9;
-            let share = peak.map_or(String::new(), |(_, p)| {
-                format!(" ({:.0} %)", 100.0 * gops / p)
-            });
-            print!(" {:>18}", format!("{gops:.0}{share}"));
-        }
+        super::print_rates(s, ops, &best, peak);
         println!(
             " {:>18}",
             format!(

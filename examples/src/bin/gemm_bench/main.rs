@@ -23,6 +23,76 @@ struct Shape {
     csb: usize,
 }
 
+impl Shape {
+    /// Signed operands for the reduced-precision kernels: A (m×k, row-major), B's buffer and its view.
+    fn reduced_operands(&self) -> (Vec<f32>, Vec<f32>, BView) {
+        let a = (0..self.m * self.k)
+            .map(|i| (i % 7) as f32 * 0.1 - 0.3)
+            .collect();
+        let b_len = (self.k - 1) * self.rsb + (self.n - 1) * self.csb + 1;
+        let b = (0..b_len).map(|i| (i % 5) as f32 * 0.1 - 0.2).collect();
+        let view = BView {
+            offset: 0,
+            rs: self.rsb,
+            cs: self.csb,
+            k: self.k,
+            n: self.n,
+        };
+        (a, b, view)
+    }
+}
+
+/// Prints the head of a kernels table: `what` per shape in `unit`, against `peak` where there is one, a column
+/// per kernel.
+fn print_header<K: std::fmt::Debug>(
+    what: &str,
+    unit: &str,
+    peak: Option<(&str, f64)>,
+    kernels: &[K],
+) {
+    let header = match peak {
+        Some((name, _)) => format!("{what} shape (m×k×n), {unit} (% of {name} peak)"),
+        None => format!("{what} shape (m×k×n), {unit}"),
+    };
+    print!("{header:<60}");
+    for k in kernels {
+        print!(" {:>18}", format!("{k:?}"));
+    }
+}
+
+/// Prints a shape's row of a kernels table: each kernel's rate from its best time, and its share of `peak`.
+fn print_rates(s: &Shape, ops: f64, best: &[f64], peak: Option<(&str, f64)>) {
+    print!("{:<60}", format!("{} {}×{}×{}", s.what, s.m, s.k, s.n));
+    for &t in best {
+        let rate = ops / t / 1e9;
+        let share = peak.map_or(String::new(), |(_, p)| {
+            format!(" ({:.0} %)", 100.0 * rate / p)
+        });
+        print!(" {:>18}", format!("{rate:.0}{share}"));
+    }
+}
+
+/// A peak loop: runs its steps, returns a value of its accumulators (so nothing is dead code).
+type PeakLoop<R> = unsafe fn(usize) -> R;
+
+/// A peak loop with its name and its operations per step.
+type PeakRun<R> = (&'static str, usize, PeakLoop<R>);
+
+/// Rates (G operations per second) of peak loops, best of [`ROUNDS`]: each `(name, ops per step, loop)` runs
+/// `steps` steps.
+///
+/// # Safety
+/// This CPU runs every loop's instruction set.
+unsafe fn loop_rates<R>(steps: usize, runs: &[PeakRun<R>]) -> Vec<(&'static str, f64)> {
+    runs.iter()
+        .map(|&(name, ops, run)| {
+            // SAFETY: the caller's contract.
+            let best = best_seconds(|| unsafe { run(std::hint::black_box(steps)) });
+            (name, (steps * ops) as f64 / best / 1e9)
+        })
+        .collect()
+}
+
 const fn shape(what: &'static str, m: usize, k: usize, n: usize, rsb: usize, csb: usize) -> Shape {
     Shape {
         what,
