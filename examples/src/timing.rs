@@ -102,3 +102,35 @@ pub fn thread_seconds() -> f64 {
     static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
     START.get_or_init(Instant::now).elapsed().as_secs_f64()
 }
+
+/// The weight-streaming floor of a decoding step, measured beside the steps: the time to read as many bytes as a
+/// step's weights from memory on every worker thread. On a shared machine the read bandwidth moves between
+/// minutes (W5's floor measured 1.7× apart in two sittings), so a floor measured once cannot judge a step
+/// measured later; read between the steps, each step is compared with the floor of its own moment.
+pub struct StreamFloor {
+    words: Vec<u64>,
+}
+
+impl StreamFloor {
+    /// A buffer of `bytes` (rounded up to 8), written once so that its pages exist; far larger than any cache for
+    /// a model's weights, so each read comes from memory.
+    pub fn new(bytes: usize) -> StreamFloor {
+        StreamFloor {
+            words: (0..bytes.div_ceil(8) as u64).collect(),
+        }
+    }
+
+    /// Milliseconds of one read of the whole buffer, split between the worker threads as a decoding step's
+    /// weight reads are.
+    pub fn read_ms(&self) -> f64 {
+        use rayon::prelude::*;
+        let start = Instant::now();
+        let sum = self
+            .words
+            .par_chunks(1 << 16)
+            .map(|chunk| chunk.iter().fold(0u64, |a, &w| a.wrapping_add(w)))
+            .reduce(|| 0, u64::wrapping_add);
+        std::hint::black_box(sum);
+        start.elapsed().as_secs_f64() * 1e3
+    }
+}

@@ -7,7 +7,9 @@
 //! generate --bench [--json] [--precision f32|int8|bf16]
 //!                                benchmark W5: SmolLM-135M's shape, the prefill of 128 tokens at batch 1, then
 //!                                decoding with the KV cache: 128 new tokens after a 128-token prefill, at batch
-//!                                1 and 8 (FUSE_PROFILE=1: the prefill's slowest kernels too)
+//!                                1 and 8, each decode step followed by a read of as many bytes as its packed
+//!                                weights (the weight-streaming floor of that moment; FUSE_PROFILE=1: the
+//!                                prefill's slowest kernels in both plans too)
 //! generate --bench --profile [--batch N] [--precision f32|int8|bf16]
 //!                                where one decode step (batch 1 or N, after a 128-token prefill) spends its
 //!                                time: each kernel name's summed ms, and the call's time outside kernels
@@ -24,7 +26,7 @@ use fuse_examples::models::llama::{
     inputs, last_logits, smollm::SmolLm, smollm::SmolLmCached, tiny::TinyLlama,
     tiny::TinyLlamaCached, CachedDecoder,
 };
-use fuse_examples::timing::{cpu_line, json_line, precision_arg, sample_ms, threads};
+use fuse_examples::timing::{cpu_line, json_line, precision_arg, sample_ms, threads, StreamFloor};
 use fuse_runtime::generate::{
     generate, generate_batch_indexed, Decoding, GenerateOptions, Sampler, Sampling,
 };
@@ -129,17 +131,37 @@ fn bench_prompts(vocab: usize, batch: usize) -> Vec<Vec<i64>> {
         .collect()
 }
 
-/// `(prefill ms, first decode step ms, mean ms of the later steps)`.
-fn bench_decode(m: &Loaded, batch: usize) -> Result<(f64, f64, f64), Box<dyn std::error::Error>> {
+/// One W5 decoding run's figures, in ms. Each decode step is followed by a read of as many bytes as the step's
+/// weights ([`StreamFloor`]), so every step has the floor of its own moment beside it.
+struct DecodeRun {
+    prefill: f64,
+    first_step: f64,
+    /// The floor read right after the first step.
+    first_floor: f64,
+    /// Mean of the later steps (what tokens/s is computed from).
+    mean_step: f64,
+    /// Medians of the later steps, of their floors, and of each step's floor ÷ its time.
+    median_step: f64,
+    median_floor: f64,
+    median_share: f64,
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn bench_decode(m: &Loaded, batch: usize) -> Result<DecodeRun, Box<dyn std::error::Error>> {
     let prompts = bench_prompts(m.vocab, batch);
     let options = GenerateOptions {
         decoding: Decoding::Greedy,
         max_new_tokens: 128,
         stop_tokens: vec![],
     };
+    let floor = StreamFloor::new(m.model.packed_weight_bytes());
     let mut decoder =
         CachedDecoder::new(&m.model, PlanMode::Fused, batch, m.head_dim, m.vocab, THETA)?;
-    let (mut prefill, mut first_step, mut steps, mut calls) = (0.0, 0.0, 0.0, 0usize);
+    let (mut prefill, mut steps, mut floors) = (0.0, Vec::new(), Vec::new());
     generate_batch_indexed(
         &prompts,
         &options,
@@ -147,27 +169,38 @@ fn bench_decode(m: &Loaded, batch: usize) -> Result<(f64, f64, f64), Box<dyn std
             let start = std::time::Instant::now();
             let rows = decoder.next_logits(running, sequences);
             let ms = start.elapsed().as_secs_f64() * 1e3;
-            match calls {
-                0 => prefill = ms,
-                1 => first_step = ms,
-                _ => steps += ms,
+            // The first call prefills and picks the first new token; each later one is a decode step.
+            if prefill == 0.0 {
+                prefill = ms;
+            } else {
+                steps.push(ms);
+                floors.push(floor.read_ms());
             }
-            calls += 1;
             rows
         },
         |_, _| ControlFlow::Continue(()),
     )?;
-    // The first call prefills and picks the first new token; each later one is a decode step, the first of which
-    // is reported apart (the issue asks that it cost no more than a later one).
-    Ok((prefill, first_step, steps / (calls.max(3) - 2) as f64))
+    let (first_step, first_floor) = (steps[0], floors[0]);
+    // The first step is reported apart (the issue asks that it cost no more than a later one).
+    let later = &steps[1.min(steps.len())..];
+    let later_floors = &floors[1.min(floors.len())..];
+    Ok(DecodeRun {
+        prefill,
+        first_step,
+        first_floor,
+        mean_step: later.iter().sum::<f64>() / later.len().max(1) as f64,
+        median_step: median(later.to_vec()),
+        median_floor: median(later_floors.to_vec()),
+        median_share: median(later_floors.iter().zip(later).map(|(f, s)| f / s).collect()),
+    })
 }
 
 /// W5's prefill: one forward over 128 tokens at batch 1, SmolLM-135M's shape, seeded weights; then its decoding.
 fn bench(json: bool, precision: CpuPrecision) -> Result<(), Box<dyn std::error::Error>> {
     let cached = load("smollm", None, 1, true, precision)?;
     for batch in [1, 8] {
-        let (prefill, first_step, step) = bench_decode(&cached, batch)?;
-        let tokens_per_s = batch as f64 * 1e3 / step;
+        let run = bench_decode(&cached, batch)?;
+        let tokens_per_s = batch as f64 * 1e3 / run.mean_step;
         if json {
             let line = serde_json::json!({
                 "workload": "W5",
@@ -177,9 +210,13 @@ fn bench(json: bool, precision: CpuPrecision) -> Result<(), Box<dyn std::error::
                 "batch": batch,
                 "prompt": 128,
                 "new_tokens": 128,
-                "prefill_ms": prefill,
-                "first_step_ms": first_step,
-                "ms_per_step": step,
+                "prefill_ms": run.prefill,
+                "first_step_ms": run.first_step,
+                "first_step_floor_ms": run.first_floor,
+                "ms_per_step": run.mean_step,
+                "median_step_ms": run.median_step,
+                "median_floor_ms": run.median_floor,
+                "median_share_of_floor": run.median_share,
                 "tokens_per_s": tokens_per_s,
                 "threads": threads(),
             });
@@ -187,7 +224,20 @@ fn bench(json: bool, precision: CpuPrecision) -> Result<(), Box<dyn std::error::
         } else {
             println!(
                 "W5 decode {precision} (SmolLM-135M shape, KV cache, 128 new tokens after a 128-token prefill), batch \
-                 {batch}: {step:.1} ms/step, {tokens_per_s:.1} tokens/s (prefill {prefill:.0} ms, first step {first_step:.1} ms)"
+                 {batch}: {:.1} ms/step, {tokens_per_s:.1} tokens/s (prefill {:.0} ms, first step {:.1} ms)",
+                run.mean_step, run.prefill, run.first_step
+            );
+            println!(
+                "    against the weight-streaming floor read after each step ({:.0} MB): median step {:.1} ms, \
+                 median floor {:.1} ms, median floor/step {:.0} %; first step {:.1} ms against its floor {:.1} ms \
+                 ({:.0} %)",
+                cached.model.packed_weight_bytes() as f64 / 1e6,
+                run.median_step,
+                run.median_floor,
+                100.0 * run.median_share,
+                run.first_step,
+                run.first_floor,
+                100.0 * run.first_floor / run.first_step
             );
         }
     }
@@ -221,11 +271,14 @@ fn bench(json: bool, precision: CpuPrecision) -> Result<(), Box<dyn std::error::
         println!("cpu: {}\nthreads: {}", cpu_line(), threads());
     }
     if std::env::var_os("FUSE_PROFILE").is_some() {
-        // The kernels taking most of the fused prefill, summed over the layers by kernel function.
-        let mut rows = m.model.profile(PlanMode::Fused, &refs, 3)?;
-        rows.sort_by(|a, b| b.1.total_cmp(&a.1));
-        for (name, ms) in rows.iter().take(12) {
-            println!("  {name:<24} {ms:8.3} ms");
+        // The kernels taking most of each plan's prefill, summed over the layers by kernel function.
+        for mode in [PlanMode::Fused, PlanMode::Eager] {
+            let mut rows = m.model.profile(mode, &refs, 3)?;
+            rows.sort_by(|a, b| b.1.total_cmp(&a.1));
+            println!("  {mode:?} plan:");
+            for (name, ms) in rows.iter().take(12) {
+                println!("  {name:<24} {ms:8.3} ms");
+            }
         }
     }
     Ok(())

@@ -1,10 +1,16 @@
 //! Products of few rows (a decoder's step: one row per sequence) against a B packed at load. The register tile
 //! computes MR rows at a time, so one row wasted most of its FMAs and, worse, paced the stream of B by the
 //! tile's loop; a step is bound by reading the weights once. Here each panel of B (k rows of NR floats, as
-//! [`super::PackedB`] lays it out) is read once, front to back, into a row's accumulators: memory-bound as it
-//! should be. Rows go in pairs over the same panel, so the panel comes from cache after the first pair.
+//! [`super::PackedB`] lays it out) is read once, front to back, into the rows' accumulators: memory-bound as it
+//! should be.
+//!
+//! Two kernels ([`GemvKernel`]). With AVX2's 16 registers, rows go in pairs over the same panel, so the panel
+//! comes from cache after the first pair. With AVX-512's 32 registers every row (up to 8) takes one pass over
+//! the panel, A's elements broadcast straight from memory into the FMAs: 8 rows read each panel once instead of
+//! four times, which matters once the step is bound by arithmetic rather than the stream (W5's batch-8 step).
 
 use core::arch::x86_64::*;
+use std::sync::OnceLock;
 
 use super::Strided;
 
@@ -13,6 +19,56 @@ use super::Strided;
 /// above it the register tile's reuse of B wins.
 pub const GEMV_MAX_ROWS: usize = 8;
 
+/// Which kernel runs few-row products.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GemvKernel {
+    /// AVX2 and FMA: rows in pairs, two accumulator sets per row (even and odd depths).
+    Avx2Pairs,
+    /// AVX-512: all rows in one pass over each panel, 512-bit vectors.
+    Avx512,
+}
+
+impl GemvKernel {
+    /// The kernel few-row products run on here: AVX-512 wherever the CPU has it (on a core that splits 512-bit
+    /// operations too, for its registers rather than its width).
+    pub fn best() -> GemvKernel {
+        static BEST: OnceLock<GemvKernel> = OnceLock::new();
+        *BEST.get_or_init(|| GemvKernel::supported()[0])
+    }
+
+    /// Every kernel this CPU runs, preferred first (the packed GEMM needs AVX2, so that one is always here).
+    pub fn supported() -> Vec<GemvKernel> {
+        let mut all = Vec::new();
+        if crate::cpu::math::dispatch_avx512() {
+            all.push(GemvKernel::Avx512);
+        }
+        all.push(GemvKernel::Avx2Pairs);
+        all
+    }
+}
+
+/// C ← α·A·B + β·C for `m` ≤ [`GEMV_MAX_ROWS`] rows on `kernel` (see [`gemv_packed_avx2`]).
+///
+/// # Safety
+/// As [`gemv_packed_avx2`]; `kernel` is one of [`GemvKernel::supported`].
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemv_packed_on(
+    kernel: GemvKernel,
+    dims: (usize, usize, usize),
+    nr: usize,
+    alpha: f32,
+    a: Strided<*const f32>,
+    panels: *const f32,
+    beta: f32,
+    c: Strided<*mut f32>,
+) {
+    // SAFETY (both): the caller's contract, on a kernel this CPU runs.
+    match kernel {
+        GemvKernel::Avx512 => unsafe { gemv_packed_avx512(dims, nr, alpha, a, panels, beta, c) },
+        GemvKernel::Avx2Pairs => unsafe { gemv_packed_avx2(dims, nr, alpha, a, panels, beta, c) },
+    }
+}
+
 /// C ← α·A·B + β·C for `m` ≤ [`GEMV_MAX_ROWS`] rows, B the packed panels starting at `panels` (`nr` columns
 /// each, depth `k`), over `n` columns (the last panel may be partial: its padding columns are read, not stored).
 ///
@@ -20,7 +76,7 @@ pub const GEMV_MAX_ROWS: usize = 8;
 /// The CPU runs AVX2 and FMA; `nr` is 16 or 32; the panels hold `n.div_ceil(nr)` panels of `k × nr` floats; A and
 /// C satisfy `super::sgemm`'s contract for (m, k, n).
 #[target_feature(enable = "avx2,fma")]
-pub unsafe fn gemv_packed(
+unsafe fn gemv_packed_avx2(
     (m, k, n): (usize, usize, usize),
     nr: usize,
     alpha: f32,
@@ -65,7 +121,7 @@ pub unsafe fn gemv_packed(
 /// on the FMA's latency.
 ///
 /// # Safety
-/// As [`gemv_packed`], for this panel and these rows.
+/// As [`gemv_packed_avx2`], for this panel and these rows.
 // The accumulators are indexed by row and vector alike, as the registers they stand for.
 #[allow(clippy::needless_range_loop)]
 #[inline]
@@ -126,16 +182,142 @@ unsafe fn panel_rows<const M: usize, const V: usize>(
                 )
             };
         }
-        for (j, &sum) in sums[..cols].iter().enumerate() {
-            // SAFETY: (r, j) is inside C (the caller's contract); with β = 0 C is only written.
-            unsafe {
-                let dst = c.ptr.offset(r as isize * c.rs + j as isize * c.cs);
-                *dst = if beta == 0.0 {
-                    alpha * sum
-                } else {
-                    alpha * sum + beta * *dst
-                };
+        // SAFETY: row r's first `cols` columns are inside C (the caller's contract).
+        unsafe { store_row(&sums[..cols], r, alpha, beta, c) };
+    }
+}
+
+/// C[r][j] ← α·sums[j] + β·C[r][j] for every j of `sums` (C is only written when β = 0, so it may hold NaN).
+///
+/// # Safety
+/// Row `r`'s first `sums.len()` columns are inside C.
+#[inline(always)]
+unsafe fn store_row(sums: &[f32], r: usize, alpha: f32, beta: f32, c: Strided<*mut f32>) {
+    for (j, &sum) in sums.iter().enumerate() {
+        // SAFETY: (r, j) is inside C (the caller's contract).
+        unsafe {
+            let dst = c.ptr.offset(r as isize * c.rs + j as isize * c.cs);
+            *dst = if beta == 0.0 {
+                alpha * sum
+            } else {
+                alpha * sum + beta * *dst
+            };
+        }
+    }
+}
+
+/// [`gemv_packed_avx2`] with AVX-512: every row in one pass over each panel.
+///
+/// # Safety
+/// As [`gemv_packed_avx2`], and the CPU runs AVX-512F.
+#[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+unsafe fn gemv_packed_avx512(
+    (m, k, n): (usize, usize, usize),
+    nr: usize,
+    alpha: f32,
+    a: Strided<*const f32>,
+    panels: *const f32,
+    beta: f32,
+    c: Strided<*mut f32>,
+) {
+    debug_assert!(m <= GEMV_MAX_ROWS && (nr == 16 || nr == 32));
+    let mut col0 = 0;
+    while col0 < n {
+        let cols = nr.min(n - col0);
+        // SAFETY: panel `col0 / nr` lies inside the packed panels (the caller's contract).
+        let panel = unsafe { panels.add(col0 * k) };
+        let c_at = Strided::new(c.ptr.wrapping_offset(col0 as isize * c.cs), c.rs, c.cs);
+        macro_rules! rows {
+            ($($m:literal)*) => {
+                match (m, nr) {
+                    $(
+                        ($m, 16) => panel_rows_512::<$m, 1>(k, cols, alpha, a, panel, beta, c_at),
+                        ($m, _) => panel_rows_512::<$m, 2>(k, cols, alpha, a, panel, beta, c_at),
+                    )*
+                    _ => {}
+                }
+            };
+        }
+        // SAFETY: rows 0..m and columns col0..col0 + cols of A and C are the caller's.
+        unsafe { rows!(1 2 3 4 5 6 7 8) };
+        col0 += nr;
+    }
+}
+
+/// `M` rows of C over one panel of `16·V` columns, the first `cols` of which are stored. Fewer than 8
+/// accumulators cannot keep the FMA units busy through their latency, so then a second set takes the odd depths.
+///
+/// # Safety
+/// As [`gemv_packed_avx512`], for this panel and these rows.
+// The accumulators are indexed by row and vector alike, as the registers they stand for.
+#[allow(clippy::needless_range_loop)]
+#[inline]
+#[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+unsafe fn panel_rows_512<const M: usize, const V: usize>(
+    k: usize,
+    cols: usize,
+    alpha: f32,
+    a: Strided<*const f32>,
+    panel: *const f32,
+    beta: f32,
+    c: Strided<*mut f32>,
+) {
+    let nr = 16 * V;
+    let two_sets = M * V < 8;
+    let mut even = [[_mm512_setzero_ps(); V]; M];
+    let mut odd = [[_mm512_setzero_ps(); V]; M];
+    let a_at = |r: usize, l: usize| {
+        // SAFETY: (r, l) is inside A (the caller's contract).
+        unsafe { *a.ptr.offset(r as isize * a.rs + l as isize * a.cs) }
+    };
+    let mut l = 0;
+    if two_sets {
+        while l + 2 <= k {
+            // SAFETY: depths l and l + 1 of the panel are inside it.
+            let (b0, b1) = unsafe { (panel.add(l * nr), panel.add((l + 1) * nr)) };
+            for r in 0..M {
+                let (x0, x1) = (_mm512_set1_ps(a_at(r, l)), _mm512_set1_ps(a_at(r, l + 1)));
+                for v in 0..V {
+                    // SAFETY: 16 floats at 16·v < nr of each depth's row.
+                    unsafe {
+                        even[r][v] =
+                            _mm512_fmadd_ps(x0, _mm512_loadu_ps(b0.add(16 * v)), even[r][v]);
+                        odd[r][v] = _mm512_fmadd_ps(x1, _mm512_loadu_ps(b1.add(16 * v)), odd[r][v]);
+                    }
+                }
+            }
+            l += 2;
+        }
+    }
+    while l < k {
+        // SAFETY: depth l of the panel is inside it.
+        let b0 = unsafe { panel.add(l * nr) };
+        let b = [0, 1].map(|v| {
+            // SAFETY: as above; a vector past nr (V = 1) is never loaded.
+            (v < V).then(|| unsafe { _mm512_loadu_ps(b0.add(16 * v)) })
+        });
+        for r in 0..M {
+            let x0 = _mm512_set1_ps(a_at(r, l));
+            for v in 0..V {
+                if let Some(bv) = b[v] {
+                    even[r][v] = _mm512_fmadd_ps(x0, bv, even[r][v]);
+                }
             }
         }
+        l += 1;
+    }
+    let mut sums = [0.0f32; 32];
+    for r in 0..M {
+        for v in 0..V {
+            // SAFETY: `sums` holds 32 ≥ 16·V floats.
+            unsafe {
+                _mm512_storeu_ps(
+                    sums.as_mut_ptr().add(16 * v),
+                    _mm512_add_ps(even[r][v], odd[r][v]),
+                )
+            };
+        }
+        // SAFETY: row r's first `cols` columns are inside C (the caller's contract).
+        unsafe { store_row(&sums[..cols], r, alpha, beta, c) };
     }
 }

@@ -26,7 +26,7 @@ mod test_cases;
 mod tile;
 
 #[cfg(target_arch = "x86_64")]
-pub use gemv::GEMV_MAX_ROWS;
+pub use gemv::{GemvKernel, GEMV_MAX_ROWS};
 /// Most rows a product over a packed B takes the few-rows path with (none where there is no such path).
 #[cfg(not(target_arch = "x86_64"))]
 pub const GEMV_MAX_ROWS: usize = 0;
@@ -639,10 +639,11 @@ mod tests {
         }
     }
 
-    /// Products of one to a few rows over a packed B take the streaming path (`gemv`): every row count it
-    /// takes and the first the tile takes, odd and even depths, partial last panels, a transposed A and a C with a
+    /// Products of one to a few rows over a packed B take the streaming path (`gemv`), on each of its kernels
+    /// this CPU runs: every row count it takes and the first the tile takes, odd and even depths, partial last panels, a transposed A and a C with a
     /// row stride of its own, β = 0 (C holds NaN) and β ≠ 0, against an f64 product.
     #[test]
+    #[cfg(target_arch = "x86_64")]
     fn few_row_products_over_a_packed_b_match_f64() {
         let mut seed = 9000;
         for backend in backends() {
@@ -665,15 +666,20 @@ mod tests {
                     let a = randv(k * m, seed + 1);
                     let c_rs = n + 3;
                     let c0 = randv(m * c_rs, seed + 2);
-                    for (alpha, beta) in [(1.0f32, 0.0f32), (0.5, -1.5)] {
+                    for ((alpha, beta), gemv) in [(1.0f32, 0.0f32), (0.5, -1.5)]
+                        .into_iter()
+                        .flat_map(|ab| GemvKernel::supported().into_iter().map(move |g| (ab, g)))
+                    {
                         let mut c = if beta == 0.0 {
                             vec![f32::NAN; m * c_rs]
                         } else {
                             c0.clone()
                         };
-                        // SAFETY: A is k×m row-major read as m×k; C holds m rows of stride c_rs ≥ n.
+                        // SAFETY: A is k×m row-major read as m×k; C holds m rows of stride c_rs ≥ n; the
+                        // kernel runs here.
                         unsafe {
-                            packed.sgemm(
+                            packed.sgemm_on(
+                                gemv,
                                 (m, k, n),
                                 0,
                                 alpha,
@@ -695,7 +701,7 @@ mod tests {
                                 let got = f64::from(c[i * c_rs + j]);
                                 assert!(
                                     (got - want).abs() <= 1e-5 * (scale + old.abs()) + 1e-30,
-                                    "{backend:?} {m}x{k}x{n} α {alpha} β {beta} at ({i}, {j}): {got} vs {want}"
+                                    "{backend:?} {gemv:?} {m}x{k}x{n} α {alpha} β {beta} at ({i}, {j}): {got} vs {want}"
                                 );
                             }
                             // The spare columns are not C's: untouched.

@@ -128,6 +128,31 @@ impl PackedB {
     /// [`PackedB::nr`] and `col0 + n` at most the packed width (all checked by assertions in debug builds).
     pub unsafe fn sgemm(
         &self,
+        dims: (usize, usize, usize),
+        col0: usize,
+        alpha: f32,
+        a: Strided<*const f32>,
+        beta: f32,
+        c: Strided<*mut f32>,
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: forwarded; `best` runs on this CPU.
+        unsafe {
+            self.sgemm_on(super::GemvKernel::best(), dims, col0, alpha, a, beta, c)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (dims, col0, alpha, a, beta, c);
+    }
+
+    /// [`PackedB::sgemm`] with a product of few rows on `gemv` (tests run each kernel).
+    ///
+    /// # Safety
+    /// As [`PackedB::sgemm`]; `gemv` is one of [`super::GemvKernel::supported`].
+    #[cfg(target_arch = "x86_64")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn sgemm_on(
+        &self,
+        gemv: super::GemvKernel,
         (m, k, n): (usize, usize, usize),
         col0: usize,
         alpha: f32,
@@ -138,13 +163,21 @@ impl PackedB {
         debug_assert!(k == self.view.k && col0.is_multiple_of(self.nr) && col0 + n <= self.view.n);
         let panels = self.panels.as_ptr().wrapping_add(col0 * self.view.k);
         // SAFETY: `new` only builds packs for a backend this CPU runs; the panels from `col0` hold the product's
-        // columns over the whole depth; A and C are the caller's.
-        #[cfg(target_arch = "x86_64")]
+        // columns over the whole depth; A and C are the caller's; `gemv` runs here (the caller's contract).
         unsafe {
             if m <= super::GEMV_MAX_ROWS && k > 0 {
                 // Few rows (a decoding step): stream each panel once instead of running the MR-row tile. Both
                 // backends that pack run AVX2.
-                return super::gemv::gemv_packed((m, k, n), self.nr, alpha, a, panels, beta, c);
+                return super::gemv::gemv_packed_on(
+                    gemv,
+                    (m, k, n),
+                    self.nr,
+                    alpha,
+                    a,
+                    panels,
+                    beta,
+                    c,
+                );
             }
             match self.backend {
                 Backend::Avx512 => super::driver::sgemm_prepacked::<super::avx512::Avx512>(
@@ -166,7 +199,5 @@ impl PackedB {
                 Backend::Portable => {}
             }
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = (m, k, n, alpha, a, beta, c, panels);
     }
 }
