@@ -37,6 +37,7 @@ pub fn cases(nr: usize) -> Vec<Case> {
         (3, 129, 64, false, 2, 0, 64),
         (4, 576, 96, true, 1, 32, 64),
         (8, 200, 40, false, 0, 0, 40),
+        (5, 700, 70, true, 1, 32, 38),
     ];
     let mut state = 0x853c_49e6_748f_ea9bu64;
     let mut next = |below: usize| {

@@ -294,7 +294,7 @@ mod x86 {
     }
 
     /// The 512-bit `vdpbf16ps` tile over `MR` rows: 12 for a block of rows (24 accumulators, two vectors of B and
-    /// A's broadcast in 32 registers); 1, 2 or 4 for a product of that few rows.
+    /// A's broadcast in 32 registers); 1, 2, 4 or 8 for a product of that few rows.
     pub struct Avx512<const MR: usize>;
 
     impl<const MR: usize> Tile for Avx512<MR> {
@@ -476,7 +476,9 @@ mod x86 {
         match call.m {
             1 => unsafe { drive::<Avx512<1>>(call) },
             2 => unsafe { drive::<Avx512<2>>(call) },
-            3..=8 => unsafe { drive::<Avx512<4>>(call) },
+            3 | 4 => unsafe { drive::<Avx512<4>>(call) },
+            // Up to 8 rows are one tile of 8 (16 accumulators), one pass over each panel.
+            5..=8 => unsafe { drive::<Avx512<8>>(call) },
             _ => unsafe { drive::<Avx512<12>>(call) },
         }
     }
@@ -487,7 +489,10 @@ mod x86 {
         match call.m {
             1 => unsafe { drive::<Avx512Ymm<1>>(call) },
             2 => unsafe { drive::<Avx512Ymm<2>>(call) },
-            3 | 4 | 7 | 8 => unsafe { drive::<Avx512Ymm<4>>(call) },
+            3 | 4 => unsafe { drive::<Avx512Ymm<4>>(call) },
+            // Seven or eight rows (a decoding step of 8) take the 512-bit tile of 8, which reads each panel once
+            // where two 256-bit tiles of 4 read it twice (the 256-bit tile has no room for 8 rows of 4 vectors).
+            7 | 8 => unsafe { drive::<Avx512<8>>(call) },
             _ => unsafe { drive::<Avx512Ymm<6>>(call) },
         }
     }

@@ -29,7 +29,8 @@ pub const NR: usize = 32;
 
 /// Which bf16 kernel runs a product. Each kernel's tile has the rows named below for a block of rows; a product
 /// of 1, 2 or 3–4 rows (a decoding step) runs on the same kernel's tile of 1, 2 or 4 rows, so it does not compute
-/// rows it throws away.
+/// rows it throws away; with AVX-512, one of 7–8 rows (5–8 on the 512-bit kernel) runs on the 512-bit tile of 8,
+/// which reads each panel of B once where two tiles of 4 read it twice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Bf16Kernel {
     /// `vdpbf16ps` on 512-bit vectors: 12×32 tile.

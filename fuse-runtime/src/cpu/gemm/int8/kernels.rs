@@ -426,7 +426,7 @@ mod x86 {
         }
     }
 
-    /// The 512-bit VNNI tile over `MR` rows: 12 for a block of rows; 1, 2 or 4 for a product of that few rows
+    /// The 512-bit VNNI tile over `MR` rows: 12 for a block of rows; 1, 2, 4 or 8 for a product of that few rows
     /// (see [`Avx2`]).
     pub struct Vnni512<const MR: usize>;
 
@@ -611,8 +611,9 @@ mod x86 {
         match call.m {
             1 => unsafe { drive::<Vnni512<1>>(call) },
             2 => unsafe { drive::<Vnni512<2>>(call) },
-            // Up to eight rows are one or two tiles of 4, where a tile of 12 would compute 12.
-            3..=8 => unsafe { drive::<Vnni512<4>>(call) },
+            // Up to eight rows are one tile of 4 or 8, where a tile of 12 would compute 12.
+            3 | 4 => unsafe { drive::<Vnni512<4>>(call) },
+            5..=8 => unsafe { drive::<Vnni512<8>>(call) },
             _ => unsafe { drive::<Vnni512<12>>(call) },
         }
     }
@@ -623,8 +624,10 @@ mod x86 {
         match call.m {
             1 => unsafe { drive::<Vnni256<1>>(call) },
             2 => unsafe { drive::<Vnni256<2>>(call) },
-            // As on AVX2: eight rows are two tiles of 4 rather than two of 6.
-            3 | 4 | 7 | 8 => unsafe { drive::<Vnni256<4>>(call) },
+            3 | 4 => unsafe { drive::<Vnni256<4>>(call) },
+            // Seven or eight rows (a decoding step of 8) take the 512-bit tile of 8: one pass over each panel
+            // where 256-bit tiles of 4 would make two.
+            7 | 8 => unsafe { drive::<Vnni512<8>>(call) },
             _ => unsafe { drive::<Vnni256<6>>(call) },
         }
     }

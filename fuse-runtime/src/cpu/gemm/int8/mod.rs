@@ -60,7 +60,8 @@ pub const A_GROUP: usize = 128;
 /// of 1, 2 or 3–4 rows (a decoding step) runs on the same kernel's tile of 1, 2 or 4 rows instead, and one of 7–8
 /// rows on two tiles of 4, so it does not compute rows it throws away (on the AVX2 tile, the kernels of a W5 step
 /// went from 16.2 to 11.6–11.9 ms at batch 1 and from 29.5–32.1 to 21.9–24.8 ms at batch 8: BENCHMARKS.md,
-/// fourteenth run).
+/// fourteenth run). With VNNI, 7–8 rows (5–8 on the 512-bit kernel) run on the 512-bit tile of 8 instead, which
+/// reads each panel of B once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Int8Kernel {
     /// `vpdpbusd` on 512-bit vectors: 12×32 tile.
