@@ -104,105 +104,21 @@ unsafe fn gemv_packed_avx2(
             // SAFETY: rows `row..row + pair` and columns `col0..col0 + cols` of A and C are the caller's.
             unsafe {
                 match (pair, nr) {
-                    (1, 16) => panel_rows::<1, 2>(k, cols, alpha, a_at, panel, beta, c_at),
-                    (2, 16) => panel_rows::<2, 2>(k, cols, alpha, a_at, panel, beta, c_at),
-                    (1, _) => panel_rows::<1, 4>(k, cols, alpha, a_at, panel, beta, c_at),
-                    _ => panel_rows::<2, 4>(k, cols, alpha, a_at, panel, beta, c_at),
+                    (1, 16) => {
+                        panel_rows_avx2::<1, 2, true>(k, cols, alpha, a_at, panel, beta, c_at)
+                    }
+                    (2, 16) => {
+                        panel_rows_avx2::<2, 2, true>(k, cols, alpha, a_at, panel, beta, c_at)
+                    }
+                    (1, _) => {
+                        panel_rows_avx2::<1, 4, true>(k, cols, alpha, a_at, panel, beta, c_at)
+                    }
+                    _ => panel_rows_avx2::<2, 4, true>(k, cols, alpha, a_at, panel, beta, c_at),
                 }
             }
             row += pair;
         }
         col0 += nr;
-    }
-}
-
-/// `M` rows of C over one panel of `8·V` columns, the first `cols` of which are stored. Two sets of
-/// accumulators (even and odd depths) keep twice as many FMAs in flight as one, so the loop waits on memory, not
-/// on the FMA's latency.
-///
-/// # Safety
-/// As [`gemv_packed_avx2`], for this panel and these rows.
-// The accumulators are indexed by row and vector alike, as the registers they stand for.
-#[allow(clippy::needless_range_loop)]
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn panel_rows<const M: usize, const V: usize>(
-    k: usize,
-    cols: usize,
-    alpha: f32,
-    a: Strided<*const f32>,
-    panel: *const f32,
-    beta: f32,
-    c: Strided<*mut f32>,
-) {
-    let nr = 8 * V;
-    let mut even = [[_mm256_setzero_ps(); V]; M];
-    let mut odd = [[_mm256_setzero_ps(); V]; M];
-    let a_at = |r: usize, l: usize| {
-        // SAFETY: (r, l) is inside A (the caller's contract).
-        unsafe { *a.ptr.offset(r as isize * a.rs + l as isize * a.cs) }
-    };
-    let mut l = 0;
-    while l + 2 <= k {
-        // SAFETY: depths l and l + 1 of the panel are inside it.
-        let (b0, b1) = unsafe { (panel.add(l * nr), panel.add((l + 1) * nr)) };
-        for r in 0..M {
-            let (x0, x1) = (_mm256_set1_ps(a_at(r, l)), _mm256_set1_ps(a_at(r, l + 1)));
-            for v in 0..V {
-                // SAFETY: 8 floats at 8·v < nr of each depth's row.
-                unsafe {
-                    even[r][v] = _mm256_fmadd_ps(x0, _mm256_loadu_ps(b0.add(8 * v)), even[r][v]);
-                    odd[r][v] = _mm256_fmadd_ps(x1, _mm256_loadu_ps(b1.add(8 * v)), odd[r][v]);
-                }
-            }
-        }
-        l += 2;
-    }
-    if l < k {
-        // SAFETY: depth l of the panel is inside it.
-        let b0 = unsafe { panel.add(l * nr) };
-        for r in 0..M {
-            let x0 = _mm256_set1_ps(a_at(r, l));
-            for v in 0..V {
-                // SAFETY: as above.
-                unsafe {
-                    even[r][v] = _mm256_fmadd_ps(x0, _mm256_loadu_ps(b0.add(8 * v)), even[r][v]);
-                }
-            }
-        }
-    }
-    let mut sums = [0.0f32; 32];
-    for r in 0..M {
-        for v in 0..V {
-            // SAFETY: `sums` holds 32 ≥ 8·V floats.
-            unsafe {
-                _mm256_storeu_ps(
-                    sums.as_mut_ptr().add(8 * v),
-                    _mm256_add_ps(even[r][v], odd[r][v]),
-                )
-            };
-        }
-        // SAFETY: row r's first `cols` columns are inside C (the caller's contract).
-        unsafe { store_row(&sums[..cols], r, alpha, beta, c) };
-    }
-}
-
-/// C[r][j] ← α·sums[j] + β·C[r][j] for every j of `sums` (C is only written when β = 0, so it may hold NaN).
-///
-/// # Safety
-/// Row `r`'s first `sums.len()` columns are inside C.
-#[inline(always)]
-unsafe fn store_row(sums: &[f32], r: usize, alpha: f32, beta: f32, c: Strided<*mut f32>) {
-    for (j, &sum) in sums.iter().enumerate() {
-        // SAFETY: (r, j) is inside C (the caller's contract).
-        unsafe {
-            let dst = c.ptr.offset(r as isize * c.rs + j as isize * c.cs);
-            *dst = if beta == 0.0 {
-                alpha * sum
-            } else {
-                alpha * sum + beta * *dst
-            };
-        }
     }
 }
 
@@ -227,97 +143,141 @@ unsafe fn gemv_packed_avx512(
         // SAFETY: panel `col0 / nr` lies inside the packed panels (the caller's contract).
         let panel = unsafe { panels.add(col0 * k) };
         let c_at = Strided::new(c.ptr.wrapping_offset(col0 as isize * c.cs), c.rs, c.cs);
+        // Fewer than 8 accumulators cannot keep the FMA units busy through their latency: those take two sets.
         macro_rules! rows {
-            ($($m:literal)*) => {
+            ($($m:literal $two_sets_16:literal $two_sets_32:literal)*) => {
                 match (m, nr) {
                     $(
-                        ($m, 16) => panel_rows_512::<$m, 1>(k, cols, alpha, a, panel, beta, c_at),
-                        ($m, _) => panel_rows_512::<$m, 2>(k, cols, alpha, a, panel, beta, c_at),
+                        ($m, 16) => panel_rows_avx512::<$m, 1, $two_sets_16>(k, cols, alpha, a, panel, beta, c_at),
+                        ($m, _) => panel_rows_avx512::<$m, 2, $two_sets_32>(k, cols, alpha, a, panel, beta, c_at),
                     )*
                     _ => {}
                 }
             };
         }
         // SAFETY: rows 0..m and columns col0..col0 + cols of A and C are the caller's.
-        unsafe { rows!(1 2 3 4 5 6 7 8) };
+        unsafe {
+            rows!(1 true true 2 true true 3 true true 4 true false 5 true false 6 true false 7 true false 8 false false)
+        };
         col0 += nr;
     }
 }
 
-/// `M` rows of C over one panel of `16·V` columns, the first `cols` of which are stored. Fewer than 8
-/// accumulators cannot keep the FMA units busy through their latency, so then a second set takes the odd depths.
-///
-/// # Safety
-/// As [`gemv_packed_avx512`], for this panel and these rows.
-// The accumulators are indexed by row and vector alike, as the registers they stand for.
-#[allow(clippy::needless_range_loop)]
-#[inline]
-#[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
-unsafe fn panel_rows_512<const M: usize, const V: usize>(
-    k: usize,
-    cols: usize,
-    alpha: f32,
-    a: Strided<*const f32>,
-    panel: *const f32,
-    beta: f32,
-    c: Strided<*mut f32>,
-) {
-    let nr = 16 * V;
-    let two_sets = M * V < 8;
-    let mut even = [[_mm512_setzero_ps(); V]; M];
-    let mut odd = [[_mm512_setzero_ps(); V]; M];
-    let a_at = |r: usize, l: usize| {
-        // SAFETY: (r, l) is inside A (the caller's contract).
-        unsafe { *a.ptr.offset(r as isize * a.rs + l as isize * a.cs) }
-    };
-    let mut l = 0;
-    if two_sets {
-        while l + 2 <= k {
-            // SAFETY: depths l and l + 1 of the panel are inside it.
-            let (b0, b1) = unsafe { (panel.add(l * nr), panel.add((l + 1) * nr)) };
-            for r in 0..M {
-                let (x0, x1) = (_mm512_set1_ps(a_at(r, l)), _mm512_set1_ps(a_at(r, l + 1)));
-                for v in 0..V {
-                    // SAFETY: 16 floats at 16·v < nr of each depth's row.
-                    unsafe {
-                        even[r][v] =
-                            _mm512_fmadd_ps(x0, _mm512_loadu_ps(b0.add(16 * v)), even[r][v]);
-                        odd[r][v] = _mm512_fmadd_ps(x1, _mm512_loadu_ps(b1.add(16 * v)), odd[r][v]);
+/// Defines a panel kernel on one instruction set: `M` rows of C over one panel of `lanes·V` columns, the first
+/// `cols` of which are stored, each row's sums in `V` vectors. With `TWO_SETS`, a second set of accumulators
+/// takes the odd depths, which keeps twice as many FMAs in flight, so the loop waits on memory, not on the FMA's
+/// latency.
+macro_rules! panel_rows {
+    ($name:ident, $features:literal, $lanes:literal, $zero:ident, $splat:ident, $load:ident, $fma:ident,
+     $add:ident, $store:ident) => {
+        /// # Safety
+        /// As [`gemv_packed_avx2`], for this panel and these rows, on this kernel's instruction set.
+        // The accumulators are indexed by row and vector alike, as the registers they stand for.
+        #[allow(clippy::needless_range_loop)]
+        #[inline]
+        #[target_feature(enable = $features)]
+        unsafe fn $name<const M: usize, const V: usize, const TWO_SETS: bool>(
+            k: usize,
+            cols: usize,
+            alpha: f32,
+            a: Strided<*const f32>,
+            panel: *const f32,
+            beta: f32,
+            c: Strided<*mut f32>,
+        ) {
+            let nr = $lanes * V;
+            let mut even = [[$zero(); V]; M];
+            let mut odd = [[$zero(); V]; M];
+            let a_at = |r: usize, l: usize| {
+                // SAFETY: (r, l) is inside A (the caller's contract).
+                unsafe { *a.ptr.offset(r as isize * a.rs + l as isize * a.cs) }
+            };
+            let mut l = 0;
+            if TWO_SETS {
+                while l + 2 <= k {
+                    // SAFETY: depths l and l + 1 of the panel are inside it.
+                    let (b0, b1) = unsafe { (panel.add(l * nr), panel.add((l + 1) * nr)) };
+                    for r in 0..M {
+                        let (x0, x1) = ($splat(a_at(r, l)), $splat(a_at(r, l + 1)));
+                        for v in 0..V {
+                            // SAFETY: `lanes` floats at lanes·v < nr of each depth's row.
+                            unsafe {
+                                even[r][v] = $fma(x0, $load(b0.add($lanes * v)), even[r][v]);
+                                odd[r][v] = $fma(x1, $load(b1.add($lanes * v)), odd[r][v]);
+                            }
+                        }
+                    }
+                    l += 2;
+                }
+            }
+            while l < k {
+                // SAFETY: depth l of the panel is inside it.
+                let b0 = unsafe { panel.add(l * nr) };
+                for r in 0..M {
+                    let x0 = $splat(a_at(r, l));
+                    for v in 0..V {
+                        // SAFETY: as above.
+                        unsafe { even[r][v] = $fma(x0, $load(b0.add($lanes * v)), even[r][v]) };
                     }
                 }
+                l += 1;
             }
-            l += 2;
-        }
-    }
-    while l < k {
-        // SAFETY: depth l of the panel is inside it.
-        let b0 = unsafe { panel.add(l * nr) };
-        let b = [0, 1].map(|v| {
-            // SAFETY: as above; a vector past nr (V = 1) is never loaded.
-            (v < V).then(|| unsafe { _mm512_loadu_ps(b0.add(16 * v)) })
-        });
-        for r in 0..M {
-            let x0 = _mm512_set1_ps(a_at(r, l));
-            for v in 0..V {
-                if let Some(bv) = b[v] {
-                    even[r][v] = _mm512_fmadd_ps(x0, bv, even[r][v]);
+            let mut sums = [0.0f32; 32];
+            for r in 0..M {
+                for v in 0..V {
+                    // SAFETY: `sums` holds 32 ≥ lanes·V floats.
+                    unsafe {
+                        $store(
+                            sums.as_mut_ptr().add($lanes * v),
+                            $add(even[r][v], odd[r][v]),
+                        )
+                    };
                 }
+                // SAFETY: row r's first `cols` columns are inside C (the caller's contract).
+                unsafe { store_row(&sums[..cols], r, alpha, beta, c) };
             }
         }
-        l += 1;
-    }
-    let mut sums = [0.0f32; 32];
-    for r in 0..M {
-        for v in 0..V {
-            // SAFETY: `sums` holds 32 ≥ 16·V floats.
-            unsafe {
-                _mm512_storeu_ps(
-                    sums.as_mut_ptr().add(16 * v),
-                    _mm512_add_ps(even[r][v], odd[r][v]),
-                )
+    };
+}
+
+panel_rows!(
+    panel_rows_avx2,
+    "avx2,fma",
+    8,
+    _mm256_setzero_ps,
+    _mm256_set1_ps,
+    _mm256_loadu_ps,
+    _mm256_fmadd_ps,
+    _mm256_add_ps,
+    _mm256_storeu_ps
+);
+panel_rows!(
+    panel_rows_avx512,
+    "avx512f,avx512vl,avx2,fma",
+    16,
+    _mm512_setzero_ps,
+    _mm512_set1_ps,
+    _mm512_loadu_ps,
+    _mm512_fmadd_ps,
+    _mm512_add_ps,
+    _mm512_storeu_ps
+);
+
+/// C[r][j] ← α·sums[j] + β·C[r][j] for every j of `sums` (C is only written when β = 0, so it may hold NaN).
+///
+/// # Safety
+/// Row `r`'s first `sums.len()` columns are inside C.
+#[inline(always)]
+unsafe fn store_row(sums: &[f32], r: usize, alpha: f32, beta: f32, c: Strided<*mut f32>) {
+    for (j, &sum) in sums.iter().enumerate() {
+        // SAFETY: (r, j) is inside C (the caller's contract).
+        unsafe {
+            let dst = c.ptr.offset(r as isize * c.rs + j as isize * c.cs);
+            *dst = if beta == 0.0 {
+                alpha * sum
+            } else {
+                alpha * sum + beta * *dst
             };
         }
-        // SAFETY: row r's first `cols` columns are inside C (the caller's contract).
-        unsafe { store_row(&sums[..cols], r, alpha, beta, c) };
     }
 }
