@@ -106,7 +106,7 @@ const fn shape(what: &'static str, m: usize, k: usize, n: usize, rsb: usize, csb
 
 /// Linear layers multiply by a transposed `[out, in]` weight: B's (l, j) is W[j, l], so B's row stride is 1 and
 /// its column stride the layer's input width. Column blocks of a wider layer start `col0` rows into W.
-const SHAPES: [Shape; 8] = [
+const SHAPES: [Shape; 9] = [
     shape("W3 projection block, B = Wᵀ", 256, 384, 384, 1, 384),
     shape("W3 FFN-in block, B = Wᵀ", 256, 384, 1536, 1, 384),
     shape("W3 FFN-out block, B = Wᵀ", 256, 1536, 384, 1, 1536),
@@ -127,6 +127,14 @@ const SHAPES: [Shape; 8] = [
         4096,
     ),
     shape("W2 last layer column block, B = Wᵀ", 64, 4096, 256, 1, 4096),
+    shape(
+        "W5 prefill lm_head column block, B = Eᵀ",
+        128,
+        576,
+        12288,
+        1,
+        576,
+    ),
     shape("attention Q·Kᵀ block (K transposed)", 128, 32, 128, 1, 32),
     shape(
         "attention P·V block (V row stride 1152)",

@@ -19,8 +19,8 @@ use crate::cpu::scratch::{with_buffer, Buffer, GEMM_A, GEMM_B};
 /// With at most this many rows, B is read in place when its rows are contiguous (see [`blocks`]).
 const DIRECT_B_ROWS: usize = 96;
 
-/// The widest B block: the packed block is per-thread scratch reserved at load (kc × 2048 floats, 3 MiB at
-/// kc = 384), and no workload's task is wider.
+/// The widest B block: the packed block is per-thread scratch reserved at load (kc × 2048 floats, 6 MiB at
+/// kc = 768), and no workload's task is wider.
 const NC_MOST: usize = 2048;
 
 /// Block sizes of the loop nest for one tile on one processor, in elements.
@@ -36,15 +36,17 @@ pub struct Blocking {
 
 impl Blocking {
     /// The blocks for an `mr`×`nr` tile and these caches, after BLIS's analytic model (Low et al., 2016):
-    /// - a kc×nr B panel stays in L1 while the A panels of a row block stream past it: three quarters of L1d,
-    ///   the rest for the A panel and C's tile in flight (on the AVX2 tile of a Zen 3 core, kc = 384 measured
-    ///   3–10 % faster than 256 on W3's task shapes, whose depth of 384 then needs one pass over C, not two);
+    /// - a kc×nr B panel is read by every A panel of a row block: BLIS sizes it to three quarters of L1d, but one
+    ///   and a half L1d's worth, most of it read from L2, measured faster on both tiles of a Zen 4 core (one
+    ///   thread, `gemm_bench`, BENCHMARKS.md sixteenth run): 3–8 % on the depths above 384 (W3's FFN-out, W2's
+    ///   layers, W5's `lm_head`), where fewer depth blocks mean fewer passes over C, and equal at depth 384. On
+    ///   the AVX2 tile of a Zen 3 core, kc = 384 had measured 3–10 % faster than 256 on W3's task shapes;
     /// - the mc×kc A block stays in L2 while the B panels of a column block pass: half of L2;
     /// - the kc×nc B block stays in L3 across the row blocks: a quarter of L3, which other cores share, and at
     ///   most [`NC_MOST`] columns.
     pub fn new(mr: usize, nr: usize, caches: Caches) -> Blocking {
         const FLOAT: usize = std::mem::size_of::<f32>();
-        let kc = (caches.l1d * 3 / 4 / (nr * FLOAT)).clamp(64, 512) / 8 * 8;
+        let kc = (caches.l1d * 3 / 2 / (nr * FLOAT)).clamp(64, 1024) / 8 * 8;
         let mc = (caches.l2 / 2 / (kc * FLOAT)).clamp(mr, 1024) / mr * mr;
         let l3 = if caches.l3 > 0 {
             caches.l3
@@ -438,17 +440,17 @@ mod tests {
             l2: 512 * KIB,
             l3: 32 * KIB * KIB,
         };
-        // AVX2 6×16: a 384×16 B panel is 24 KiB (¾ of L1d); 168×384 of A is 252 KiB (½ of L2).
+        // AVX2 6×16: a 768×16 B panel is 48 KiB (1½ L1d); 84×768 of A is 252 KiB (½ of L2).
         assert_eq!(
             Blocking::new(6, 16, zen3),
             Blocking {
-                kc: 384,
-                mc: 168,
+                kc: 768,
+                mc: 84,
                 nc: 2048
             }
         );
         // AVX-512 12×32 with a 48 KiB L1d, 2 MiB L2, no L3: B's block takes a quarter of four L2s' worth
-        // (2 MiB / (288 × 4 bytes) = 1820 columns, whole 32-column panels: 1792).
+        // (2 MiB / (576 × 4 bytes) = 910 columns, whole 32-column panels: 896).
         let intel = Caches {
             l1d: 48 * KIB,
             l2: 2048 * KIB,
@@ -457,9 +459,9 @@ mod tests {
         assert_eq!(
             Blocking::new(12, 32, intel),
             Blocking {
-                kc: 288,
-                mc: 900,
-                nc: 1792
+                kc: 576,
+                mc: 444,
+                nc: 896
             }
         );
         // Small caches: every size shrinks, and stays a whole number of tiles.
@@ -471,9 +473,9 @@ mod tests {
         assert_eq!(
             Blocking::new(6, 16, small),
             Blocking {
-                kc: 96,
-                mc: 84,
-                nc: 160
+                kc: 192,
+                mc: 42,
+                nc: 80
             }
         );
     }
