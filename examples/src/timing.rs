@@ -28,12 +28,20 @@ pub fn sample_ms<E>(runs: usize, mut f: impl FnMut() -> Result<(), E>) -> Result
         f()?;
         times.push(start.elapsed().as_secs_f64() * 1e3);
     }
-    times.sort_by(f64::total_cmp);
-    Ok(Sample {
-        median: times[times.len() / 2],
-        min: times[0],
-        max: times[times.len() - 1],
-    })
+    Ok(Sample::of(times))
+}
+
+impl Sample {
+    /// The spread of `times` (NaN for all three when there are none).
+    pub fn of(mut times: Vec<f64>) -> Sample {
+        times.sort_by(f64::total_cmp);
+        let at = |i: usize| times.get(i).copied().unwrap_or(f64::NAN);
+        Sample {
+            median: at(times.len() / 2),
+            min: at(0),
+            max: at(times.len().saturating_sub(1)),
+        }
+    }
 }
 
 /// Takes `--precision f32|int8|bf16` out of `args` (f32 when absent): the CPU precision of the benchmarked model's

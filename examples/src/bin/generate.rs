@@ -26,7 +26,9 @@ use fuse_examples::models::llama::{
     inputs, last_logits, smollm::SmolLm, smollm::SmolLmCached, tiny::TinyLlama,
     tiny::TinyLlamaCached, CachedDecoder,
 };
-use fuse_examples::timing::{cpu_line, json_line, precision_arg, sample_ms, threads, StreamFloor};
+use fuse_examples::timing::{
+    cpu_line, json_line, precision_arg, sample_ms, threads, Sample, StreamFloor,
+};
 use fuse_runtime::generate::{
     generate, generate_batch_indexed, Decoding, GenerateOptions, Sampler, Sampling,
 };
@@ -155,11 +157,6 @@ fn step_weight_bytes(model: &CompiledModel) -> usize {
     }
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
 fn bench_decode(m: &Loaded, batch: usize) -> Result<DecodeRun, Box<dyn std::error::Error>> {
     let prompts = bench_prompts(m.vocab, batch);
     let options = GenerateOptions {
@@ -200,9 +197,10 @@ fn bench_decode(m: &Loaded, batch: usize) -> Result<DecodeRun, Box<dyn std::erro
         first_step,
         first_floor,
         mean_step: later.iter().sum::<f64>() / later.len().max(1) as f64,
-        median_step: median(later.to_vec()),
-        median_floor: median(later_floors.to_vec()),
-        median_share: median(later_floors.iter().zip(later).map(|(f, s)| f / s).collect()),
+        median_step: Sample::of(later.to_vec()).median,
+        median_floor: Sample::of(later_floors.to_vec()).median,
+        median_share: Sample::of(later_floors.iter().zip(later).map(|(f, s)| f / s).collect())
+            .median,
     })
 }
 

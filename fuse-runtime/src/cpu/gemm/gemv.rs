@@ -104,16 +104,10 @@ unsafe fn gemv_packed_avx2(
             // SAFETY: rows `row..row + pair` and columns `col0..col0 + cols` of A and C are the caller's.
             unsafe {
                 match (pair, nr) {
-                    (1, 16) => {
-                        panel_rows_avx2::<1, 2, true>(k, cols, alpha, a_at, panel, beta, c_at)
-                    }
-                    (2, 16) => {
-                        panel_rows_avx2::<2, 2, true>(k, cols, alpha, a_at, panel, beta, c_at)
-                    }
-                    (1, _) => {
-                        panel_rows_avx2::<1, 4, true>(k, cols, alpha, a_at, panel, beta, c_at)
-                    }
-                    _ => panel_rows_avx2::<2, 4, true>(k, cols, alpha, a_at, panel, beta, c_at),
+                    (1, 16) => panel_rows_avx2::<1, 2>(k, cols, alpha, a_at, panel, beta, c_at),
+                    (2, 16) => panel_rows_avx2::<2, 2>(k, cols, alpha, a_at, panel, beta, c_at),
+                    (1, _) => panel_rows_avx2::<1, 4>(k, cols, alpha, a_at, panel, beta, c_at),
+                    _ => panel_rows_avx2::<2, 4>(k, cols, alpha, a_at, panel, beta, c_at),
                 }
             }
             row += pair;
@@ -143,40 +137,37 @@ unsafe fn gemv_packed_avx512(
         // SAFETY: panel `col0 / nr` lies inside the packed panels (the caller's contract).
         let panel = unsafe { panels.add(col0 * k) };
         let c_at = Strided::new(c.ptr.wrapping_offset(col0 as isize * c.cs), c.rs, c.cs);
-        // Fewer than 8 accumulators cannot keep the FMA units busy through their latency: those take two sets.
         macro_rules! rows {
-            ($($m:literal $two_sets_16:literal $two_sets_32:literal)*) => {
+            ($($m:literal)*) => {
                 match (m, nr) {
                     $(
-                        ($m, 16) => panel_rows_avx512::<$m, 1, $two_sets_16>(k, cols, alpha, a, panel, beta, c_at),
-                        ($m, _) => panel_rows_avx512::<$m, 2, $two_sets_32>(k, cols, alpha, a, panel, beta, c_at),
+                        ($m, 16) => panel_rows_avx512::<$m, 1>(k, cols, alpha, a, panel, beta, c_at),
+                        ($m, _) => panel_rows_avx512::<$m, 2>(k, cols, alpha, a, panel, beta, c_at),
                     )*
                     _ => {}
                 }
             };
         }
         // SAFETY: rows 0..m and columns col0..col0 + cols of A and C are the caller's.
-        unsafe {
-            rows!(1 true true 2 true true 3 true true 4 true false 5 true false 6 true false 7 true false 8 false false)
-        };
+        unsafe { rows!(1 2 3 4 5 6 7 8) };
         col0 += nr;
     }
 }
 
 /// Defines a panel kernel on one instruction set: `M` rows of C over one panel of `lanes·V` columns, the first
-/// `cols` of which are stored, each row's sums in `V` vectors. With `TWO_SETS`, a second set of accumulators
-/// takes the odd depths, which keeps twice as many FMAs in flight, so the loop waits on memory, not on the FMA's
-/// latency.
+/// `cols` of which are stored, each row's sums in `V` vectors. Where `$two_sets(M, V)` holds, a second set of
+/// accumulators takes the odd depths, which keeps twice as many FMAs in flight, so the loop waits on memory, not
+/// on the FMA's latency.
 macro_rules! panel_rows {
-    ($name:ident, $features:literal, $lanes:literal, $zero:ident, $splat:ident, $load:ident, $fma:ident,
-     $add:ident, $store:ident) => {
+    ($name:ident, $features:literal, $lanes:literal, $two_sets:ident, $zero:ident, $splat:ident, $load:ident,
+     $fma:ident, $add:ident, $store:ident) => {
         /// # Safety
         /// As [`gemv_packed_avx2`], for this panel and these rows, on this kernel's instruction set.
         // The accumulators are indexed by row and vector alike, as the registers they stand for.
         #[allow(clippy::needless_range_loop)]
         #[inline]
         #[target_feature(enable = $features)]
-        unsafe fn $name<const M: usize, const V: usize, const TWO_SETS: bool>(
+        unsafe fn $name<const M: usize, const V: usize>(
             k: usize,
             cols: usize,
             alpha: f32,
@@ -193,7 +184,7 @@ macro_rules! panel_rows {
                 unsafe { *a.ptr.offset(r as isize * a.rs + l as isize * a.cs) }
             };
             let mut l = 0;
-            if TWO_SETS {
+            if $two_sets(M, V) {
                 while l + 2 <= k {
                     // SAFETY: depths l and l + 1 of the panel are inside it.
                     let (b0, b1) = unsafe { (panel.add(l * nr), panel.add((l + 1) * nr)) };
@@ -240,10 +231,21 @@ macro_rules! panel_rows {
     };
 }
 
+/// AVX2's rows come in pairs of at most 4 vectors: two sets fit its 16 registers, and always pay.
+const fn avx2_two_sets(_rows: usize, _vectors: usize) -> bool {
+    true
+}
+
+/// With 32 registers, 8 or more accumulators already cover the FMA latency; fewer take a second set.
+const fn avx512_two_sets(rows: usize, vectors: usize) -> bool {
+    rows * vectors < 8
+}
+
 panel_rows!(
     panel_rows_avx2,
     "avx2,fma",
     8,
+    avx2_two_sets,
     _mm256_setzero_ps,
     _mm256_set1_ps,
     _mm256_loadu_ps,
@@ -255,6 +257,7 @@ panel_rows!(
     panel_rows_avx512,
     "avx512f,avx512vl,avx2,fma",
     16,
+    avx512_two_sets,
     _mm512_setzero_ps,
     _mm512_set1_ps,
     _mm512_loadu_ps,

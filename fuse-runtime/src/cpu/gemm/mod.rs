@@ -640,8 +640,9 @@ mod tests {
     }
 
     /// Products of one to a few rows over a packed B take the streaming path (`gemv`), on each of its kernels
-    /// this CPU runs: every row count it takes and the first the tile takes, odd and even depths, partial last panels, a transposed A and a C with a
-    /// row stride of its own, β = 0 (C holds NaN) and β ≠ 0, against an f64 product.
+    /// this CPU runs: every row count it takes and the first the tile takes, odd and even depths, partial last
+    /// panels, a transposed A and a C with a row stride of its own, β = 0 (C holds NaN) and β ≠ 0, against an f64
+    /// product.
     #[test]
     #[cfg(target_arch = "x86_64")]
     fn few_row_products_over_a_packed_b_match_f64() {
