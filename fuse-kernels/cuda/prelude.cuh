@@ -61,6 +61,64 @@ FUSE_DEVICE float fuse_gelu_tanh(float x) {
     return 0.5f * x * (1.0f + tanhf(inner));
 }
 
+// ---- sine and cosine -----------------------------------------------------------------------------------------
+// The CPU's algorithm (`fuse-runtime/src/cpu/trig.rs`, which explains it), so both backends are exact over every
+// finite f32. CUDA's `sinf` is as exact, but its large-argument path reads a module-scope table of 2/π; this reads
+// 2/π's bits from registers through selects.
+
+// 32 bits of 2/π's first 192: the 192-bit integer shifted right by `s` (0..184), truncated.
+FUSE_DEVICE unsigned fuse_two_over_pi_bits(unsigned s) {
+    const unsigned long long w0 = 0xa2f9836e4e441529ull, w1 = 0xfc2757d1f534ddc0ull, w2 = 0xdb6295993c439041ull;
+    const unsigned word = s >> 6, b = s & 63u;
+    const unsigned long long lo = word == 0u ? w2 : (word == 1u ? w1 : w0);
+    const unsigned long long hi = word == 0u ? w1 : (word == 1u ? w0 : 0ull);
+    return (unsigned)((lo >> b) | ((hi << 1) << (63u - b)));
+}
+
+// |x| = n·π/2 + r with |r| ≤ π/4; returns r, stores n (mod 4 is what matters) in `*n`.
+FUSE_DEVICE double fuse_trig_reduce(float x, unsigned* n) {
+    const float a = fabsf(x);
+    if (a < 256.0f) {
+        const double magic = 6755399441055744.0;  // 1.5 * 2^52
+        const double t = (double)a * 0.63661977236758134308 + magic;
+        *n = (unsigned)__double_as_longlong(t);
+        return (double)a - (t - magic) * 1.5707963267948966192;
+    }
+    const unsigned bits = __float_as_uint(a);
+    const unsigned index = (bits >> 26) & 15u;
+    const unsigned m = ((bits & 0x007fffffu) | 0x00800000u) << ((bits >> 23) & 7u);
+    const unsigned w0 = fuse_two_over_pi_bits(184u - 8u * index);
+    const unsigned long long w1 = fuse_two_over_pi_bits(152u - 8u * index);
+    const unsigned long long w2 = fuse_two_over_pi_bits(120u - 8u * index);
+    const unsigned long long top = (unsigned long long)(m * w0);
+    const unsigned long long fixed = (top << 32) + (unsigned long long)m * w1 + (((unsigned long long)m * w2) >> 32);
+    const unsigned long long q = (fixed + (1ull << 61)) >> 62;
+    *n = (unsigned)q;
+    return (double)(long long)(fixed - (q << 62)) * 3.4061215800865545e-19;  // π·2⁻⁶³
+}
+
+// sin(n·π/2 + r), NaN for infinite or NaN x.
+FUSE_DEVICE float fuse_trig_quadrant(float x, double rd, unsigned n) {
+    const float r = (float)rd, z = r * r;
+    const float s = ((-1.9515296e-4f * z + 8.332161e-3f) * z - 1.6666655e-1f) * z * r + r;
+    const float c = ((2.4433157e-5f * z - 1.3887316e-3f) * z + 4.1666646e-2f) * z * z - 0.5f * z + 1.0f;
+    float v = (n & 1u) ? c : s;
+    v = (n & 2u) ? -v : v;
+    return fabsf(x) <= 3.40282347e38f ? v : __int_as_float(0x7fffffff);  // false for ±∞ and NaN
+}
+
+FUSE_DEVICE float fuse_sin(float x) {
+    unsigned n;
+    const double r = fuse_trig_reduce(x, &n);
+    return __uint_as_float(__float_as_uint(fuse_trig_quadrant(x, r, n)) ^ (__float_as_uint(x) & 0x80000000u));
+}
+
+FUSE_DEVICE float fuse_cos(float x) {
+    unsigned n;
+    const double r = fuse_trig_reduce(x, &n);
+    return fuse_trig_quadrant(x, r, n + 1u);
+}
+
 // ---- reductions ----------------------------------------------------------------------------------------------
 // Warp versions reduce over the 32 lanes of a warp (every lane gets the result). Block versions reduce over all
 // threads of a one-dimensional block whose size is a multiple of 32, using `smem` (at least 32 floats); every

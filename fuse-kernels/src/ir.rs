@@ -169,10 +169,13 @@ pub enum UnaryOp {
     /// GELU, tanh approximation: `x/2 · (1 + tanh(√(2/π)(x + 0.044715x³)))`.
     GeluTanh,
     Silu,
+    /// Sine and cosine in radians, accurate over every finite f32 (rotary embeddings reach 10⁵ and beyond).
+    Sin,
+    Cos,
 }
 
 impl UnaryOp {
-    pub const ALL: [UnaryOp; 12] = [
+    pub const ALL: [UnaryOp; 14] = [
         UnaryOp::Neg,
         UnaryOp::Abs,
         UnaryOp::Exp,
@@ -185,6 +188,8 @@ impl UnaryOp {
         UnaryOp::Gelu,
         UnaryOp::GeluTanh,
         UnaryOp::Silu,
+        UnaryOp::Sin,
+        UnaryOp::Cos,
     ];
 
     pub fn name(self) -> &'static str {
@@ -201,6 +206,8 @@ impl UnaryOp {
             UnaryOp::Gelu => "gelu",
             UnaryOp::GeluTanh => "gelu_tanh",
             UnaryOp::Silu => "silu",
+            UnaryOp::Sin => "sin",
+            UnaryOp::Cos => "cos",
         }
     }
 

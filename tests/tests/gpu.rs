@@ -255,6 +255,7 @@ fn specs() -> Vec<&'static ModelSpec> {
         Chain::spec(),
         MiniLm::spec(),
         Elementwise::spec(),
+        Trig::spec(),
         Broadcasts::spec(),
         Masks::spec(),
         RecomputedBroadcasts::spec(),
@@ -526,6 +527,26 @@ fn elementwise_ops_on_gpu() {
         2e-5,
         2e-5,
         |b, _, s| two(&[b, D], s),
+    );
+}
+
+#[test]
+fn sin_and_cos_on_gpu() {
+    // Inputs that bf16 holds exactly, so the bf16 paths see the CPU's angles (×2²⁰ would magnify a rounded input).
+    let bf16_exact = |t: Tensor| {
+        let v = t
+            .to_f32_vec()
+            .iter()
+            .map(|x| f32::from_bits(x.to_bits() & 0xffff_0000))
+            .collect();
+        Tensor::from_f32(t.shape(), v).expect("same shape")
+    };
+    ops_on_gpu(
+        Trig::random(4).into_compiled(),
+        "trig",
+        2e-6,
+        2e-6,
+        |b, _, s| vec![bf16_exact(Tensor::randn(&[b, D], s))],
     );
 }
 

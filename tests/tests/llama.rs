@@ -5,8 +5,8 @@
 //!
 //! The reference is `tests/data/llama_greedy.json`, made by `scripts/llama_reference.py` (which says how); the
 //! weights come from the generator that script uses, repeated in [`weight`], so no checkpoint is committed. The
-//! uncached model runs the whole prefix again at each step (rotary tables and the padding mask are inputs, the
-//! causal mask is made inside the model); the cached one (`TinyLlamaCached`, same weights) prefills once and then
+//! uncached model runs the whole prefix again at each step (the ids and the padding mask are its inputs; the
+//! positions, the rotary tables and the causal mask are made inside the model); the cached one (`TinyLlamaCached`, same weights) prefills once and then
 //! runs one token per step. The prompts run as one left-padded batch, so the test also shows that a batch of
 //! prompts of different lengths gives each its own tokens.
 
@@ -116,13 +116,8 @@ fn model() -> TinyLlama {
 }
 
 /// Each sequence's next-token logits, the whole batch left-padded into one run (recomputing every prefix).
-fn next_logits(
-    model: &TinyLlama,
-    mode: PlanMode,
-    sequences: &[&[i64]],
-    theta: f64,
-) -> Vec<Vec<f32>> {
-    let inputs = inputs(sequences, HEAD_DIM, theta).expect("inputs");
+fn next_logits(model: &TinyLlama, mode: PlanMode, sequences: &[&[i64]]) -> Vec<Vec<f32>> {
+    let inputs = inputs(sequences).expect("inputs");
     let logits = model
         .compiled()
         .run_one(mode, &inputs.iter().collect::<Vec<_>>())
@@ -145,6 +140,7 @@ fn the_configuration_is_the_references() {
         ],
         [VOCAB, HIDDEN, FFN, LAYERS, HEADS, KV_HEADS]
     );
+    assert_eq!(r.config["rope_theta"].as_f64(), Some(THETA as f64));
     // Hugging Face's names, so a real checkpoint loads by `TinyLlama::load`.
     let names: Vec<&str> = TinyLlama::spec().params.iter().map(|p| p.name).collect();
     for name in [
@@ -166,7 +162,6 @@ fn the_configuration_is_the_references() {
 fn greedy_continuation_matches_transformers() {
     let r = reference();
     let model = model();
-    let theta = r.config["rope_theta"].as_f64().expect("rope_theta");
     let prompts: Vec<Vec<i64>> = r.cases.iter().map(|c| c.prompt.clone()).collect();
     let options = GenerateOptions {
         decoding: Decoding::Greedy,
@@ -179,7 +174,7 @@ fn greedy_continuation_matches_transformers() {
             &prompts,
             &options,
             |sequences| {
-                let rows = next_logits(&model, mode, sequences, theta);
+                let rows = next_logits(&model, mode, sequences);
                 for (seq, logits) in sequences.iter().zip(&rows) {
                     let case = r.cases.iter().find(|c| seq.starts_with(&c.prompt)).expect("a prompt");
                     let step = seq.len() - case.prompt.len();
@@ -214,7 +209,8 @@ fn greedy_continuation_matches_transformers() {
 }
 
 /// RoPE's rotate-half (`slice`, `neg`, `concat`) is computed inside the kernel that applies the rotation to q
-/// and to k: no concat or negation kernel of its own in any layer. The causal mask is one kernel.
+/// and to k: no concat or negation kernel of its own in any layer. The causal mask is one kernel, and the rotary
+/// tables four.
 #[test]
 fn rotary_embeddings_cost_one_kernel_for_q_and_one_for_k() {
     use fuse_kernels::ir::Op;
@@ -233,12 +229,13 @@ fn rotary_embeddings_cost_one_kernel_for_q_and_one_for_k() {
         .filter(|k| matches!(k.kind, KernelKind::Piecewise(_)))
         .count();
     assert_eq!((concats, rotations), (0, 2 * LAYERS), "{dump}");
-    // 41 kernels when the rotation cost a negation, a concat and the rotation itself, for q and for k. One is
-    // the causal mask, made once per call from the positions: the casts of the `arange`s, the padding term, the
-    // comparisons and the selection are cheap values broadcast into the mask's shape, recomputed there per
-    // element (six kernels when each broadcast value was a kernel of its own).
-    assert_eq!(fused.kernels.len(), 30, "{dump}");
-    let casts: Vec<_> = fused
+    // 41 kernels when the rotation cost a negation, a concat and the rotation itself, for q and for k. Five are
+    // made once per call from the attention mask: the causal mask, and the rotary tables (each token's position
+    // as a running count of the mask, the frequencies, the cosines, the sines). The casts of the `arange`s, the
+    // comparisons and the selections are cheap values broadcast into their readers and recomputed there per
+    // element: no cast is a kernel of its own (the causal mask alone took six kernels when each was).
+    assert_eq!(fused.kernels.len(), 34, "{dump}");
+    let sizes_of_kernels_with_casts: Vec<usize> = fused
         .kernels
         .iter()
         .filter(|k| {
@@ -246,11 +243,9 @@ fn rotary_embeddings_cost_one_kernel_for_q_and_one_for_k() {
                 .iter()
                 .any(|&n| matches!(fused.graph.node(n).op, Op::Cast(..)))
         })
+        .map(|k| k.nodes.len())
         .collect();
-    assert!(
-        matches!(casts[..], [mask] if mask.nodes.len() == 10),
-        "{dump}"
-    );
+    assert_eq!(sizes_of_kernels_with_casts, [10, 7, 7], "{dump}");
 }
 
 /// The cached model with the same weights as `uncached` (the same parameters, in the same order).
@@ -268,7 +263,6 @@ fn cached(uncached: &TinyLlama) -> TinyLlamaCached {
 fn cached_greedy_continuation_matches_transformers() {
     let r = reference();
     let model = cached(&model());
-    let theta = r.config["rope_theta"].as_f64().expect("rope_theta");
     let prompts: Vec<Vec<i64>> = r.cases.iter().map(|c| c.prompt.clone()).collect();
     let options = GenerateOptions {
         decoding: Decoding::Greedy,
@@ -276,15 +270,8 @@ fn cached_greedy_continuation_matches_transformers() {
         stop_tokens: vec![],
     };
     for mode in [PlanMode::Fused, PlanMode::Eager] {
-        let mut decoder = CachedDecoder::new(
-            model.compiled(),
-            mode,
-            prompts.len(),
-            HEAD_DIM,
-            VOCAB,
-            theta,
-        )
-        .expect("a session");
+        let mut decoder =
+            CachedDecoder::new(model.compiled(), mode, prompts.len(), VOCAB).expect("a session");
         let generated = generate_batch_indexed(
             &prompts,
             &options,
@@ -326,15 +313,7 @@ fn cached_decoding_gives_the_logits_of_recomputing_the_prefix() {
     let model = cached(&full);
     let prompts: Vec<Vec<i64>> = vec![vec![3, 90, 17, 4], vec![111], vec![5, 6, 7, 8, 9, 10, 11]];
     for mode in [PlanMode::Fused, PlanMode::Eager] {
-        let mut decoder = CachedDecoder::new(
-            model.compiled(),
-            mode,
-            prompts.len(),
-            HEAD_DIM,
-            VOCAB,
-            10_000.0,
-        )
-        .unwrap();
+        let mut decoder = CachedDecoder::new(model.compiled(), mode, prompts.len(), VOCAB).unwrap();
         let mut sequences = prompts.clone();
         let mut worst = 0f32;
         for step in 0..12 {
@@ -346,7 +325,7 @@ fn cached_decoding_gives_the_logits_of_recomputing_the_prefix() {
             let running_views: Vec<&[i64]> = running.iter().map(|&i| views[i]).collect();
             let got = decoder.next_logits(&running, &running_views).unwrap();
             for (&i, row) in running.iter().zip(&got) {
-                let want = next_logits(&full, mode, &[views[i]], 10_000.0).remove(0);
+                let want = next_logits(&full, mode, &[views[i]]).remove(0);
                 for (a, b) in row.iter().zip(&want) {
                     let err = (a - b).abs() / (1e-4 + 1e-4 * b.abs());
                     worst = worst.max(err);
@@ -374,9 +353,9 @@ fn cached_decoding_gives_the_logits_of_recomputing_the_prefix() {
 fn decoding_past_the_cache_is_a_typed_error() {
     let model = cached(&TinyLlama::random(8));
     let mut session = model.session(&[("batch", 1)]).unwrap();
-    let [ids, cos, sin, mask] = step_inputs(&[1], &[0], MAX_SEQ, HEAD_DIM, 10_000.0).unwrap();
+    let [ids, mask] = step_inputs(&[1], &[0], MAX_SEQ).unwrap();
     let err = model
-        .forward(&mut session, &ids, &cos, &sin, &mask, MAX_SEQ)
+        .forward(&mut session, &ids, &mask, MAX_SEQ)
         .expect_err("past the cache");
     assert!(
         matches!(
@@ -391,9 +370,9 @@ fn decoding_past_the_cache_is_a_typed_error() {
         "{err:?}"
     );
     // The last position fits.
-    let [ids, cos, sin, mask] = step_inputs(&[1], &[0], MAX_SEQ - 1, HEAD_DIM, 10_000.0).unwrap();
+    let [ids, mask] = step_inputs(&[1], &[0], MAX_SEQ - 1).unwrap();
     assert!(model
-        .forward(&mut session, &ids, &cos, &sin, &mask, MAX_SEQ - 1)
+        .forward(&mut session, &ids, &mask, MAX_SEQ - 1)
         .is_ok());
 }
 
@@ -406,7 +385,7 @@ fn a_decoding_step_profiles_with_its_session() {
     let compiled = model.compiled();
     let prompt = [[4i64, 8, 15, 16, 23]];
     let views: Vec<&[i64]> = prompt.iter().map(|p| p.as_slice()).collect();
-    let prefill = inputs(&views, HEAD_DIM, 10_000.0).unwrap();
+    let prefill = inputs(&views).unwrap();
     let zero = fuse_runtime::exec::dim_arg(0).unwrap();
     let mut once = compiled.session(&[("batch", 1)]).unwrap();
     let mut refs: Vec<&Tensor> = prefill.iter().collect();
@@ -415,7 +394,7 @@ fn a_decoding_step_profiles_with_its_session() {
         .run_session(PlanMode::Fused, &mut once, &refs)
         .unwrap();
     let mut profiled = once.try_clone().unwrap();
-    let step = step_inputs(&[42], &[0], 5, HEAD_DIM, 10_000.0).unwrap();
+    let step = step_inputs(&[42], &[0], 5).unwrap();
     let past = fuse_runtime::exec::dim_arg(5).unwrap();
     let mut refs: Vec<&Tensor> = step.iter().collect();
     refs.push(&past);
@@ -443,7 +422,7 @@ fn a_decoding_step_profiles_with_its_session() {
         assert_eq!(a.as_f32(), b.as_f32(), "the cache after profiling one step");
     }
     // The profiled session decodes on as the other does.
-    let next = step_inputs(&[7], &[0], 6, HEAD_DIM, 10_000.0).unwrap();
+    let next = step_inputs(&[7], &[0], 6).unwrap();
     let past = fuse_runtime::exec::dim_arg(6).unwrap();
     let mut refs_next: Vec<&Tensor> = next.iter().collect();
     refs_next.push(&past);
@@ -475,13 +454,12 @@ fn decoding_stays_close_to_f32(
 ) {
     use fuse_examples::minilm_run::cosine;
     let r = reference();
-    let theta = r.config["rope_theta"].as_f64().expect("rope_theta");
     let exact = cached(&model()).into_compiled();
     let reduced = cached(&model())
         .into_compiled()
         .with_cpu_precision(precision)
         .expect("the weights pack");
-    let decoder = |m| CachedDecoder::new(m, PlanMode::Fused, r.cases.len(), HEAD_DIM, VOCAB, theta);
+    let decoder = |m| CachedDecoder::new(m, PlanMode::Fused, r.cases.len(), VOCAB);
     let (mut exact_decoder, mut reduced_decoder) =
         (decoder(&exact).unwrap(), decoder(&reduced).unwrap());
     let (mut worst, mut disagreements) = (1f32, 0);

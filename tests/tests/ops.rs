@@ -29,6 +29,15 @@ fn elementwise_ops() {
 }
 
 #[test]
+fn sin_and_cos() {
+    let m = Trig::random(4);
+    for (batch, _, seed) in cases(4) {
+        let x = Tensor::randn(&[batch, D], seed);
+        check_model("trig", m.compiled(), &[&x], 1e-6, 1e-6);
+    }
+}
+
+#[test]
 fn broadcasting() {
     let m = Broadcasts::random(2);
     for (batch, _, seed) in cases(2) {

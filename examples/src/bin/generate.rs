@@ -34,13 +34,9 @@ use fuse_runtime::generate::{
 };
 use fuse_runtime::{CompiledModel, CpuPrecision, PlanMode, Tensor};
 
-/// Rotary base of both configurations (Hugging Face's Llama default, and SmolLM-135M's).
-const THETA: f64 = 10_000.0;
-
-/// A loaded configuration: its compiled model, head width and vocabulary.
+/// A loaded configuration: its compiled model and vocabulary.
 struct Loaded {
     model: CompiledModel,
-    head_dim: usize,
     vocab: usize,
 }
 
@@ -77,7 +73,6 @@ fn load_f32(
                 } else {
                     model.into_compiled()
                 },
-                head_dim: tiny::HEAD_DIM,
                 vocab: tiny::VOCAB,
             }
         }
@@ -92,7 +87,6 @@ fn load_f32(
                 } else {
                     model.into_compiled()
                 },
-                head_dim: smollm::HEAD_DIM,
                 vocab: smollm::VOCAB,
             }
         }
@@ -102,7 +96,7 @@ fn load_f32(
 
 /// The next-token logits of one sequence (the whole prefix run again).
 fn next_logits(m: &Loaded, sequence: &[i64]) -> fuse_runtime::Result<Vec<f32>> {
-    let inputs = inputs(&[sequence], m.head_dim, THETA)?;
+    let inputs = inputs(&[sequence])?;
     let logits = m
         .model
         .run_one(PlanMode::Fused, &inputs.iter().collect::<Vec<_>>())?;
@@ -165,8 +159,7 @@ fn bench_decode(m: &Loaded, batch: usize) -> Result<DecodeRun, Box<dyn std::erro
         stop_tokens: vec![],
     };
     let floor = StreamFloor::new(step_weight_bytes(&m.model));
-    let mut decoder =
-        CachedDecoder::new(&m.model, PlanMode::Fused, batch, m.head_dim, m.vocab, THETA)?;
+    let mut decoder = CachedDecoder::new(&m.model, PlanMode::Fused, batch, m.vocab)?;
     let (mut prefill, mut steps, mut floors) = (None, Vec::new(), Vec::new());
     generate_batch_indexed(
         &prompts,
@@ -253,7 +246,7 @@ fn bench(json: bool, precision: CpuPrecision) -> Result<(), Box<dyn std::error::
     drop(cached);
     let m = load("smollm", None, 1, false, precision)?;
     let prompt: Vec<i64> = (0..128).map(|i| (i * 7919 % m.vocab) as i64).collect();
-    let inputs = inputs(&[&prompt], m.head_dim, THETA)?;
+    let inputs = inputs(&[&prompt])?;
     let refs: Vec<&Tensor> = inputs.iter().collect();
     let runs = 5;
     for mode in [PlanMode::Fused, PlanMode::Eager] {
@@ -304,18 +297,12 @@ fn profile_decode(
     let mut session = m.model.session(&[("batch", batch)])?;
     let prompts = bench_prompts(m.vocab, batch);
     let prompt_refs: Vec<&[i64]> = prompts.iter().map(Vec::as_slice).collect();
-    let prefill = inputs(&prompt_refs, m.head_dim, THETA)?;
+    let prefill = inputs(&prompt_refs)?;
     let past = fuse_runtime::exec::dim_arg(0)?;
     let mut refs: Vec<&Tensor> = prefill.iter().collect();
     refs.push(&past);
     m.model.run_session(PlanMode::Fused, &mut session, &refs)?;
-    let step = fuse_examples::models::llama::step_inputs(
-        &vec![17; batch],
-        &vec![0; batch],
-        128,
-        m.head_dim,
-        THETA,
-    )?;
+    let step = fuse_examples::models::llama::step_inputs(&vec![17; batch], &vec![0; batch], 128)?;
     let past = fuse_runtime::exec::dim_arg(128)?;
     let mut refs: Vec<&Tensor> = step.iter().collect();
     refs.push(&past);
@@ -451,8 +438,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ControlFlow::Continue(())
     };
     let done = if cached {
-        let mut decoder =
-            CachedDecoder::new(&m.model, PlanMode::Fused, 1, m.head_dim, m.vocab, THETA)?;
+        let mut decoder = CachedDecoder::new(&m.model, PlanMode::Fused, 1, m.vocab)?;
         generate_batch_indexed(
             std::slice::from_ref(&prompt),
             &options,

@@ -6,9 +6,10 @@
 //! configuration `tests/tests/llama.rs` checks token for token against transformers) and `smollm` (SmolLM-135M's
 //! shape, benchmark W5). `TinyLlama` and `SmolLm` run the whole sequence on each call; `TinyLlamaCached` and
 //! `SmolLmCached` (the same parameters) keep a KV cache in the caller's session and run only the new positions
-//! (`CachedDecoder` drives them). The rotary tables are inputs, and so is Hugging Face's `attention_mask` (1 for a
-//! real token, 0 for padding; `inputs` builds them for a left-padded batch, `step_inputs` for one cached step); the
-//! causal mask is made inside the model from the positions (`CausalMask`).
+//! (`CachedDecoder` drives them). A call takes the token ids and Hugging Face's `attention_mask` (1 for a real
+//! token, 0 for padding; `inputs` builds both for a left-padded batch, `step_inputs` for one cached step); the
+//! positions, the rotary tables (`Rotary`) and the causal mask (`CausalMask`) are made inside the model from them,
+//! as `transformers`' `generate` makes them.
 
 use fuse_runtime::{fused_model, CompiledModel, PlanMode, Result, Session, Tensor};
 
@@ -59,6 +60,40 @@ pub mod llama_blocks {
                 .to_f32()
                 .lt(&arange(past, seq).reshape([1, seq, 1]).to_f32());
             where_(own, 0.0, where_(before, padding, -1e9))
+        }
+    }
+
+    /// The rotary tables `(cos, sin)`, each `[batch, seq, D]`, of the positions `[past, past + seq)` of a
+    /// left-padded batch, as Hugging Face's `LlamaRotaryEmbedding` makes them: a token's position counts the real
+    /// tokens before it (`attention_mask`'s running sum, less one; 0 in the padding), the frequencies are
+    /// `THETA^(-2i/D)` for `i < D/2`, and the table repeats them over both halves.
+    pub struct Rotary<const D: usize, const THETA: usize> {}
+
+    impl<const D: usize, const THETA: usize> Rotary<D, THETA> {
+        pub fn forward(&self, attention_mask: Tensor, past: usize, seq: usize) -> (Tensor, Tensor) {
+            let b = attention_mask.dim(0);
+            let t = past + seq;
+            let upto = arange(0, t)
+                .reshape([1, 1, t])
+                .to_f32()
+                .le(&arange(past, seq).reshape([1, seq, 1]).to_f32());
+            let real_so_far = where_(upto, attention_mask.reshape([b, 1, t]), 0.0).sum(-1, false);
+            let positions = (real_so_far - 1.0).relu().reshape([b, seq, 1]);
+            // Column j of the table has frequency i = j mod D/2 (no concat of two halves), computed as
+            // exp(−2i·ln THETA / D) where transformers takes 1 / THETA^(2i/D) (the same to an ulp). Each value read
+            // twice is written out at each use, so that its readers' kernel recomputes it rather than a kernel of
+            // its own storing it: the column index in the frequencies' kernel, the angles in the cosines' and the
+            // sines'.
+            let i = arange(0, D).to_f32()
+                - where_(
+                    arange(0, D).to_f32().ge((D / 2) as f64),
+                    (D / 2) as f64,
+                    0.0,
+                );
+            let inv_freq = (i * (-2.0 * (THETA as f64).ln() / D as f64))
+                .exp()
+                .reshape([1, 1, D]);
+            ((positions * &inv_freq).cos(), (positions * &inv_freq).sin())
         }
     }
 
@@ -302,6 +337,8 @@ pub mod tiny {
     pub const KV_HEADS: usize = 2;
     pub const HEAD_DIM: usize = HIDDEN / HEADS;
     pub const KV_DIM: usize = KV_HEADS * HEAD_DIM;
+    /// The rotary embeddings' base (`rope_theta`).
+    pub const THETA: usize = 10_000;
 
     pub struct TinyModel {
         embed_tokens: Embedding<VOCAB, HIDDEN>,
@@ -313,6 +350,7 @@ pub mod tiny {
         model: TinyModel,
         lm_head: Linear<HIDDEN, VOCAB>,
         causal_mask: CausalMask,
+        rotary: Rotary<HEAD_DIM, THETA>,
     }
 
     impl TinyLlama {
@@ -320,11 +358,10 @@ pub mod tiny {
         pub fn forward(
             &self,
             #[shape(batch, seq)] ids: Tensor<i64>,
-            #[shape(batch, seq, HEAD_DIM)] cos: Tensor,
-            #[shape(batch, seq, HEAD_DIM)] sin: Tensor,
             #[shape(batch, seq)] attention_mask: Tensor,
         ) -> Tensor {
             let mask = self.causal_mask.forward(attention_mask, 0, ids.dim(1));
+            let (cos, sin) = self.rotary.forward(attention_mask, 0, ids.dim(1));
             let mut x = self.model.embed_tokens.forward(ids);
             for layer in &self.model.layers {
                 x = layer.forward(x, cos, sin, mask);
@@ -349,6 +386,7 @@ pub mod tiny {
         model: TinyCachedModel,
         lm_head: Linear<HIDDEN, VOCAB>,
         causal_mask: CausalMask,
+        rotary: Rotary<HEAD_DIM, THETA>,
     }
 
     impl TinyLlamaCached {
@@ -356,12 +394,11 @@ pub mod tiny {
         pub fn forward(
             &self,
             #[shape(batch, seq)] ids: Tensor<i64>,
-            #[shape(batch, seq, HEAD_DIM)] cos: Tensor,
-            #[shape(batch, seq, HEAD_DIM)] sin: Tensor,
             #[shape(batch, past + seq)] attention_mask: Tensor,
             #[dim] past: usize,
         ) -> Tensor {
             let mask = self.causal_mask.forward(attention_mask, past, ids.dim(1));
+            let (cos, sin) = self.rotary.forward(attention_mask, past, ids.dim(1));
             let mut x = self.model.embed_tokens.forward(ids);
             for layer in &self.model.layers {
                 x = layer.forward(x, cos, sin, mask, past);
@@ -383,6 +420,8 @@ pub mod smollm {
     pub const KV_HEADS: usize = 3;
     pub const HEAD_DIM: usize = HIDDEN / HEADS;
     pub const KV_DIM: usize = KV_HEADS * HEAD_DIM;
+    /// The rotary embeddings' base (`rope_theta`).
+    pub const THETA: usize = 10_000;
 
     pub struct SmolModel {
         embed_tokens: Embedding<VOCAB, HIDDEN>,
@@ -393,6 +432,7 @@ pub mod smollm {
     pub struct SmolLm {
         model: SmolModel,
         causal_mask: CausalMask,
+        rotary: Rotary<HEAD_DIM, THETA>,
     }
 
     impl SmolLm {
@@ -400,11 +440,10 @@ pub mod smollm {
         pub fn forward(
             &self,
             #[shape(batch, seq)] ids: Tensor<i64>,
-            #[shape(batch, seq, HEAD_DIM)] cos: Tensor,
-            #[shape(batch, seq, HEAD_DIM)] sin: Tensor,
             #[shape(batch, seq)] attention_mask: Tensor,
         ) -> Tensor {
             let mask = self.causal_mask.forward(attention_mask, 0, ids.dim(1));
+            let (cos, sin) = self.rotary.forward(attention_mask, 0, ids.dim(1));
             let mut x = self.model.embed_tokens.forward(ids);
             for layer in &self.model.layers {
                 x = layer.forward(x, cos, sin, mask);
@@ -427,6 +466,7 @@ pub mod smollm {
     pub struct SmolLmCached {
         model: SmolCachedModel,
         causal_mask: CausalMask,
+        rotary: Rotary<HEAD_DIM, THETA>,
     }
 
     impl SmolLmCached {
@@ -434,12 +474,11 @@ pub mod smollm {
         pub fn forward(
             &self,
             #[shape(batch, seq)] ids: Tensor<i64>,
-            #[shape(batch, seq, HEAD_DIM)] cos: Tensor,
-            #[shape(batch, seq, HEAD_DIM)] sin: Tensor,
             #[shape(batch, past + seq)] attention_mask: Tensor,
             #[dim] past: usize,
         ) -> Tensor {
             let mask = self.causal_mask.forward(attention_mask, past, ids.dim(1));
+            let (cos, sin) = self.rotary.forward(attention_mask, past, ids.dim(1));
             let mut x = self.model.embed_tokens.forward(ids);
             for layer in &self.model.layers {
                 x = layer.forward(x, cos, sin, mask, past);
@@ -450,33 +489,19 @@ pub mod smollm {
 }
 
 /// The inputs for a batch of sequences of different lengths, left-padded to the longest (as Hugging Face pads for
-/// generation): ids (0 in the padding), the rotary tables (`head_dim` wide, base `theta`) at each token's position
-/// counted from its first real token, and the attention mask (1 for a real token, 0 for padding). Every sequence's
-/// last token is in the last column.
-pub fn inputs(sequences: &[&[i64]], head_dim: usize, theta: f64) -> Result<[Tensor; 4]> {
+/// generation): ids (0 in the padding) and the attention mask (1 for a real token, 0 for padding). Every
+/// sequence's last token is in the last column.
+pub fn inputs(sequences: &[&[i64]]) -> Result<[Tensor; 2]> {
     let batch = sequences.len();
     let seq = sequences.iter().map(|s| s.len()).max().unwrap_or(0);
-    let half = head_dim / 2;
-    let (mut ids, mut cos, mut sin, mut mask) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut ids, mut mask) = (Vec::new(), Vec::new());
     for tokens in sequences {
         let pad = seq - tokens.len();
         ids.extend(std::iter::repeat_n(0, pad).chain(tokens.iter().copied()));
-        for col in 0..seq {
-            let pos = col.saturating_sub(pad);
-            for i in 0..head_dim {
-                let inv_freq = 1.0 / theta.powf((2 * (i % half)) as f64 / head_dim as f64);
-                let angle = pos as f64 * inv_freq;
-                cos.push(angle.cos() as f32);
-                sin.push(angle.sin() as f32);
-            }
-        }
         mask.extend((0..seq).map(|col| if col >= pad { 1.0 } else { 0.0 }));
     }
-    let table = [batch, seq, head_dim];
     Ok([
         Tensor::from_i64(&[batch, seq], ids)?,
-        Tensor::from_f32(&table, cos)?,
-        Tensor::from_f32(&table, sin)?,
         Tensor::from_f32(&[batch, seq], mask)?,
     ])
 }
@@ -499,9 +524,7 @@ pub struct CachedDecoder<'m> {
     model: &'m CompiledModel,
     mode: PlanMode,
     session: Session,
-    head_dim: usize,
     vocab: usize,
-    theta: f64,
     /// Padding before each prompt, from the prefill.
     pads: Vec<usize>,
     /// Positions in the cache so far (the prefill's length, then one more per step).
@@ -514,17 +537,13 @@ impl<'m> CachedDecoder<'m> {
         model: &'m CompiledModel,
         mode: PlanMode,
         batch: usize,
-        head_dim: usize,
         vocab: usize,
-        theta: f64,
     ) -> Result<Self> {
         Ok(CachedDecoder {
             model,
             mode,
             session: model.session(&[("batch", batch)])?,
-            head_dim,
             vocab,
-            theta,
             pads: Vec::new(),
             past: 0,
         })
@@ -546,15 +565,13 @@ impl<'m> CachedDecoder<'m> {
                     running.len()
                 )));
             }
-            let [ids, cos, sin, mask] = inputs(sequences, self.head_dim, self.theta)?;
+            let [ids, mask] = inputs(sequences)?;
             let seq = ids.shape()[1];
             self.pads = sequences.iter().map(|s| seq - s.len()).collect();
             let past = fuse_runtime::exec::dim_arg(0)?;
-            let logits = self.model.run_one_session(
-                self.mode,
-                &mut self.session,
-                &[&ids, &cos, &sin, &mask, &past],
-            )?;
+            let logits =
+                self.model
+                    .run_one_session(self.mode, &mut self.session, &[&ids, &mask, &past])?;
             self.past = seq;
             return Ok(last_logits(&logits, self.vocab));
         }
@@ -564,14 +581,11 @@ impl<'m> CachedDecoder<'m> {
                 *slot = token;
             }
         }
-        let [ids, cos, sin, mask] =
-            step_inputs(&last, &self.pads, self.past, self.head_dim, self.theta)?;
+        let [ids, mask] = step_inputs(&last, &self.pads, self.past)?;
         let past = fuse_runtime::exec::dim_arg(self.past)?;
-        let logits = self.model.run_one_session(
-            self.mode,
-            &mut self.session,
-            &[&ids, &cos, &sin, &mask, &past],
-        )?;
+        let logits =
+            self.model
+                .run_one_session(self.mode, &mut self.session, &[&ids, &mask, &past])?;
         self.past += 1;
         let rows = last_logits(&logits, self.vocab);
         Ok(running
@@ -581,35 +595,17 @@ impl<'m> CachedDecoder<'m> {
     }
 }
 
-/// The inputs of one cached step: each sequence's `token` at position `past` of the cache, its rotary tables at
-/// its own position (counted from its first real token, `pads` before it), and the attention mask over the cache
-/// and the new position (1 for a real token, 0 for padding).
-pub fn step_inputs(
-    tokens: &[i64],
-    pads: &[usize],
-    past: usize,
-    head_dim: usize,
-    theta: f64,
-) -> Result<[Tensor; 4]> {
+/// The inputs of one cached step: each sequence's `token` at position `past` of the cache, and the attention mask
+/// over the cache and the new position (1 for a real token, 0 for the `pads` before each prompt).
+pub fn step_inputs(tokens: &[i64], pads: &[usize], past: usize) -> Result<[Tensor; 2]> {
     let batch = tokens.len();
-    let half = head_dim / 2;
-    let (mut cos, mut sin, mut mask) = (Vec::new(), Vec::new(), Vec::new());
+    let mut mask = Vec::with_capacity(batch * (past + 1));
     for b in 0..batch {
         let pad = pads.get(b).copied().unwrap_or(0);
-        let pos = past.saturating_sub(pad);
-        for i in 0..head_dim {
-            let inv_freq = 1.0 / theta.powf((2 * (i % half)) as f64 / head_dim as f64);
-            let angle = pos as f64 * inv_freq;
-            cos.push(angle.cos() as f32);
-            sin.push(angle.sin() as f32);
-        }
         mask.extend((0..=past).map(|col| if col >= pad { 1.0 } else { 0.0 }));
     }
-    let table = [batch, 1, head_dim];
     Ok([
         Tensor::from_i64(&[batch, 1], tokens.to_vec())?,
-        Tensor::from_f32(&table, cos)?,
-        Tensor::from_f32(&table, sin)?,
         Tensor::from_f32(&[batch, past + 1], mask)?,
     ])
 }

@@ -16,6 +16,8 @@
 use std::f32::consts::{FRAC_1_SQRT_2, LOG2_E};
 use std::sync::atomic::{AtomicU8, Ordering};
 
+pub use super::trig::{cos, sin};
+
 /// Adding then subtracting this rounds an f32 of magnitude < 2²² to the nearest integer, and the low mantissa
 /// bits of the sum hold that integer.
 const ROUND_MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23

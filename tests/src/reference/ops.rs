@@ -33,6 +33,8 @@ pub fn unary(op: UnaryOp, a: &RefTensor) -> RefTensor {
             x / 2.0 * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh())
         }
         UnaryOp::Silu => x * sigmoid(x),
+        UnaryOp::Sin => x.sin(),
+        UnaryOp::Cos => x.cos(),
     };
     RefTensor::new(a.shape.clone(), a.data.iter().map(|&x| f(x)).collect())
 }

@@ -179,6 +179,8 @@ pub fn op_expr(g: &Graph, id: NodeId, operand: &dyn Fn(NodeId) -> TokenStream) -
                 UnaryOp::Gelu => quote!(#m::gelu(#a)),
                 UnaryOp::GeluTanh => quote!(#m::gelu_tanh(#a)),
                 UnaryOp::Silu => quote!(#m::silu(#a)),
+                UnaryOp::Sin => quote!(#m::sin(#a)),
+                UnaryOp::Cos => quote!(#m::cos(#a)),
             }
         }
         Op::Binary(b, x, y) => {

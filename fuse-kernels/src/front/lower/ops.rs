@@ -21,6 +21,8 @@ const METHODS: &[(&str, &str)] = &[
     ("gelu", "x.gelu()"),
     ("gelu_tanh", "x.gelu_tanh()"),
     ("silu", "x.silu()"),
+    ("sin", "x.sin()"),
+    ("cos", "x.cos()"),
     ("square", "x.square()"),
     ("clone", "x.clone()"),
     ("fused", "expr.fused()"),
