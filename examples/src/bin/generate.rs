@@ -10,6 +10,10 @@
 //!                                1 and 8, each decode step followed by a read of as many bytes as its packed
 //!                                weights (the weight-streaming floor of that moment; FUSE_PROFILE=1: the
 //!                                prefill's slowest kernels in both plans too)
+//! generate --bench --first-step [--batch N] [--runs R] [--precision f32|int8|bf16]
+//!                                whether the machine itself is slow right after a prefill: R pairs of runs
+//!                                (a prefill, then 8 decode steps), alternately with and without a read of the
+//!                                weights' bytes between the prefill and the first step
 //! generate --bench --profile [--batch N] [--precision f32|int8|bf16]
 //!                                where one decode step (batch 1 or N, after a 128-token prefill) spends its
 //!                                time: each kernel name's summed ms, and the call's time outside kernels
@@ -197,6 +201,50 @@ fn bench_decode(m: &Loaded, batch: usize) -> Result<DecodeRun, Box<dyn std::erro
     })
 }
 
+/// Is the first decode step slow because of the step, or because the machine reads memory slowly for a while after
+/// a prefill? Each run prefills W5's prompts and times 8 steps; runs alternate between going straight to the first
+/// step and reading the weights' bytes first (timed). If that read is as slow as the first step is, the slowness
+/// belongs to the moment, not to the step.
+fn first_step_probe(
+    batch: usize,
+    runs: usize,
+    precision: CpuPrecision,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let m = load("smollm", None, 1, true, precision)?;
+    let floor = StreamFloor::new(step_weight_bytes(&m.model));
+    let prompts = bench_prompts(m.vocab, batch);
+    let running: Vec<usize> = (0..batch).collect();
+    println!("cpu: {}\nthreads: {}", cpu_line(), threads());
+    for run in 0..runs {
+        for read_first in [false, true] {
+            let mut decoder = CachedDecoder::new(&m.model, PlanMode::Fused, batch, m.vocab)?;
+            let mut sequences = prompts.clone();
+            let timed = |decoder: &mut CachedDecoder, sequences: &[Vec<i64>]| {
+                let views: Vec<&[i64]> = sequences.iter().map(Vec::as_slice).collect();
+                let start = std::time::Instant::now();
+                decoder.next_logits(&running, &views)?;
+                Ok::<f64, fuse_runtime::Error>(start.elapsed().as_secs_f64() * 1e3)
+            };
+            let prefill = timed(&mut decoder, &sequences)?;
+            let read = read_first.then(|| floor.read_ms());
+            let mut steps = Vec::new();
+            for _ in 0..8 {
+                sequences.iter_mut().for_each(|s| s.push(17));
+                steps.push(timed(&mut decoder, &sequences)?);
+            }
+            let settled = Sample::of((0..3).map(|_| floor.read_ms()).collect()).median;
+            let later = Sample::of(steps[1..].to_vec()).median;
+            let read = read.map_or("no read".to_string(), |ms| format!("read {ms:.1} ms"));
+            println!(
+                "run {run}, batch {batch} {precision}: prefill {prefill:.0} ms, {read}, first step {:.1} ms, \
+                 steps 2-8 median {later:.1} ms, read after them {settled:.1} ms",
+                steps[0]
+            );
+        }
+    }
+    Ok(())
+}
+
 /// W5's prefill: one forward over 128 tokens at batch 1, SmolLM-135M's shape, seeded weights; then its decoding.
 fn bench(json: bool, precision: CpuPrecision) -> Result<(), Box<dyn std::error::Error>> {
     let cached = load("smollm", None, 1, true, precision)?;
@@ -363,16 +411,21 @@ fn profile_decode(
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let precision = precision_arg(&mut args)?;
-    if args.iter().any(|a| a == "--bench") && args.iter().any(|a| a == "--profile") {
-        let batch = match args.iter().position(|a| a == "--batch") {
+    let positive = |flag: &str, default: usize| -> Result<usize, String> {
+        match args.iter().position(|a| a == flag) {
             Some(i) => args
                 .get(i + 1)
                 .and_then(|v| v.parse().ok())
                 .filter(|&b| b > 0)
-                .ok_or("--batch takes a positive number")?,
-            None => 1,
-        };
-        return profile_decode(20, batch, precision);
+                .ok_or(format!("{flag} takes a positive number")),
+            None => Ok(default),
+        }
+    };
+    if args.iter().any(|a| a == "--bench") && args.iter().any(|a| a == "--profile") {
+        return profile_decode(20, positive("--batch", 1)?, precision);
+    }
+    if args.iter().any(|a| a == "--bench") && args.iter().any(|a| a == "--first-step") {
+        return first_step_probe(positive("--batch", 8)?, positive("--runs", 3)?, precision);
     }
     if args.iter().any(|a| a == "--bench") {
         return bench(args.iter().any(|a| a == "--json"), precision);
