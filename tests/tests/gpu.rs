@@ -16,6 +16,7 @@
 //! - bf16 storage (fused plans): relative L2 error `‖gpu - cpu‖ / ‖cpu‖ ≤ 2e-2` (bf16 keeps 8 significant bits,
 //!   ~4e-3 per rounding, and every stored intermediate is rounded).
 
+use fuse_examples::models::llama::tiny::{TinyLlama, TinyLlamaCached};
 use fuse_examples::models::{
     chain::chain::Chain, encoder::encoder::EncoderLayer, minilm::minilm::MiniLm, mlp::mlp::Mlp,
 };
@@ -254,6 +255,8 @@ fn specs() -> Vec<&'static ModelSpec> {
         Mlp::spec(),
         Chain::spec(),
         MiniLm::spec(),
+        TinyLlama::spec(),
+        TinyLlamaCached::spec(),
         Elementwise::spec(),
         Trig::spec(),
         Broadcasts::spec(),
@@ -435,6 +438,26 @@ fn chain_on_gpu() {
     for rows in shapes(&device, &[1, 3, 33, 1], &[1, 3, 1]) {
         let x = Tensor::randn(&[rows, 4096], rows as u64);
         m.check(&format!("chain {rows}"), &[&x], 2e-4, 2e-4);
+    }
+}
+
+/// The example Llama (`tiny`, no KV cache: a model with state stays on the CPU) on a left-padded batch of prompts
+/// of different lengths: the positions, rotary tables (`sin`, `cos`) and causal mask it makes from the attention
+/// mask, RoPE's fused rotate-half, grouped-query attention and SwiGLU, every path against the CPU's logits.
+#[test]
+fn tiny_llama_on_gpu() {
+    use fuse_examples::models::llama::inputs;
+    let Some(device) = gpu() else { return };
+    let m = OnGpu::example(TinyLlama::random(11).into_compiled(), &device);
+    let prompts: [&[i64]; 3] = [&[5, 17, 99, 3, 42], &[7, 8], &[1, 2, 3, 4, 5, 6, 7, 8, 9]];
+    for batch in shapes(&device, &[1, 2, 3], &[1, 3]) {
+        let [ids, mask] = inputs(&prompts[..batch]).expect("inputs");
+        m.check(
+            &format!("tiny llama batch {batch}"),
+            &[&ids, &mask],
+            2e-4,
+            2e-4,
+        );
     }
 }
 
