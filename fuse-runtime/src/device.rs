@@ -302,12 +302,6 @@ fn cpu_line(model: &CompiledModel) -> String {
 
 #[cfg(feature = "cuda")]
 fn gpu_model(model: &CompiledModel, device: &CudaDevice, options: GpuOptions) -> Result<GpuModel> {
-    // The GPU path has no session buffers yet: refuse the model before uploading anything.
-    if !model.spec().fused.decode()?.states.is_empty() {
-        return Err(Error::StateOnGpu {
-            model: model.spec().name.into(),
-        });
-    }
     GpuModel::new(model.spec(), model.weights(), device, options)
 }
 

@@ -119,12 +119,6 @@ pub enum Error {
     },
 
     #[error(
-        "model `{model}` keeps state between calls (#[state] fields), which the GPU path does not run yet; run it on \
-         the CPU"
-    )]
-    StateOnGpu { model: String },
-
-    #[error(
         "cannot allocate {what} ({}): not enough memory{}",
         .bytes.map_or_else(|| "a size past the address space".to_string(), |b| format!("{b} bytes")),
         .available.map_or_else(String::new, |a| format!("; the process may use {} more bytes ({})", a.bytes, a.limit))

@@ -302,8 +302,13 @@ impl CompiledModel {
         inputs: &[&Tensor],
     ) -> Result<Vec<Tensor>> {
         let dims = self.bind_session(mode, session, inputs)?;
+        if let Some(gpu) = self.placement.gpu() {
+            let mut outputs = Vec::new();
+            gpu.run_session(mode, &dims, inputs, &mut outputs, session)?;
+            return Ok(outputs);
+        }
         self.executor(mode)
-            .run(&dims, &self.weights, inputs, &mut session.states)
+            .run(&dims, &self.weights, inputs, session.host_states_mut()?)
     }
 
     /// [`CompiledModel::run_session`] returning the single output.
@@ -331,11 +336,16 @@ impl CompiledModel {
         observe: &mut dyn FnMut(usize, &[f32]),
     ) -> Result<Vec<Tensor>> {
         let dims = self.bind_session(mode, session, inputs)?;
-        self.executor(mode)
-            .run_observed(&dims, &self.weights, inputs, &mut session.states, observe)
+        self.executor(mode).run_observed(
+            &dims,
+            &self.weights,
+            inputs,
+            session.host_states_mut()?,
+            observe,
+        )
     }
 
-    /// Binds the dims and checks the session against them; a model with state runs on the CPU only.
+    /// Binds the dims and checks the session against them.
     fn bind_session(
         &self,
         mode: PlanMode,
@@ -343,11 +353,6 @@ impl CompiledModel {
         inputs: &[&Tensor],
     ) -> Result<Vec<usize>> {
         let dims = self.spec.bind(inputs)?;
-        if self.placement.gpu().is_some() {
-            return Err(Error::StateOnGpu {
-                model: self.spec.name.into(),
-            });
-        }
         session.check(self.executor(mode).program(), &dims)?;
         Ok(dims)
     }
@@ -411,7 +416,7 @@ impl CompiledModel {
         runs: usize,
     ) -> Result<Profile> {
         let dims = self.bind_session(mode, session, inputs)?;
-        self.profile_bound(mode, &dims, inputs, &mut session.states, runs)
+        self.profile_bound(mode, &dims, inputs, session.host_states_mut()?, runs)
     }
 
     fn profile_bound(

@@ -1,6 +1,7 @@
 //! The state a model keeps between calls (`#[state]` fields, e.g. a decoder's KV cache) belongs to a [`Session`]
 //! the caller owns, not to the model: one loaded model serves many sessions at once, each call borrowing its
-//! session mutably while the plan's write kernels update the state in place.
+//! session mutably while the plan's write kernels update the state in place. On a GPU the states move to the
+//! device on the session's first call there and stay (`cuda/states.rs`); [`Session::states`] brings them back.
 
 use crate::error::{Error, Result};
 use crate::exec::Program;
@@ -10,7 +11,11 @@ use crate::tensor::Tensor;
 /// `model.session(&[("batch", 2)])` (the dims its state shapes name), pass it to every `forward`.
 pub struct Session {
     pub(crate) model: &'static str,
-    pub(crate) states: Vec<Tensor>,
+    /// The host copy: current unless `device` says otherwise.
+    states: Vec<Tensor>,
+    /// The states on a GPU, after a call of a model placed there.
+    #[cfg(feature = "cuda")]
+    pub(crate) device: Option<crate::cuda::DeviceStates>,
 }
 
 impl Session {
@@ -33,12 +38,48 @@ impl Session {
                 Tensor::from_f32(&shape, crate::arena::zeroed_f32("a state", numel)?)
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Session { model, states })
+        Ok(Session {
+            model,
+            states,
+            #[cfg(feature = "cuda")]
+            device: None,
+        })
     }
 
-    /// The states, in the order the model declares its `#[state]` fields (sub-models depth first).
-    pub fn states(&self) -> &[Tensor] {
+    /// The states, in the order the model declares its `#[state]` fields (sub-models depth first). When the last
+    /// call ran on a GPU, they are copied back from it first (an error if that copy fails).
+    pub fn states(&mut self) -> Result<&[Tensor]> {
+        self.sync_host()?;
+        Ok(&self.states)
+    }
+
+    /// The host states, current, for a CPU call that will write them: any GPU copy is dropped (it would be
+    /// stale), and the next GPU call uploads them again.
+    pub(crate) fn host_states_mut(&mut self) -> Result<&mut [Tensor]> {
+        self.sync_host()?;
+        #[cfg(feature = "cuda")]
+        {
+            self.device = None;
+        }
+        Ok(&mut self.states)
+    }
+
+    /// The host copy as it is, current or not: for uploading it (when it is current) and for its shapes.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn host_states(&self) -> &[Tensor] {
         &self.states
+    }
+
+    /// Brings the host copy up to date with the GPU copy, if a GPU call has written it since.
+    pub(crate) fn sync_host(&mut self) -> Result<()> {
+        #[cfg(feature = "cuda")]
+        if let Some(device) = &mut self.device {
+            if !device.host_current {
+                device.download(&mut self.states)?;
+                device.host_current = true;
+            }
+        }
+        Ok(())
     }
 
     /// Bytes the states hold.
@@ -46,8 +87,13 @@ impl Session {
         self.states.iter().map(|t| t.numel() * 4).sum()
     }
 
-    /// Zeroes every state: the session starts over (a new prompt) without allocating.
+    /// Zeroes every state: the session starts over (a new prompt) without allocating on the host (a GPU copy is
+    /// dropped, and made again from the zeros by the next GPU call).
     pub fn reset(&mut self) {
+        #[cfg(feature = "cuda")]
+        {
+            self.device = None;
+        }
         for t in &mut self.states {
             if let Some(v) = t.as_f32_mut() {
                 v.fill(0.0);
@@ -55,8 +101,10 @@ impl Session {
         }
     }
 
-    /// A copy of this session and its states, e.g. to run two plans from the same state.
-    pub fn try_clone(&self) -> Result<Session> {
+    /// A copy of this session and its states, e.g. to run two plans from the same state (on the host: a GPU call
+    /// with the copy uploads it).
+    pub fn try_clone(&mut self) -> Result<Session> {
+        self.sync_host()?;
         let states = self
             .states
             .iter()
@@ -68,6 +116,8 @@ impl Session {
         Ok(Session {
             model: self.model,
             states,
+            #[cfg(feature = "cuda")]
+            device: None,
         })
     }
 

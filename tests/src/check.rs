@@ -18,7 +18,7 @@ pub fn check_model(what: &str, model: &CompiledModel, inputs: &[&Tensor], atol: 
 pub fn check_stateful(
     what: &str,
     model: &CompiledModel,
-    session: &Session,
+    session: &mut Session,
     inputs: &[&Tensor],
     atol: f64,
     rtol: f64,
@@ -30,7 +30,7 @@ pub fn check_stateful(
 fn check_inner(
     what: &str,
     model: &CompiledModel,
-    session: Option<&Session>,
+    session: Option<&mut Session>,
     inputs: &[&Tensor],
     atol: f64,
     rtol: f64,

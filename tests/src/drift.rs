@@ -128,17 +128,17 @@ pub fn check(
 /// each leaves them are compared like outputs (after the model's outputs, in declaration order).
 pub fn check_with_session(
     model: &CompiledModel,
-    session: Option<&Session>,
+    session: Option<&mut Session>,
     inputs: &[&Tensor],
     tolerance: Tolerance,
 ) -> Result<DriftReport, DriftError> {
     let spec = model.spec();
+    let stateful = session.is_some();
     // One copy of the session per plan, so both start from the same state.
-    let mut sessions = match session {
-        Some(s) => Some((s.try_clone()?, s.try_clone()?)),
-        None => None,
+    let (mut sessions, states_before) = match session {
+        Some(s) => (Some((s.try_clone()?, s.try_clone()?)), s.states()?.to_vec()),
+        None => (None, Vec::new()),
     };
-    let states_before: Vec<Tensor> = session.map(|s| s.states().to_vec()).unwrap_or_default();
     let dims = spec.bind(inputs)?;
     let graph = try_graph_of(spec)?;
     let fused_plan = planned(&graph, spec, Mode::Fused)?;
@@ -159,7 +159,7 @@ pub fn check_with_session(
     let eager = match sessions.as_mut() {
         Some((_, s)) => {
             let mut outs = model.run_observed_session(PlanMode::Eager, s, inputs, &mut keep)?;
-            outs.extend(s.states().iter().cloned());
+            outs.extend(s.states()?.iter().cloned());
             outs
         }
         None => model.run_observed(PlanMode::Eager, inputs, &mut keep)?,
@@ -191,17 +191,16 @@ pub fn check_with_session(
         Some((s, _)) => {
             let mut outs =
                 model.run_observed_session(PlanMode::Fused, s, inputs, &mut compare_kernel)?;
-            outs.extend(s.states().iter().cloned());
+            outs.extend(s.states()?.iter().cloned());
             outs
         }
         None => model.run_observed(PlanMode::Fused, inputs, &mut compare_kernel)?,
     };
 
-    let want = match session {
-        Some(_) => {
-            try_reference_with_states(&graph, spec, model.weights(), inputs, &states_before)?
-        }
-        None => try_reference_of(&graph, spec, model.weights(), inputs)?,
+    let want = if stateful {
+        try_reference_with_states(&graph, spec, model.weights(), inputs, &states_before)?
+    } else {
+        try_reference_of(&graph, spec, model.weights(), inputs)?
     };
     if fused.len() != want.len() || eager.len() != want.len() {
         return Err(DriftError::OutputCount {

@@ -855,22 +855,104 @@ fn a_broken_generated_kernel_is_caught_on_the_simulator() {
     }
 }
 
-/// A model with `#[state]` runs on the CPU: the GPU path has no session buffers yet, so placing it on a GPU is a
-/// typed error (its generated CUDA compiles: `cuda_compiles.rs`), and the model stays on the CPU and runs.
+/// A model with `#[state]` on the GPU: the session's cache moves to the device on its first call there and is
+/// written in place call after call; every call's outputs and the states at the end equal a CPU session's. Midway
+/// the session runs one call on the CPU (its states come back from the device first) and then returns to the GPU.
 #[test]
-fn a_model_with_state_is_refused_on_the_gpu_and_runs_on_the_cpu() {
-    use fuse_tests::op_models::ops::{CacheWrite, D as OPS_D};
+fn a_model_with_state_runs_on_the_gpu_across_calls() {
+    use fuse_tests::op_models::ops::{CacheWrite, D as OPS_D, MAX_POS};
     let Some(device) = gpu() else { return };
-    let m = CacheWrite::random(1);
-    let err = m
-        .compiled()
-        .to_device(device)
-        .expect_err("state on the GPU");
-    assert!(
-        matches!(&err, fuse_runtime::Error::StateOnGpu { model } if model == "CacheWrite"),
-        "{err:?}"
-    );
-    let mut session = m.session(&[("batch", 1)]).unwrap();
-    let x = Tensor::randn(&[1, 2, OPS_D], 1);
-    assert!(m.forward(&mut session, &x, 0).is_ok());
+    let cpu = CacheWrite::random(1).into_compiled();
+    for (what, options, atol) in [
+        ("f32", GpuOptions::default(), 1e-5),
+        (
+            "bf16",
+            GpuOptions {
+                precision: Precision::Bf16,
+                ..GpuOptions::default()
+            },
+            3e-2,
+        ),
+    ] {
+        let gpu = moved(&cpu, &device, options);
+        let batch = 2;
+        let (mut on_cpu, mut on_gpu) = (
+            cpu.session(&[("batch", batch)]).unwrap(),
+            gpu.session(&[("batch", batch)]).unwrap(),
+        );
+        let (mut past, mut call) = (0, 0u64);
+        for seq in [3, 1, 2, 1, 4, 1, 1] {
+            let x = Tensor::randn(&[batch, seq, OPS_D], 100 + call);
+            let at = fuse_runtime::exec::dim_arg(past).unwrap();
+            let want = cpu
+                .run_session(PlanMode::Fused, &mut on_cpu, &[&x, &at])
+                .unwrap();
+            // The fourth call runs the GPU session's states on the CPU, then the GPU takes them back.
+            let runner = if call == 3 { &cpu } else { &gpu };
+            let got = runner
+                .run_session(PlanMode::Fused, &mut on_gpu, &[&x, &at])
+                .unwrap_or_else(|e| panic!("{what} call {call}: {e}"));
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_close(
+                    &format!("{what} call {call} output {i}"),
+                    g,
+                    &to_ref(w),
+                    atol,
+                    atol,
+                );
+            }
+            past += seq;
+            call += 1;
+        }
+        assert!(past <= MAX_POS);
+        let want: Vec<Tensor> = on_cpu.states().unwrap().to_vec();
+        for (g, w) in on_gpu.states().unwrap().iter().zip(&want) {
+            assert_close(&format!("{what} final states"), g, &to_ref(w), atol, atol);
+        }
+        assert!(
+            !gpu.device_report().contains("capture failed"),
+            "{}",
+            gpu.device_report()
+        );
+    }
+}
+
+/// The tiny Llama with its KV cache decoding on the GPU: a left-padded batch of prompts prefilled into the
+/// session on the device, then one token per sequence per step, every step's logits as the CPU's and the same
+/// greedy tokens.
+#[test]
+fn cached_tiny_llama_decodes_on_the_gpu_as_on_the_cpu() {
+    use fuse_examples::models::llama::{tiny::VOCAB, CachedDecoder};
+    let Some(device) = gpu() else { return };
+    let cpu = TinyLlamaCached::random(12).into_compiled();
+    let gpu = moved(&cpu, &device, GpuOptions::default());
+    let prompts: Vec<Vec<i64>> = vec![vec![5, 17, 99, 3, 42], vec![7, 8], vec![1, 2, 3, 4, 5, 6]];
+    let decoder = |m| CachedDecoder::new(m, PlanMode::Fused, prompts.len(), VOCAB).unwrap();
+    let (mut on_cpu, mut on_gpu) = (decoder(&cpu), decoder(&gpu));
+    let mut sequences = prompts.clone();
+    let running: Vec<usize> = (0..prompts.len()).collect();
+    for step in 0..6 {
+        let views: Vec<&[i64]> = sequences.iter().map(Vec::as_slice).collect();
+        let want = on_cpu.next_logits(&running, &views).unwrap();
+        let got = on_gpu.next_logits(&running, &views).unwrap();
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let (g, w) = (
+                Tensor::from_f32(&[VOCAB], g.clone()).unwrap(),
+                Tensor::from_f32(&[VOCAB], w.clone()).unwrap(),
+            );
+            assert_close(
+                &format!("step {step} sequence {i}"),
+                &g,
+                &to_ref(&w),
+                2e-4,
+                2e-4,
+            );
+        }
+        for (s, w) in sequences.iter_mut().zip(&want) {
+            let token = (0..w.len())
+                .max_by(|&a, &b| w[a].total_cmp(&w[b]))
+                .unwrap_or(0);
+            s.push(token as i64);
+        }
+    }
 }

@@ -418,7 +418,12 @@ fn a_decoding_step_profiles_with_its_session() {
         "{kernels} > {}",
         profile.call_ms
     );
-    for (a, b) in once.states().iter().zip(profiled.states()) {
+    for (a, b) in once
+        .states()
+        .unwrap()
+        .iter()
+        .zip(profiled.states().unwrap())
+    {
         assert_eq!(a.as_f32(), b.as_f32(), "the cache after profiling one step");
     }
     // The profiled session decodes on as the other does.

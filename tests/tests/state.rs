@@ -23,7 +23,7 @@ fn writes_at_random_offsets_then_reads_of_the_prefix_match_the_reference() {
             check_stateful(
                 "cache write",
                 m.compiled(),
-                &session,
+                &mut session,
                 &[&x, &fuse_runtime::exec::dim_arg(past).unwrap()],
                 1e-5,
                 1e-5,
@@ -33,7 +33,7 @@ fn writes_at_random_offsets_then_reads_of_the_prefix_match_the_reference() {
             past += seq;
         }
         // The state holds every row written, in order.
-        assert!(session.states()[0]
+        assert!(session.states().unwrap()[0]
             .as_f32()
             .unwrap()
             .iter()
@@ -47,7 +47,7 @@ fn a_write_past_the_state_is_a_typed_error_and_changes_nothing() {
     let mut session = m.session(&[("batch", 2)]).unwrap();
     let x = Tensor::randn(&[2, 3, D], 1);
     m.forward(&mut session, &x, 0).unwrap();
-    let before = session.states()[0].clone();
+    let before = session.states().unwrap()[0].clone();
     for mode in [PlanMode::Fused, PlanMode::Eager] {
         let err = m
             .forward_with(mode, &mut session, &x, MAX_POS - 2)
@@ -65,7 +65,10 @@ fn a_write_past_the_state_is_a_typed_error_and_changes_nothing() {
             ),
             "{mode:?}: {err:?}"
         );
-        assert_eq!(session.states()[0].to_f32_vec(), before.to_f32_vec());
+        assert_eq!(
+            session.states().unwrap()[0].to_f32_vec(),
+            before.to_f32_vec()
+        );
     }
     // The last offset that fits runs.
     assert!(m.forward(&mut session, &x, MAX_POS - 3).is_ok());
@@ -97,7 +100,11 @@ fn sessions_are_the_callers_and_checked() {
         m.session(&[("batch", 2)]).unwrap(),
     );
     m.forward(&mut a, &x, 0).unwrap();
-    assert!(b.states()[0].as_f32().unwrap().iter().all(|v| *v == 0.0));
+    assert!(b.states().unwrap()[0]
+        .as_f32()
+        .unwrap()
+        .iter()
+        .all(|v| *v == 0.0));
     let y = Tensor::randn(&[2, 3, D], 2);
     m.forward(&mut b, &y, 0).unwrap();
     let (_, from_a) = m.forward(&mut a, &y, 3).unwrap();
@@ -105,7 +112,11 @@ fn sessions_are_the_callers_and_checked() {
     // Same new rows, different history.
     assert_ne!(from_a.to_f32_vec(), from_b.to_f32_vec());
     a.reset();
-    assert!(a.states()[0].as_f32().unwrap().iter().all(|v| *v == 0.0));
+    assert!(a.states().unwrap()[0]
+        .as_f32()
+        .unwrap()
+        .iter()
+        .all(|v| *v == 0.0));
     assert_eq!(a.bytes(), 2 * MAX_POS * D * 4);
 }
 

@@ -1,5 +1,5 @@
 //! GPU benchmark: fused kernels against the device's copy bandwidth, fused against eager, the host cost of a CUDA
-//! graph replay, and MiniLM in f32 and bf16. Built here, run on a GPU host by `scripts/device-check.sh --run`;
+//! graph replay, MiniLM in f32 and bf16, and W5's decoding with its KV cache on the device. Built here, run on a GPU host by `scripts/device-check.sh --run`;
 //! without a GPU it prints why and exits 0.
 //!
 //! Times are device time per call from back-to-back CUDA graph replays (inputs already on the device), so they
@@ -100,6 +100,45 @@ fn minilm_inputs(batch: usize, seq: usize) -> Res<[Tensor; 4]> {
 fn minilm(seed: u64) -> MiniLm {
     let path = fuse_examples::minilm_run::checkpoint_dir().join("model.safetensors");
     MiniLm::load(&path).unwrap_or_else(|_| MiniLm::random(seed))
+}
+
+/// W5 (SmolLM-135M's shape, seeded weights) decoding on the GPU with its KV cache in the session on the device: the
+/// prefill of 128 tokens per sequence, then 32 steps of one token each, wall time per call (inputs up, logits down,
+/// and, since every step is a new `past` and so a new shape, the shape's arena and launches made on the way).
+fn w5_decode(device: &Device, precision: Precision) -> Res<()> {
+    use fuse_examples::models::llama::{smollm, CachedDecoder};
+    let model = smollm::SmolLmCached::random(1).into_compiled();
+    model.to_device_with(device.clone(), precision)?;
+    for batch in [1, 8] {
+        let mut decoder = CachedDecoder::new(&model, PlanMode::Fused, batch, smollm::VOCAB)?;
+        let mut sequences: Vec<Vec<i64>> = (0..batch)
+            .map(|b| {
+                (0..128)
+                    .map(|i| ((i * 7919 + b * 31) % smollm::VOCAB) as i64)
+                    .collect()
+            })
+            .collect();
+        let running: Vec<usize> = (0..batch).collect();
+        let mut times = Vec::new();
+        for _ in 0..33 {
+            let views: Vec<&[i64]> = sequences.iter().map(Vec::as_slice).collect();
+            let start = Instant::now();
+            decoder.next_logits(&running, &views)?;
+            times.push(start.elapsed().as_secs_f64() * 1e3);
+            sequences.iter_mut().for_each(|s| s.push(17));
+        }
+        let mut steps = times[1..].to_vec();
+        steps.sort_by(f64::total_cmp);
+        println!(
+            "W5 decode {precision:?} batch {batch}: prefill {:.1} ms, step median {:.2} ms (min {:.2}, max {:.2}) over \
+             32 steps",
+            times[0],
+            steps[steps.len() / 2],
+            steps[0],
+            steps[steps.len() - 1]
+        );
+    }
+    Ok(())
 }
 
 fn main() -> Res<()> {
@@ -234,6 +273,9 @@ fn main() -> Res<()> {
                 m.compiled().device_report().replace('\n', "\n  ")
             );
         }
+    }
+    for precision in [Precision::F32, Precision::Bf16] {
+        w5_decode(&device, precision)?;
     }
     Ok(())
 }

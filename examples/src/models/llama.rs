@@ -524,6 +524,7 @@ pub struct CachedDecoder<'m> {
     model: &'m CompiledModel,
     mode: PlanMode,
     session: Session,
+    batch: usize,
     vocab: usize,
     /// Padding before each prompt, from the prefill.
     pads: Vec<usize>,
@@ -543,6 +544,7 @@ impl<'m> CachedDecoder<'m> {
             model,
             mode,
             session: model.session(&[("batch", batch)])?,
+            batch,
             vocab,
             pads: Vec::new(),
             past: 0,
@@ -557,7 +559,7 @@ impl<'m> CachedDecoder<'m> {
         running: &[usize],
         sequences: &[&[i64]],
     ) -> Result<Vec<Vec<f32>>> {
-        let batch = self.session.states().first().map_or(0, |s| s.shape()[0]);
+        let batch = self.batch;
         if self.past == 0 {
             if running.len() != batch {
                 return Err(fuse_runtime::Error::Generation(format!(

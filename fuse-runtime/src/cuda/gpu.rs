@@ -13,11 +13,13 @@ use super::buffers::DeviceBuffer;
 use super::load::load;
 use super::shape::{PlanCode, ShapeState};
 use super::spec::LaunchRole;
+use super::states::DeviceStates;
 use super::sys::{library_present, Library};
 use crate::device::{CudaDevice, GpuOptions, GpuTiming, Precision};
 use crate::error::{Error, Result};
 use crate::exec::Program;
 use crate::model::{ModelSpec, PlanMode};
+use crate::session::Session;
 use crate::tensor::Tensor;
 
 /// Shapes kept per plan; one more drops them all (each holds an arena and a graph on the device).
@@ -35,10 +37,14 @@ pub(crate) struct GpuModel {
     device: CudaDevice,
 }
 
+/// A shape's key: the dims of the call, and the device addresses of the session states it reads and writes (none
+/// for a model without state), which its launches and graph point into.
+type ShapeKey = (Vec<usize>, Vec<u64>);
+
 #[derive(Default)]
 struct State {
-    fused: HashMap<Vec<usize>, ShapeState>,
-    eager: HashMap<Vec<usize>, ShapeState>,
+    fused: HashMap<ShapeKey, ShapeState>,
+    eager: HashMap<ShapeKey, ShapeState>,
     report: Vec<String>,
 }
 
@@ -193,13 +199,15 @@ impl GpuModel {
         }
     }
 
-    /// The shape's state, made on first use.
+    /// The shape's state, made on first use; `states` are the session's state buffers on the device.
     fn shape<'s>(
         &self,
         state: &'s mut State,
         mode: PlanMode,
         dims: &[usize],
+        states: &[u64],
     ) -> Result<&'s mut ShapeState> {
+        let key = (dims.to_vec(), states.to_vec());
         let plan = self.plan(mode);
         let State {
             fused,
@@ -210,7 +218,7 @@ impl GpuModel {
             PlanMode::Fused => fused,
             PlanMode::Eager => eager,
         };
-        if !shapes.contains_key(dims) {
+        if !shapes.contains_key(&key) {
             if shapes.len() >= MAX_SHAPES {
                 // Nothing may still run on buffers about to be freed.
                 self.stream
@@ -222,6 +230,7 @@ impl GpuModel {
                 &self.stream,
                 plan,
                 &self.weights,
+                states,
                 dims,
                 self.precision,
                 self.blas.is_some(),
@@ -235,9 +244,9 @@ impl GpuModel {
                 tracing::info!(target: "fuse::device", ?dims, "{line}");
                 state_note(report, line);
             }
-            shapes.insert(dims.to_vec(), st);
+            shapes.insert(key.clone(), st);
         }
-        shapes.get_mut(dims).ok_or_else(|| Error::Cuda {
+        shapes.get_mut(&key).ok_or_else(|| Error::Cuda {
             message: "shape state vanished".into(),
         })
     }
@@ -256,6 +265,50 @@ impl GpuModel {
         outputs: &mut Vec<Tensor>,
     ) -> Result<()> {
         let p = self.program(mode);
+        if !p.states.is_empty() {
+            return Err(Error::NeedsSession {
+                model: p.model.into(),
+            });
+        }
+        self.run_with_states(mode, dims, inputs, outputs, &[])
+    }
+
+    /// [`GpuModel::run`] for a model with state: the session's states move to this GPU on its first call here
+    /// (uploaded from its host copy) and stay, updated in place by the write kernels.
+    pub(crate) fn run_session(
+        &self,
+        mode: PlanMode,
+        dims: &[usize],
+        inputs: &[&Tensor],
+        outputs: &mut Vec<Tensor>,
+        session: &mut Session,
+    ) -> Result<()> {
+        let owner = Arc::as_ptr(&self.stream) as usize;
+        if session.device.as_ref().is_none_or(|d| d.owner != owner) {
+            // From the host copy, brought up to date first if another GPU model holds the current states.
+            session.sync_host()?;
+            let states =
+                DeviceStates::upload(&self.stream, owner, session.host_states(), self.precision)?;
+            session.device = Some(states);
+        }
+        let device = session.device.as_mut().ok_or_else(|| Error::Cuda {
+            message: "the session's device states vanished".into(),
+        })?;
+        // From here the kernels may write the states: the host copy is stale even if the call fails midway.
+        device.host_current = false;
+        let ptrs = device.ptrs();
+        self.run_with_states(mode, dims, inputs, outputs, &ptrs)
+    }
+
+    fn run_with_states(
+        &self,
+        mode: PlanMode,
+        dims: &[usize],
+        inputs: &[&Tensor],
+        outputs: &mut Vec<Tensor>,
+        states: &[u64],
+    ) -> Result<()> {
+        let p = self.program(mode);
         self.device
             .ctx
             .bind_to_thread()
@@ -263,7 +316,7 @@ impl GpuModel {
         let mut guard = self.lock()?;
         let state = &mut *guard;
         let note = {
-            let st = self.shape(state, mode, dims)?;
+            let st = self.shape(state, mode, dims, states)?;
             st.upload(&self.stream, p, inputs)?;
             st.execute(&self.stream, self.blas.as_ref())?
         };
@@ -272,7 +325,7 @@ impl GpuModel {
             state_note(&mut state.report, line);
         }
         p.fit_outputs(dims, outputs)?;
-        let st = self.shape(state, mode, dims)?;
+        let st = self.shape(state, mode, dims, states)?;
         st.download(&self.stream, p, outputs)
     }
 
@@ -295,7 +348,7 @@ impl GpuModel {
                 .map_err(|e| failed("synchronising", e))
         };
         let mut guard = self.lock()?;
-        let st = self.shape(&mut guard, mode, dims)?;
+        let st = self.shape(&mut guard, mode, dims, &[])?;
         if !st.has_replay() {
             return Err(Error::Cuda {
                 message: "no CUDA graph was captured for this shape; see the device report".into(),

@@ -11,7 +11,9 @@
 //!   `launches()` with the dynamic dims as `long long` parameters, each matmul as cuBLAS calls (`blas.rs`) plus the
 //!   generated epilogue, or the generated fallback GEMM when cuBLAS is missing or cannot read a layout;
 //! - runs that list on the first call of a shape and captures it as a CUDA graph, which later calls replay
-//!   between the input upload and the output download.
+//!   between the input upload and the output download;
+//! - keeps a session's `#[state]` buffers on the device from its first call there (`states.rs`): the write
+//!   kernels update them in place, and the session's host copy is refreshed only when asked for.
 //!
 //! [`spec`] and `blas.rs` are plain data and arithmetic, built with or without the feature.
 
@@ -29,12 +31,16 @@ mod load;
 #[cfg(feature = "cuda")]
 mod shape;
 #[cfg(feature = "cuda")]
+mod states;
+#[cfg(feature = "cuda")]
 mod sys;
 
 pub use spec::CudaSpec;
 
 #[cfg(feature = "cuda")]
 pub(crate) use gpu::{copy_bandwidth, GpuModel};
+#[cfg(feature = "cuda")]
+pub(crate) use states::DeviceStates;
 #[cfg(feature = "cuda")]
 pub(crate) use sys::{library_present, Library};
 
@@ -50,6 +56,17 @@ impl GpuModel {
         _: &[usize],
         _: &[&crate::Tensor],
         _: &mut Vec<crate::Tensor>,
+    ) -> crate::Result<()> {
+        match *self {}
+    }
+
+    pub(crate) fn run_session(
+        &self,
+        _: crate::PlanMode,
+        _: &[usize],
+        _: &[&crate::Tensor],
+        _: &mut Vec<crate::Tensor>,
+        _: &mut crate::Session,
     ) -> crate::Result<()> {
         match *self {}
     }

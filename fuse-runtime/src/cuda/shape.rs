@@ -1,6 +1,6 @@
-//! Everything one shape (one binding of the dynamic dims) needs on the GPU: the arena with the CPU plan's slot
-//! layout, input and output buffers, the launch list built from the macro's tables, and, after its first call,
-//! the CUDA graph replaying that list.
+//! Everything one shape (one binding of the dynamic dims, with one session's state buffers) needs on the GPU: the
+//! arena with the CPU plan's slot layout, input and output buffers, the launch list built from the macro's tables,
+//! and, after its first call, the CUDA graph replaying that list.
 
 use std::sync::Arc;
 
@@ -48,6 +48,7 @@ impl ShapeState {
         stream: &Arc<CudaStream>,
         plan: &PlanCode,
         weights: &[DeviceBuffer],
+        states: &[u64],
         dims: &[usize],
         precision: Precision,
         use_blas: bool,
@@ -92,10 +93,12 @@ impl ShapeState {
                         .ok_or_else(|| bad_table(format!("weight {i} does not exist")))?;
                     w.ptr(stream)
                 }
-                BufferKind::State(_) => {
-                    return Err(bad_table(
-                        "a state buffer: models with #[state] run on the CPU only".into(),
-                    ))
+                // The session's buffer, updated in place by the write kernels.
+                BufferKind::State(i) => {
+                    owned.push(None);
+                    *states
+                        .get(i)
+                        .ok_or_else(|| bad_table(format!("state {i} was not given")))?
                 }
                 BufferKind::Arena(s) => {
                     owned.push(None);
