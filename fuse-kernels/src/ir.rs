@@ -536,6 +536,19 @@ impl Graph {
         Graph::default()
     }
 
+    /// A graph with this one's dims, inputs, parameters and states, and no nodes: for a pass that rebuilds the
+    /// nodes (and then sets the outputs and promises).
+    pub fn empty_like(&self) -> Graph {
+        Graph {
+            dyn_dims: self.dyn_dims.clone(),
+            inputs: self.inputs.clone(),
+            params: self.params.clone(),
+            states: self.states.clone(),
+            derived: self.derived.clone(),
+            ..Graph::default()
+        }
+    }
+
     pub fn node(&self, id: NodeId) -> &Node {
         &self.nodes[id.index()]
     }

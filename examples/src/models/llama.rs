@@ -49,17 +49,10 @@ pub mod llama_blocks {
             let b = attention_mask.dim(0);
             let t = past + seq;
             let padding = (attention_mask.reshape([b, 1, t]) - 1.0) * 1e9;
-            // The positions are written out at each use: read once, each is recomputed in the mask's one kernel
-            // (a value read twice would be kept in memory, in a kernel of its own).
-            let own = arange(0, t)
-                .reshape([1, 1, t])
-                .to_f32()
-                .eq(&arange(past, seq).reshape([1, seq, 1]).to_f32());
-            let before = arange(0, t)
-                .reshape([1, 1, t])
-                .to_f32()
-                .lt(&arange(past, seq).reshape([1, seq, 1]).to_f32());
-            where_(own, 0.0, where_(before, padding, -1e9))
+            // Values of the dims alone: each comparison's kernel computes its own copy (the mask is one kernel).
+            let cols = arange(0, t).reshape([1, 1, t]).to_f32();
+            let rows = arange(past, seq).reshape([1, seq, 1]).to_f32();
+            where_(cols.eq(&rows), 0.0, where_(cols.lt(&rows), padding, -1e9))
         }
     }
 
@@ -80,19 +73,14 @@ pub mod llama_blocks {
             let real_so_far = where_(upto, attention_mask.reshape([b, 1, t]), 0.0).sum(-1, false);
             let positions = (real_so_far - 1.0).relu().reshape([b, seq, 1]);
             // Column j of the table has frequency i = j mod D/2 (no concat of two halves), computed as
-            // exp(−2i·ln THETA / D) where transformers takes 1 / THETA^(2i/D) (the same to an ulp). Each value read
-            // twice is written out at each use, so that its readers' kernel recomputes it rather than a kernel of
-            // its own storing it: the column index in the frequencies' kernel, the angles in the cosines' and the
-            // sines'.
-            let i = arange(0, D).to_f32()
-                - where_(
-                    arange(0, D).to_f32().ge((D / 2) as f64),
-                    (D / 2) as f64,
-                    0.0,
-                );
+            // exp(−2i·ln THETA / D) where transformers takes 1 / THETA^(2i/D) (the same to an ulp).
+            let j = arange(0, D).to_f32();
+            let i = j - where_(j.ge((D / 2) as f64), (D / 2) as f64, 0.0);
             let inv_freq = (i * (-2.0 * (THETA as f64).ln() / D as f64))
                 .exp()
                 .reshape([1, 1, D]);
+            // The angles read the positions, a tensor: written out for each of their two readers, so that the
+            // cosines' kernel and the sines' compute them rather than a third kernel storing them.
             ((positions * &inv_freq).cos(), (positions * &inv_freq).sin())
         }
     }

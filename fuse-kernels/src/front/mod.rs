@@ -5,6 +5,7 @@ mod diag;
 mod lower;
 mod model;
 mod model_tree;
+mod recompute;
 mod role;
 
 pub use consts::ConstVal;
@@ -63,7 +64,7 @@ pub fn capture_with(module: &syn::ItemMod, libraries: &[syn::ItemMod]) -> Captur
         }
         models.push(CapturedModel {
             name: source.structs[root].name.clone(),
-            graph,
+            graph: recompute::copy_shared_dim_values(graph),
         });
     }
     let errors = diags.finish().err();
