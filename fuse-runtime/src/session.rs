@@ -87,12 +87,17 @@ impl Session {
         self.states.iter().map(|t| t.numel() * 4).sum()
     }
 
-    /// Zeroes every state: the session starts over (a new prompt) without allocating on the host (a GPU copy is
-    /// dropped, and made again from the zeros by the next GPU call).
+    /// Zeroes every state: the session starts over (a new prompt) without allocating, on the host and on the GPU
+    /// that holds its states (should zeroing there fail, the GPU copy is dropped and the next GPU call uploads the
+    /// host's zeros).
     pub fn reset(&mut self) {
         #[cfg(feature = "cuda")]
-        {
-            self.device = None;
+        if let Some(device) = &mut self.device {
+            if device.zero().is_ok() {
+                device.host_current = true;
+            } else {
+                self.device = None;
+            }
         }
         for t in &mut self.states {
             if let Some(v) = t.as_f32_mut() {

@@ -857,7 +857,8 @@ fn a_broken_generated_kernel_is_caught_on_the_simulator() {
 
 /// A model with `#[state]` on the GPU: the session's cache moves to the device on its first call there and is
 /// written in place call after call; every call's outputs and the states at the end equal a CPU session's. Midway
-/// the session runs one call on the CPU (its states come back from the device first) and then returns to the GPU.
+/// the session runs one call on the CPU (its states come back from the device first) and then returns to the GPU;
+/// at the end it is reset and starts over.
 #[test]
 fn a_model_with_state_runs_on_the_gpu_across_calls() {
     use fuse_tests::op_models::ops::{CacheWrite, D as OPS_D, MAX_POS};
@@ -908,6 +909,37 @@ fn a_model_with_state_runs_on_the_gpu_across_calls() {
         let want: Vec<Tensor> = on_cpu.states().unwrap().to_vec();
         for (g, w) in on_gpu.states().unwrap().iter().zip(&want) {
             assert_close(&format!("{what} final states"), g, &to_ref(w), atol, atol);
+        }
+        // Starting over: the states zeroed where they are (on the device), then a first call again.
+        on_cpu.reset();
+        on_gpu.reset();
+        let x = Tensor::randn(&[batch, 2, OPS_D], 999);
+        let at = fuse_runtime::exec::dim_arg(0).unwrap();
+        let want = cpu
+            .run_session(PlanMode::Fused, &mut on_cpu, &[&x, &at])
+            .unwrap();
+        let got = gpu
+            .run_session(PlanMode::Fused, &mut on_gpu, &[&x, &at])
+            .unwrap();
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_close(
+                &format!("{what} after reset, output {i}"),
+                g,
+                &to_ref(w),
+                atol,
+                atol,
+            );
+        }
+        // Rows past the new ones are zero on both: nothing of the first generation is left on the device.
+        let want: Vec<Tensor> = on_cpu.states().unwrap().to_vec();
+        for (g, w) in on_gpu.states().unwrap().iter().zip(&want) {
+            assert_close(
+                &format!("{what} states after reset"),
+                g,
+                &to_ref(w),
+                atol,
+                atol,
+            );
         }
         assert!(
             !gpu.device_report().contains("capture failed"),

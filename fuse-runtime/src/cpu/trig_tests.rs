@@ -43,59 +43,36 @@ fn check(name: &str, (e, x): (f64, f32), bound: f64) {
     );
 }
 
+/// The two functions with their references.
+const FUNCTIONS: [(&str, fn(f32) -> f32, fn(f64) -> f64); 2] =
+    [("sin", sin, f64::sin), ("cos", cos, f64::cos)];
+
 #[test]
 fn sin_and_cos_are_accurate_near_zero_and_at_rotary_angles() {
     // Dense where models use them: a few periods, and rotary angles up to 2¹⁷ positions.
-    check(
-        "sin [-10, 10]",
-        worst(linear(10.0, 1_000_000), sin, f64::sin),
-        1e-7,
-    );
-    check(
-        "cos [-10, 10]",
-        worst(linear(10.0, 1_000_000), cos, f64::cos),
-        1e-7,
-    );
-    check(
-        "sin [-2^17, 2^17]",
-        worst(linear(131_072.0, 1_000_000), sin, f64::sin),
-        1e-7,
-    );
-    check(
-        "cos [-2^17, 2^17]",
-        worst(linear(131_072.0, 1_000_000), cos, f64::cos),
-        1e-7,
-    );
+    for (name, f, reference) in FUNCTIONS {
+        for hi in [10.0, 131_072.0] {
+            let what = format!("{name} [-{hi}, {hi}]");
+            check(&what, worst(linear(hi, 1_000_000), f, reference), 1e-7);
+        }
+    }
 }
 
 #[test]
 fn sin_and_cos_are_accurate_over_all_finite_floats() {
-    check(
-        "sin, all finite",
-        worst(by_bits(f32::MAX, 1_000_000), sin, f64::sin),
-        1e-7,
-    );
-    check(
-        "cos, all finite",
-        worst(by_bits(f32::MAX, 1_000_000), cos, f64::cos),
-        1e-7,
-    );
     // 4000 consecutive floats either side of the switch between the two reductions, and around 10⁶ and 10³⁰.
-    let edges = (-2000..2000).flat_map(|k| {
-        [SMALL.to_bits(), 1e6f32.to_bits(), 1e30f32.to_bits()]
-            .map(|b| f32::from_bits((b as i32 + k) as u32))
-    });
-    let edges: Vec<f32> = edges.collect();
-    check(
-        "sin at the edges",
-        worst(edges.iter().copied(), sin, f64::sin),
-        1e-7,
-    );
-    check(
-        "cos at the edges",
-        worst(edges.iter().copied(), cos, f64::cos),
-        1e-7,
-    );
+    let edges: Vec<f32> = (-2000..2000)
+        .flat_map(|k| {
+            [SMALL.to_bits(), 1e6f32.to_bits(), 1e30f32.to_bits()]
+                .map(|b| f32::from_bits((b as i32 + k) as u32))
+        })
+        .collect();
+    for (name, f, reference) in FUNCTIONS {
+        let all = worst(by_bits(f32::MAX, 1_000_000), f, reference);
+        check(&format!("{name}, all finite"), all, 1e-7);
+        let at_edges = worst(edges.iter().copied(), f, reference);
+        check(&format!("{name} at the edges"), at_edges, 1e-7);
+    }
 }
 
 #[test]

@@ -92,6 +92,17 @@ impl DeviceBuffer {
         Ok(buffer)
     }
 
+    /// Sets every element to zero (a memset on the stream).
+    pub fn zero(&mut self, stream: &Arc<CudaStream>) -> Result<()> {
+        let fill = |e| failed("zeroing a GPU buffer", e);
+        match self {
+            DeviceBuffer::F32(s) => stream.memset_zeros(s).map_err(fill),
+            DeviceBuffer::Bf16(s) => stream.memset_zeros(s).map_err(fill),
+            DeviceBuffer::I64(s) => stream.memset_zeros(s).map_err(fill),
+            DeviceBuffer::Bytes(s) => stream.memset_zeros(s).map_err(fill),
+        }
+    }
+
     /// The device address of element 0.
     pub fn ptr(&self, stream: &CudaStream) -> u64 {
         match self {

@@ -46,6 +46,14 @@ impl DeviceStates {
         self.buffers.iter().map(|b| b.ptr(&self.stream)).collect()
     }
 
+    /// Zeroes every state on the device (a session starting over keeps its device buffers).
+    pub(crate) fn zero(&mut self) -> Result<()> {
+        for buffer in &mut self.buffers {
+            buffer.zero(&self.stream)?;
+        }
+        Ok(())
+    }
+
     /// Copies every state into `host` (f32, the same shapes); returns once the copies are complete.
     pub(crate) fn download(&self, host: &mut [Tensor]) -> Result<()> {
         for (buffer, t) in self.buffers.iter().zip(host) {
