@@ -43,9 +43,10 @@ fn check(name: &str, (e, x): (f64, f32), bound: f64) {
     );
 }
 
-/// The two functions with their references.
-const FUNCTIONS: [(&str, fn(f32) -> f32, fn(f64) -> f64); 2] =
-    [("sin", sin, f64::sin), ("cos", cos, f64::cos)];
+/// A function under test, its name and its f64 reference.
+type Case = (&'static str, fn(f32) -> f32, fn(f64) -> f64);
+
+const FUNCTIONS: [Case; 2] = [("sin", sin, f64::sin), ("cos", cos, f64::cos)];
 
 #[test]
 fn sin_and_cos_are_accurate_near_zero_and_at_rotary_angles() {
