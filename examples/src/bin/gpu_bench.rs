@@ -1,6 +1,6 @@
 //! GPU benchmark: fused kernels against the device's copy bandwidth, fused against eager, the host cost of a CUDA
-//! graph replay, MiniLM in f32 and bf16, and W5's decoding with its KV cache on the device. Built here, run on a GPU host by `scripts/device-check.sh --run`;
-//! without a GPU it prints why and exits 0.
+//! graph replay, MiniLM in f32 and bf16, and W5's decoding with its KV cache on the device. Built here, run on a
+//! GPU host by `scripts/device-check.sh --run`; without a GPU it prints why and exits 0.
 //!
 //! Times are device time per call from back-to-back CUDA graph replays (inputs already on the device), so they
 //! compare kernels, not PCIe. GB/s is the plan's modelled bytes moved (each buffer read or written once) per
