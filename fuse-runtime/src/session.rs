@@ -13,6 +13,8 @@ pub struct Session {
     pub(crate) model: &'static str,
     /// The host copy: current unless `device` says otherwise.
     states: Vec<Tensor>,
+    /// The host copy is all zeros (a new or reset session): a GPU makes its copy with a memset, not an upload.
+    host_zeroed: bool,
     /// The states on a GPU, after a call of a model placed there.
     #[cfg(feature = "cuda")]
     pub(crate) device: Option<crate::cuda::DeviceStates>,
@@ -41,6 +43,7 @@ impl Session {
         Ok(Session {
             model,
             states,
+            host_zeroed: true,
             #[cfg(feature = "cuda")]
             device: None,
         })
@@ -61,6 +64,7 @@ impl Session {
         {
             self.device = None;
         }
+        self.host_zeroed = false;
         Ok(&mut self.states)
     }
 
@@ -70,11 +74,18 @@ impl Session {
         &self.states
     }
 
+    /// Whether the host copy is known to be all zeros.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn host_zeroed(&self) -> bool {
+        self.host_zeroed
+    }
+
     /// Brings the host copy up to date with the GPU copy, if a GPU call has written it since.
     pub(crate) fn sync_host(&mut self) -> Result<()> {
         #[cfg(feature = "cuda")]
         if let Some(device) = &mut self.device {
             if !device.host_current {
+                self.host_zeroed = false;
                 device.download(&mut self.states)?;
                 device.host_current = true;
             }
@@ -87,23 +98,24 @@ impl Session {
         self.states.iter().map(|t| t.numel() * 4).sum()
     }
 
-    /// Zeroes every state: the session starts over (a new prompt) without allocating, on the host and on the GPU
-    /// that holds its states (should zeroing there fail, the GPU copy is dropped and the next GPU call uploads the
-    /// host's zeros).
+    /// Zeroes every state: the session starts over (a new prompt) without allocating. A session whose states are
+    /// on a GPU is zeroed there, and its host copy refreshed only if asked for; should zeroing there fail, the GPU
+    /// copy is dropped and the host's is zeroed instead.
     pub fn reset(&mut self) {
         #[cfg(feature = "cuda")]
         if let Some(device) = &mut self.device {
             if device.zero().is_ok() {
-                device.host_current = true;
-            } else {
-                self.device = None;
+                device.host_current = false;
+                return;
             }
+            self.device = None;
         }
         for t in &mut self.states {
             if let Some(v) = t.as_f32_mut() {
                 v.fill(0.0);
             }
         }
+        self.host_zeroed = true;
     }
 
     /// A copy of this session and its states, e.g. to run two plans from the same state (on the host: a GPU call
@@ -121,6 +133,7 @@ impl Session {
         Ok(Session {
             model: self.model,
             states,
+            host_zeroed: self.host_zeroed,
             #[cfg(feature = "cuda")]
             device: None,
         })

@@ -856,9 +856,9 @@ fn a_broken_generated_kernel_is_caught_on_the_simulator() {
 }
 
 /// A model with `#[state]` on the GPU: the session's cache moves to the device on its first call there and is
-/// written in place call after call; every call's outputs and the states at the end equal a CPU session's. Midway
-/// the session runs one call on the CPU (its states come back from the device first) and then returns to the GPU;
-/// at the end it is reset and starts over.
+/// written in place call after call; every call's outputs and the states at the end equal a CPU session's. The
+/// session's first call runs on the CPU, and one midway (its states come back from the device first); at the end
+/// it is reset and starts over.
 #[test]
 fn a_model_with_state_runs_on_the_gpu_across_calls() {
     use fuse_tests::op_models::ops::{CacheWrite, D as OPS_D, MAX_POS};
@@ -888,8 +888,9 @@ fn a_model_with_state_runs_on_the_gpu_across_calls() {
             let want = cpu
                 .run_session(PlanMode::Fused, &mut on_cpu, &[&x, &at])
                 .unwrap();
-            // The fourth call runs the GPU session's states on the CPU, then the GPU takes them back.
-            let runner = if call == 3 { &cpu } else { &gpu };
+            // The first call (a new session) and the fourth run on the CPU; the GPU takes the states over after
+            // each.
+            let runner = if call == 0 || call == 3 { &cpu } else { &gpu };
             let got = runner
                 .run_session(PlanMode::Fused, &mut on_gpu, &[&x, &at])
                 .unwrap_or_else(|e| panic!("{what} call {call}: {e}"));

@@ -285,10 +285,15 @@ impl GpuModel {
     ) -> Result<()> {
         let owner = Arc::as_ptr(&self.stream) as usize;
         if session.device.as_ref().is_none_or(|d| d.owner != owner) {
-            // From the host copy, brought up to date first if another GPU model holds the current states.
+            // From the host copy, brought up to date first if another GPU model holds the current states; zeros
+            // (a new or reset session) are made on the device rather than copied there.
             session.sync_host()?;
-            let states =
-                DeviceStates::upload(&self.stream, owner, session.host_states(), self.precision)?;
+            let (host, precision) = (session.host_states(), self.precision);
+            let states = if session.host_zeroed() {
+                DeviceStates::zeros(&self.stream, owner, host, precision)?
+            } else {
+                DeviceStates::upload(&self.stream, owner, host, precision)?
+            };
             session.device = Some(states);
         }
         let device = session.device.as_mut().ok_or_else(|| Error::Cuda {

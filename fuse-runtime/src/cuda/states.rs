@@ -41,6 +41,25 @@ impl DeviceStates {
         })
     }
 
+    /// States of the shapes of `host` made as zeros on the device (a new or reset session): no upload.
+    pub(crate) fn zeros(
+        stream: &Arc<CudaStream>,
+        owner: usize,
+        host: &[Tensor],
+        precision: Precision,
+    ) -> Result<DeviceStates> {
+        let buffers = host
+            .iter()
+            .map(|t| DeviceBuffer::zeros(stream, t.dtype(), precision, t.numel()))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(DeviceStates {
+            owner,
+            buffers,
+            stream: stream.clone(),
+            host_current: true,
+        })
+    }
+
     /// The device address of each state, in the session's order.
     pub(crate) fn ptrs(&self) -> Vec<u64> {
         self.buffers.iter().map(|b| b.ptr(&self.stream)).collect()
