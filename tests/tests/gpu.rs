@@ -7,7 +7,8 @@
 //!
 //! With a GPU: GPU against CPU for every example model (MiniLM with seeded weights, and the real checkpoint when
 //! `scripts/fetch-minilm.sh` fetched it) and every op model of `tests/ops.rs`, at several dynamic dims, each
-//! shape called twice (the second call replays the captured CUDA graph) and the first shape again at the end.
+//! shape called three times (the second call captures a CUDA graph, the third replays it) and the first shape
+//! again at the end.
 //! Without one, each prints `skipped: no CUDA device: <reason>` and passes.
 //!
 //! Tolerances, GPU against the CPU's f32 output (elementwise `|gpu - cpu| ≤ atol + rtol·|cpu|`):
@@ -162,11 +163,12 @@ impl OnGpu {
         }
     }
 
-    /// Every plan on every path against the CPU's fused plan, twice (direct run + capture, then graph replay).
+    /// Every plan on every path against the CPU's fused plan, three times (a direct run, a direct run and the
+    /// capture, then the graph replay).
     #[track_caller]
     fn check(&self, what: &str, inputs: &[&Tensor], atol: f64, rtol: f64) {
         let want = self.cpu.run(PlanMode::Fused, inputs).expect("CPU run");
-        for call in ["first call", "graph replay"] {
+        for call in ["first call", "second call (captured)", "graph replay"] {
             for (path, model) in &self.f32 {
                 for mode in [PlanMode::Fused, PlanMode::Eager] {
                     let got = model
@@ -192,7 +194,7 @@ impl OnGpu {
                 }
             }
         }
-        // The second call replayed a graph: capture must not have failed quietly.
+        // The third call replayed a graph: capture must not have failed quietly.
         for (path, model) in self.f32.iter().chain(&self.bf16) {
             let report = model.device_report();
             assert!(
@@ -551,6 +553,31 @@ fn elementwise_ops_on_gpu() {
         2e-5,
         |b, _, s| two(&[b, D], s),
     );
+}
+
+/// A shape's second call captures its CUDA graph, which later calls replay: `gpu_timing` (two calls, then
+/// replays only) finds a graph to time, and the replays leave the outputs as a direct run makes them.
+#[test]
+fn a_shape_is_captured_on_its_second_call_and_replayed() {
+    let Some(device) = gpu() else { return };
+    let cpu = Elementwise::random(1).into_compiled();
+    let gpu = moved(&cpu, &device, GpuOptions::default());
+    let (x, y) = (Tensor::randn(&[3, D], 1), Tensor::randn(&[3, D], 2));
+    let timing = gpu
+        .gpu_timing(PlanMode::Fused, &[&x, &y], 2)
+        .expect("a graph was captured and replayed");
+    assert!(timing.device_ms >= 0.0 && timing.first_call_ms > 0.0);
+    let want = cpu.run(PlanMode::Fused, &[&x, &y]).unwrap();
+    let got = gpu.run(PlanMode::Fused, &[&x, &y]).unwrap();
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_close(
+            &format!("after replays, output {i}"),
+            g,
+            &to_ref(w),
+            2e-5,
+            2e-5,
+        );
+    }
 }
 
 #[test]

@@ -10,8 +10,9 @@
 //!   ([`crate::exec::Program::layout`]), the inputs and the outputs, and builds the launch list: each kernel of
 //!   `launches()` with the dynamic dims as `long long` parameters, each matmul as cuBLAS calls (`blas.rs`) plus the
 //!   generated epilogue, or the generated fallback GEMM when cuBLAS is missing or cannot read a layout;
-//! - runs that list on the first call of a shape and captures it as a CUDA graph, which later calls replay
-//!   between the input upload and the output download;
+//! - runs that list on the first calls of a shape and, on the second, captures it as a CUDA graph, which later
+//!   calls replay between the input upload and the output download (a shape called once, such as a decode step
+//!   at a new `past`, never pays for a graph);
 //! - keeps a session's `#[state]` buffers on the device from its first call there (`states.rs`): the write
 //!   kernels update them in place, and the session's host copy is refreshed only when asked for.
 //!

@@ -1,6 +1,6 @@
 //! Everything one shape (one binding of the dynamic dims, with one session's state buffers) needs on the GPU: the
 //! arena with the CPU plan's slot layout, input and output buffers, the launch list built from the macro's tables,
-//! and, after its first call, the CUDA graph replaying that list.
+//! and, from its second call, the CUDA graph replaying that list.
 
 use std::sync::Arc;
 
@@ -33,6 +33,8 @@ pub struct ShapeState {
     /// Keeps the arena allocation alive: kernels reach it only through the pointers in `steps`.
     _arena: DeviceBuffer,
     capture_tried: bool,
+    /// Calls run so far by launching the steps one by one.
+    direct_calls: u32,
     /// Matmul kernels that run the generated GEMM although cuBLAS is loaded (a layout it cannot read).
     pub fallback_gemms: usize,
 }
@@ -117,6 +119,7 @@ impl ShapeState {
             steps,
             replay: None,
             capture_tried: false,
+            direct_calls: 0,
             fallback_gemms,
         })
     }
@@ -138,7 +141,9 @@ impl ShapeState {
         Ok(())
     }
 
-    /// Replays the graph, or (first call) runs the steps and captures them. Returns a note when capture failed.
+    /// Replays the graph, or runs the steps one by one and, on the shape's second call, captures them. A shape
+    /// called once (a decode step: each has a new `past`) never pays for a graph it would not replay. Returns a
+    /// note when capture failed.
     pub fn execute(
         &mut self,
         stream: &Arc<CudaStream>,
@@ -151,7 +156,8 @@ impl ShapeState {
         for step in &self.steps {
             enqueue(stream, blas, step)?;
         }
-        if self.capture_tried {
+        self.direct_calls += 1;
+        if self.capture_tried || self.direct_calls < 2 {
             return Ok(None);
         }
         // Captured after a direct run, so cuBLAS has made its workspace and picked its kernels outside capture.
