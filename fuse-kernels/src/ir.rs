@@ -432,6 +432,18 @@ impl Op {
         )
     }
 
+    /// An elementwise op of a few operations per element, cheap enough to compute again in each kernel that reads
+    /// it rather than to store once: casts, selections, comparisons, additive and multiplicative ops, `neg`, `abs`,
+    /// `relu`. Transcendental ops, divisions and powers are not.
+    pub fn is_cheap_to_recompute(&self) -> bool {
+        match self {
+            Op::Cast(..) | Op::Where(..) => true,
+            Op::Unary(u, _) => matches!(u, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu),
+            Op::Binary(b, ..) => !matches!(b, BinaryOp::Div | BinaryOp::Pow),
+            _ => false,
+        }
+    }
+
     pub fn is_leaf(&self) -> bool {
         matches!(
             self,

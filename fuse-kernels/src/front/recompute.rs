@@ -16,19 +16,13 @@
 //! reads an input or a weight keeps its one kernel (its readers may be matmuls or attention kernels, which read
 //! operands from memory anyway).
 
-use crate::ir::{BinaryOp, FusedPromise, Graph, Node, NodeId, Op, UnaryOp};
+use crate::ir::{FusedPromise, Graph, Node, NodeId, Op};
+// The planner's bound on a value it recomputes in its reader: a copy here is held to the same.
+use crate::plan::fusion::MAX_RECOMPUTED_NODES as MAX_COPIED_NODES;
 
-/// The most computing nodes (views not counted) a copied value may have.
-const MAX_COPIED_NODES: usize = 8;
-
-/// Whether `op` costs a few operations per element, like the planner's recomputed broadcasts.
-fn cheap(op: &Op) -> bool {
-    match op {
-        Op::Cast(..) | Op::Where(..) => true,
-        Op::Unary(u, _) => matches!(u, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu),
-        Op::Binary(b, ..) => !matches!(b, BinaryOp::Div | BinaryOp::Pow),
-        op => op.is_view(),
-    }
+/// `arange`s and scalars: what copies share rather than copy.
+fn shared_leaf(op: &Op) -> bool {
+    matches!(op, Op::Arange { .. } | Op::Scalar(_))
 }
 
 /// Per node: `Some(computing nodes)` when it is a value of the dims alone, made of cheap ops over `arange`s and
@@ -37,8 +31,8 @@ fn dims_only(g: &Graph) -> Vec<Option<usize>> {
     let mut cost: Vec<Option<usize>> = Vec::with_capacity(g.nodes.len());
     for node in &g.nodes {
         let own = match &node.op {
-            Op::Arange { .. } | Op::Scalar(_) => Some(0),
-            op if cheap(op) => op
+            op if shared_leaf(op) => Some(0),
+            op if op.is_cheap_to_recompute() || op.is_view() => op
                 .operands()
                 .iter()
                 .try_fold(usize::from(!op.is_view()), |sum, o| {
@@ -73,8 +67,7 @@ pub fn copy_shared_dim_values(g: Graph) -> Graph {
     let mut shared = vec![false; g.nodes.len()];
     for id in g.ids() {
         let i = id.index();
-        if cost[i].is_some() && !g.node(id).op.is_leaf() && !matches!(g.node(id).op, Op::Scalar(_))
-        {
+        if cost[i].is_some() && !shared_leaf(&g.node(id).op) {
             shared[i] = uses[i] > 1 || g.node(id).op.operands().iter().any(|o| shared[o.index()]);
         }
     }
@@ -101,12 +94,8 @@ pub fn copy_shared_dim_values(g: Graph) -> Graph {
     let mut needed = vec![true; g.nodes.len()];
     for id in (0..g.nodes.len()).rev().map(|i| NodeId(i as u32)) {
         let op = &g.node(id).op;
-        // Leaves and scalars stay: copies share them.
-        if cost[id.index()].is_none()
-            || op.is_leaf()
-            || matches!(op, Op::Scalar(_))
-            || g.outputs.contains(&id)
-        {
+        // `arange`s and scalars stay: copies share them.
+        if cost[id.index()].is_none() || shared_leaf(op) || g.outputs.contains(&id) {
             continue;
         }
         needed[id.index()] = readers[id.index()].iter().any(|&(r, pos)| {
@@ -158,7 +147,7 @@ pub fn copy_shared_dim_values(g: Graph) -> Graph {
 /// its `arange`s and scalars shared.
 fn copy_cone(g: &Graph, value: NodeId, new_of: &[NodeId], out: &mut Graph) -> NodeId {
     let op = &g.node(value).op;
-    if op.is_leaf() || matches!(op, Op::Scalar(_)) {
+    if shared_leaf(op) {
         return new_of[value.index()];
     }
     let operands: Vec<NodeId> = op

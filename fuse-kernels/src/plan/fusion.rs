@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use crate::ir::{BinaryOp, Dim, Graph, NodeId, Op, Shape, UnaryOp};
+use crate::ir::{Dim, Graph, NodeId, Op, Shape};
 
 /// What a node is to the planner.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,7 +140,7 @@ pub enum Fusion {
 }
 
 /// The most nodes a producer recomputed per element of a broadcast may have.
-const MAX_RECOMPUTED_NODES: usize = 8;
+pub const MAX_RECOMPUTED_NODES: usize = 8;
 
 /// Whether `producer` (a group whose value is broadcast into its consumer) is cheap enough to recompute per element
 /// of the consumer rather than to write to memory in a kernel of its own: a few casts, selections, comparisons and
@@ -149,12 +149,10 @@ const MAX_RECOMPUTED_NODES: usize = 8;
 pub fn recomputable(g: &Graph, producer: &Group) -> bool {
     producer.anchor.is_none()
         && producer.nodes.len() <= MAX_RECOMPUTED_NODES
-        && producer.nodes.iter().all(|&n| match &g.node(n).op {
-            Op::Cast(..) | Op::Where(..) => true,
-            Op::Unary(u, _) => matches!(u, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu),
-            Op::Binary(b, ..) => !matches!(b, BinaryOp::Div | BinaryOp::Pow),
-            _ => false,
-        })
+        && producer
+            .nodes
+            .iter()
+            .all(|&n| g.node(n).op.is_cheap_to_recompute())
 }
 
 impl Group {

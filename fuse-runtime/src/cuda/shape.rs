@@ -32,8 +32,7 @@ pub struct ShapeState {
     owned: Vec<Option<DeviceBuffer>>,
     /// Keeps the arena allocation alive: kernels reach it only through the pointers in `steps`.
     _arena: DeviceBuffer,
-    capture_tried: bool,
-    /// Calls run so far by launching the steps one by one.
+    /// Calls run so far by launching the steps one by one: the second captures (tried once, whatever its outcome).
     direct_calls: u32,
     /// Matmul kernels that run the generated GEMM although cuBLAS is loaded (a layout it cannot read).
     pub fallback_gemms: usize,
@@ -118,7 +117,6 @@ impl ShapeState {
             owned,
             steps,
             replay: None,
-            capture_tried: false,
             direct_calls: 0,
             fallback_gemms,
         })
@@ -156,12 +154,11 @@ impl ShapeState {
         for step in &self.steps {
             enqueue(stream, blas, step)?;
         }
-        self.direct_calls += 1;
-        if self.capture_tried || self.direct_calls < 2 {
+        self.direct_calls = self.direct_calls.saturating_add(1);
+        if self.direct_calls != 2 {
             return Ok(None);
         }
         // Captured after a direct run, so cuBLAS has made its workspace and picked its kernels outside capture.
-        self.capture_tried = true;
         match capture(stream, blas, &self.steps) {
             Ok(replay) => {
                 self.replay = Some(replay);
