@@ -111,6 +111,14 @@ pub fn thread_seconds() -> f64 {
     START.get_or_init(Instant::now).elapsed().as_secs_f64()
 }
 
+/// The process's resident memory in MB (Linux's `VmRSS`), or `None` where it cannot be read.
+pub fn resident_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024.0 / 1e6)
+}
+
 /// The weight-streaming floor of a decoding step, measured beside the steps: the time to read as many bytes as a
 /// step's weights from memory on every worker thread. On a shared machine the read bandwidth moves between
 /// minutes (W5's floor measured 1.7× apart in two sittings), so a floor measured once cannot judge a step

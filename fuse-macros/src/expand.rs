@@ -431,7 +431,8 @@ fn expand_model(
                 &#private::SPEC
             }
 
-            pub fn weights(&self) -> &[::fuse_runtime::Tensor] {
+            /// The f32 weights in declaration order; `Error::WeightsReleased` after `with_cpu_precision` in int8 or bf16.
+            pub fn weights(&self) -> ::fuse_runtime::Result<&[::fuse_runtime::Tensor]> {
                 self.core.weights()
             }
 

@@ -168,7 +168,7 @@ fn stub_model(module: &syn::ItemMod, name: &syn::Ident) -> TokenStream {
             pub fn spec() -> &'static ::fuse_runtime::ModelSpec {
                 #fail
             }
-            pub fn weights(&self) -> &[::fuse_runtime::Tensor] {
+            pub fn weights(&self) -> ::fuse_runtime::Result<&[::fuse_runtime::Tensor]> {
                 #fail
             }
             pub fn compiled(&self) -> &::fuse_runtime::CompiledModel {

@@ -219,6 +219,17 @@ pub struct GpuTiming {
     pub host_us: f64,
 }
 
+/// What a GPU model's cache of shapes holds ([`CompiledModel::gpu_shapes`]): a shape is one binding of the dynamic
+/// dims (with one session's states), with its arena and launch list, and from its second call its CUDA graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpuShapes {
+    pub shapes: usize,
+    /// Shapes whose CUDA graph was captured.
+    pub graphs: usize,
+    /// Shapes dropped to make room since the model moved to the GPU (both plans): those called once go first.
+    pub evicted: usize,
+}
+
 /// A model's placement: `None` runs on the CPU executors. Interior, so a model behind `&` (the generated
 /// wrappers hand out `&CompiledModel`) can be moved.
 #[derive(Default)]
@@ -295,6 +306,13 @@ fn cpu_line(model: &CompiledModel) -> String {
         }
         crate::CpuPrecision::F32 => {}
     }
+    let released = model.released_weights();
+    if released > 0 {
+        line += &format!(
+            "; {released} weight(s) held only packed, {:.1} MB of weights in all",
+            model.weight_bytes() as f64 / 1e6
+        );
+    }
     let threads = rayon::current_num_threads();
     line += &format!("; {threads} worker thread(s)");
     line
@@ -302,7 +320,7 @@ fn cpu_line(model: &CompiledModel) -> String {
 
 #[cfg(feature = "cuda")]
 fn gpu_model(model: &CompiledModel, device: &CudaDevice, options: GpuOptions) -> Result<GpuModel> {
-    GpuModel::new(model.spec(), model.weights(), device, options)
+    GpuModel::new(model.spec(), model.gpu_weights()?, device, options)
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -388,6 +406,14 @@ impl CompiledModel {
             lines.push(cpu_line(self));
         }
         lines.join("\n")
+    }
+
+    /// What the GPU's cache of shapes of `mode` holds; an error when the model is on the CPU.
+    pub fn gpu_shapes(&self, mode: PlanMode) -> Result<GpuShapes> {
+        let gpu = self.placement.gpu().ok_or_else(|| Error::NoCudaDevice {
+            reason: "the model is on the CPU; call to_device first".into(),
+        })?;
+        gpu.shapes(mode)
     }
 
     /// Times graph replays of `mode` on the GPU at these inputs; an error when the model is on the CPU.

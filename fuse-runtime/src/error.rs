@@ -102,6 +102,18 @@ pub enum Error {
     )]
     NeedsSession { model: String },
 
+    #[error(
+        "the f32 copies of {count} weight(s) of model `{model}` (`{first}`, ...) were released when its CPU GEMMs \
+         were packed in {precision}; {needed_for} needs them: load the model again"
+    )]
+    WeightsReleased {
+        model: String,
+        precision: String,
+        count: usize,
+        first: String,
+        needed_for: &'static str,
+    },
+
     #[error("this session belongs to model `{session_model}`, not `{model}`")]
     SessionMismatch {
         model: String,

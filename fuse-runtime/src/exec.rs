@@ -12,7 +12,7 @@ use crate::cpu::CpuPrecision;
 use crate::error::{Error, Result};
 use crate::iota::Iota;
 use crate::pool::{ArenaPool, PoolLimits, PoolStats};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 
 use fuse_tables::ProgramTables;
@@ -573,6 +573,43 @@ impl Executor {
         Ok(())
     }
 
+    /// The parameters this executor reads other than through a pack that stands for every read of them in its
+    /// kernel (`PackedB::exclusive`): these must keep their dense weights. Any other parameter with a pack here is
+    /// read only through its packs.
+    pub fn dense_params(&self) -> HashSet<usize> {
+        let p = self.program;
+        let packed = |kernel: usize, buffer: usize| {
+            self.packs.get(kernel).is_some_and(Option::is_some)
+                && p.packed_b
+                    .iter()
+                    .any(|e| e.kernel == kernel && e.buffer == buffer && e.exclusive)
+        };
+        let mut dense = HashSet::new();
+        for (ki, call) in p.kernels.iter().enumerate() {
+            for &b in call.buffers.iter().skip(1) {
+                if let Some(BufferKind::Param(i)) = p.buffers.get(b).map(|s| s.kind) {
+                    if !packed(ki, b) {
+                        dense.insert(i);
+                    }
+                }
+            }
+        }
+        dense
+    }
+
+    /// The parameters some GEMM of this executor reads packed.
+    pub fn packed_params(&self) -> HashSet<usize> {
+        let p = self.program;
+        p.packed_b
+            .iter()
+            .filter(|e| self.packs.get(e.kernel).is_some_and(Option::is_some))
+            .filter_map(|e| match p.buffers.get(e.buffer).map(|s| s.kind) {
+                Some(BufferKind::Param(i)) => Some(i),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// How many of the program's GEMMs read a weight packed in a reduced precision (int8 or bf16), of how many
     /// read a packed weight.
     pub fn reduced_gemms(&self) -> (usize, usize) {
@@ -713,7 +750,12 @@ impl Executor {
         let mut ptrs = Vec::with_capacity(p.buffers.len());
         for spec in &p.buffers {
             let numel = spec.numel.eval(dims);
-            let bytes = numel.saturating_mul(spec.dtype.size());
+            let mut bytes = numel.saturating_mul(spec.dtype.size());
+            if let BufferKind::Param(i) = spec.kind {
+                // A weight released after packing (see `Executor::dense_params`) is an empty tensor: only its
+                // pack is read, and a slice of it must not claim memory it no longer has.
+                bytes = bytes.min(weights[i].numel().saturating_mul(spec.dtype.size()));
+            }
             let ptr = match spec.kind {
                 BufferKind::Input(i) => inputs[i].data_ptr() as *mut u8,
                 // A window of the shared table, which is at least `arange_end` long; kernels only read it.

@@ -75,6 +75,9 @@ pub struct CompiledModel {
     eager: Executor,
     /// See [`CompiledModel::packed_weight_bytes`].
     packed_bytes: usize,
+    /// Parameters whose f32 weight was dropped after packing in a reduced precision: only their packs are read
+    /// (see [`CompiledModel::with_cpu_precision`]). Each is an empty tensor in `weights`.
+    released: Vec<usize>,
     /// See [`CompiledModel::with_cpu_precision`].
     cpu_precision: CpuPrecision,
     /// Where `run` executes: the CPU executors above, or a GPU copy (see [`crate::device`]).
@@ -127,6 +130,7 @@ impl CompiledModel {
             fused,
             eager,
             packed_bytes: packs.bytes(),
+            released: Vec::new(),
             cpu_precision: precision,
             placement: Placement::default(),
         })
@@ -135,17 +139,78 @@ impl CompiledModel {
     /// The model computing its CPU GEMMs whose B is a weight in `precision` (see [`CpuPrecision`]): the weights
     /// are packed again, once, for it (in int8: quantised per output channel). f32 is what every model starts
     /// with. Only the CPU executors change; a GPU placement keeps its own precision.
+    ///
+    /// In int8 and bf16 the model then holds each matrix that only GEMMs read once, in that precision: the f32
+    /// weight of a parameter that no kernel of either plan reads other than through its pack is released
+    /// (embedding tables, norm weights, biases and a matrix read otherwise stay in f32). A quarter (int8) or half
+    /// (bf16) of those bytes stays resident; see [`CompiledModel::weight_bytes`]. Afterwards the f32 weights are
+    /// gone: [`CompiledModel::weights`], moving the model to a GPU and another `with_cpu_precision` are
+    /// [`Error::WeightsReleased`] (load the model again for those).
     pub fn with_cpu_precision(mut self, precision: CpuPrecision) -> Result<Self> {
-        if precision != self.cpu_precision {
-            let mut packs = PackCache::default();
-            self.fused
-                .pack_weights(&self.weights, &mut packs, precision)?;
-            self.eager
-                .pack_weights(&self.weights, &mut packs, precision)?;
-            self.packed_bytes = packs.bytes();
-            self.cpu_precision = precision;
+        if precision == self.cpu_precision {
+            return Ok(self);
+        }
+        self.dense_weights("packing them in another precision")?;
+        let mut packs = PackCache::default();
+        self.fused
+            .pack_weights(&self.weights, &mut packs, precision)?;
+        self.eager
+            .pack_weights(&self.weights, &mut packs, precision)?;
+        self.packed_bytes = packs.bytes();
+        self.cpu_precision = precision;
+        if precision != CpuPrecision::F32 {
+            self.release_packed_weights()?;
         }
         Ok(self)
+    }
+
+    /// Drops the f32 weight of every parameter that both plans read only through packs that stand for it.
+    fn release_packed_weights(&mut self) -> Result<()> {
+        let mut dense = self.fused.dense_params();
+        dense.extend(self.eager.dense_params());
+        let mut packed = self.fused.packed_params();
+        packed.extend(self.eager.packed_params());
+        let mut released: Vec<usize> = packed.difference(&dense).copied().collect();
+        released.sort_unstable();
+        for &i in &released {
+            if let Some(w) = self.weights.get_mut(i) {
+                *w = Tensor::from_f32(&[0], Vec::new())?;
+            }
+        }
+        self.released = released;
+        Ok(())
+    }
+
+    /// The f32 weights, or [`Error::WeightsReleased`] naming what needed them.
+    fn dense_weights(&self, needed_for: &'static str) -> Result<&[Tensor]> {
+        match self.released.first() {
+            None => Ok(&self.weights),
+            Some(&i) => Err(Error::WeightsReleased {
+                model: self.spec.name.into(),
+                precision: self.cpu_precision.to_string(),
+                count: self.released.len(),
+                first: self.spec.params.get(i).map_or("?", |p| p.name).into(),
+                needed_for,
+            }),
+        }
+    }
+
+    /// The f32 weights a GPU copy uploads.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn gpu_weights(&self) -> Result<&[Tensor]> {
+        self.dense_weights("moving the model to a GPU")
+    }
+
+    /// How many parameters are held only packed (see [`CompiledModel::with_cpu_precision`]).
+    pub fn released_weights(&self) -> usize {
+        self.released.len()
+    }
+
+    /// Bytes of weights this model holds for its CPU executors: the f32 weights it keeps plus the packs
+    /// ([`CompiledModel::packed_weight_bytes`]).
+    pub fn weight_bytes(&self) -> usize {
+        let dense: usize = self.weights.iter().map(|w| 4 * w.numel()).sum();
+        dense + self.packed_bytes
     }
 
     /// What [`CompiledModel::with_cpu_precision`] chose.
@@ -154,7 +219,8 @@ impl CompiledModel {
     }
 
     /// Bytes of the weight copies packed at load for the CPU GEMMs (each distinct weight view once, shared by
-    /// both plans), beside [`CompiledModel::weights`]: about one more copy of every matrix a GEMM reads as B.
+    /// both plans). In f32 they sit beside [`CompiledModel::weights`]: about one more copy of every matrix a GEMM
+    /// reads as B. In int8 and bf16 they replace the f32 copies they stand for.
     pub fn packed_weight_bytes(&self) -> usize {
         self.packed_bytes
     }
@@ -189,8 +255,10 @@ impl CompiledModel {
         self.spec
     }
 
-    pub fn weights(&self) -> &[Tensor] {
-        &self.weights
+    /// The f32 weights in declaration order, or [`Error::WeightsReleased`] after
+    /// [`CompiledModel::with_cpu_precision`] in int8 or bf16 released some.
+    pub fn weights(&self) -> Result<&[Tensor]> {
+        self.dense_weights("reading the weights")
     }
 
     /// Every dim of the model from `sizes` given by name (`[("batch", 8)]`), sums of dims derived from their terms.

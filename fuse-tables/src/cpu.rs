@@ -153,4 +153,9 @@ pub struct PackedB {
     pub cs: usize,
     pub k: usize,
     pub n: usize,
+    /// The kernel reads the parameter only as this B (no other operand or epilogue read of its buffer), so the
+    /// pack stands for every read of the buffer there: a parameter whose every reader is such a kernel need not
+    /// be kept beside its packs.
+    #[serde(default)]
+    pub exclusive: bool,
 }

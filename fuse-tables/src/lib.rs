@@ -143,6 +143,7 @@ mod tests {
                 cs: 3,
                 k: 3,
                 n: 2,
+                exclusive: true,
             }],
             slice_bounds: vec![SliceBound {
                 what: "[128, past] (%3)".into(),

@@ -198,9 +198,9 @@ pub fn check_with_session(
     };
 
     let want = if stateful {
-        try_reference_with_states(&graph, spec, model.weights(), inputs, &states_before)?
+        try_reference_with_states(&graph, spec, model.weights()?, inputs, &states_before)?
     } else {
-        try_reference_of(&graph, spec, model.weights(), inputs)?
+        try_reference_of(&graph, spec, model.weights()?, inputs)?
     };
     if fused.len() != want.len() || eager.len() != want.len() {
         return Err(DriftError::OutputCount {

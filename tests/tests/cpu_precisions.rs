@@ -1,11 +1,12 @@
 //! The int8 and bf16 CPU precisions end to end: a Linear layer with a bias, an activation and a residual (the
 //! epilogue runs on the dequantised or f32-summed tile) against an f64 evaluation of the quantised or rounded
 //! product, on both plans and every GEMM path (one row block, columns split across threads, several row blocks);
-//! switching back to f32 restores the f32 numbers; the device report names the precision.
+//! a reduced model holds its matrices only packed (the f32 copies released, a weight read otherwise kept); the device
+//! report names the precision.
 
 use fuse_runtime::cpu::gemm::bf16::{from_bf16, to_bf16};
 use fuse_runtime::cpu::gemm::int8::A_GROUP;
-use fuse_runtime::{CpuPrecision, Tensor};
+use fuse_runtime::{CpuPrecision, Error, Tensor};
 
 #[fuse_runtime::fused_model]
 mod layer {
@@ -117,8 +118,8 @@ type Product = fn(&[Vec<f32>], &[Vec<f32>]) -> Vec<Vec<f64>>;
 
 /// The forward with both products computed by `product` (quantised or rounded), in f64 (the hidden layer
 /// rounded to f32 as it is stored).
-fn reference(model: &Layer, x: &[f32], batch: usize, product: Product) -> Vec<f64> {
-    let [w, b, v] = [0, 1, 2].map(|i| model.weights()[i].to_f32_vec());
+fn reference(weights: &[Tensor], x: &[f32], batch: usize, product: Product) -> Vec<f64> {
+    let [w, b, v] = [0, 1, 2].map(|i| weights[i].to_f32_vec());
     let rows: Vec<Vec<f32>> = x.chunks(D).map(<[f32]>::to_vec).collect();
     // Columns of Wᵀ are rows of W; columns of V are strided.
     let w_cols: Vec<Vec<f32>> = w.chunks(D).map(<[f32]>::to_vec).collect();
@@ -161,10 +162,12 @@ fn matches_reference(precision: CpuPrecision, product: Product, tolerance: f64) 
         .with_cpu_precision(precision)
         .unwrap();
     assert_eq!(model.compiled().cpu_precision(), precision);
+    // The model now holds W and V only packed: the reference reads the same weights made again.
+    assert_eq!(model.compiled().released_weights(), 2);
     // Batch 3: one row block; 70: columns split across threads; 300: two row blocks of 256.
     for (batch, seed) in [(3, 1), (70, 2), (300, 3)] {
         let x = Tensor::randn(&[batch, D], seed);
-        let want = reference(&model, &x.to_f32_vec(), batch, product);
+        let want = reference(&weights(3), &x.to_f32_vec(), batch, product);
         let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
         for (mode, got) in [
             ("fused", model.forward(&x).unwrap()),
@@ -195,17 +198,24 @@ fn bf16_layer_matches_the_rounded_f64_forward_on_every_gemm_path() {
     matches_reference(CpuPrecision::Bf16, rounded_product, 2e-4);
 }
 
-/// The layer in `precision` is close to f32 (cosine) and not equal to it, packs fewer bytes, is named in the
-/// device report, and switching back restores the f32 numbers exactly.
-fn close_to_f32_and_back(precision: CpuPrecision, min_cosine: f64) {
+/// The layer in `precision` is close to f32 (cosine) and not equal to it, is named in the device report, and holds
+/// its two matrices only packed in that precision: the f32 copies are gone, and what needs them says so.
+fn close_to_f32_holding_only_packs(precision: CpuPrecision, min_cosine: f64) {
     let f32_model = Layer::from_weights(weights(5)).unwrap();
     let x = Tensor::randn(&[64, D], 9);
     let exact = f32_model.forward(&x).unwrap().to_f32_vec();
-    let f32_bytes = f32_model.compiled().packed_weight_bytes();
+    let dense_bytes = 4 * (2 * H * D + H);
+    let f32_packs = f32_model.compiled().packed_weight_bytes();
+    if f32_packs > 0 {
+        // f32 packs sit beside the weights they copy.
+        assert_eq!(f32_model.compiled().weight_bytes(), dense_bytes + f32_packs);
+    }
     let reduced = f32_model.with_cpu_precision(precision).unwrap();
     let report = reduced.compiled().device_report();
     assert!(
-        report.contains(&format!("{precision} GEMMs")) && report.contains("2 of the 2"),
+        report.contains(&format!("{precision} GEMMs"))
+            && report.contains("2 of the 2")
+            && report.contains("2 weight(s) held only packed"),
         "{report}"
     );
     let approx = reduced.forward(&x).unwrap().to_f32_vec();
@@ -218,23 +228,110 @@ fn close_to_f32_and_back(precision: CpuPrecision, min_cosine: f64) {
     let cosine = dot / (na * nb).sqrt();
     assert!(cosine > min_cosine, "{precision} cosine {cosine}");
     assert_ne!(approx, exact);
-    if f32_bytes > 0 {
-        assert!(reduced.compiled().packed_weight_bytes() < f32_bytes);
+    // Only the bias stays in f32; the packs hold W and V in a quarter (int8, with scales) or half (bf16) of their
+    // f32 bytes, and panel padding.
+    let compiled = reduced.compiled();
+    let packs = compiled.packed_weight_bytes();
+    assert_eq!(compiled.weight_bytes(), 4 * H + packs);
+    assert!(packs * 5 < dense_bytes * 3, "{packs} bytes of packs");
+    match reduced.weights() {
+        Err(Error::WeightsReleased {
+            count, needed_for, ..
+        }) => assert_eq!((count, needed_for), (2, "reading the weights")),
+        other => panic!(
+            "expected WeightsReleased, got {:?}",
+            other.map(<[Tensor]>::len)
+        ),
     }
-    let back = reduced.with_cpu_precision(CpuPrecision::F32).unwrap();
-    assert_eq!(back.forward(&x).unwrap().to_f32_vec(), exact);
-    assert!(!back
-        .compiled()
-        .device_report()
-        .contains(&format!("{precision}")));
+    match reduced.with_cpu_precision(CpuPrecision::F32) {
+        Err(e @ Error::WeightsReleased { .. }) => {
+            assert!(e.to_string().contains("load the model again"), "{e}")
+        }
+        other => panic!(
+            "expected WeightsReleased, got {:?}",
+            other.map(|m| m.compiled().cpu_precision())
+        ),
+    }
 }
 
 #[test]
-fn int8_is_close_to_f32_and_switching_back_restores_f32() {
-    close_to_f32_and_back(CpuPrecision::Int8, 0.9995);
+fn int8_is_close_to_f32_and_holds_its_matrices_only_packed() {
+    close_to_f32_holding_only_packs(CpuPrecision::Int8, 0.9995);
 }
 
 #[test]
-fn bf16_is_close_to_f32_and_switching_back_restores_f32() {
-    close_to_f32_and_back(CpuPrecision::Bf16, 0.99995);
+fn bf16_is_close_to_f32_and_holds_its_matrices_only_packed() {
+    close_to_f32_holding_only_packs(CpuPrecision::Bf16, 0.99995);
+}
+
+#[fuse_runtime::fused_model]
+mod shared {
+    pub const V: usize = 61;
+    pub const E: usize = 48;
+
+    /// A tied embedding (gathered, then the output layer's B), a Linear weight read only as B, and a matrix
+    /// multiplied by itself (its GEMM's A and B).
+    pub struct Shared {
+        #[shape(V, E)]
+        table: Tensor,
+        #[shape(E, E)]
+        w: Tensor,
+        #[shape(E, E)]
+        u: Tensor,
+    }
+
+    impl Shared {
+        pub fn forward(&self, #[shape(batch, seq)] ids: Tensor<i64>) -> Tensor {
+            let x = embedding(&self.table, &ids).matmul(&self.w.t());
+            x.matmul(&self.u.matmul(&self.u)).matmul(&self.table.t())
+        }
+    }
+}
+
+/// Only a weight every kernel reads through its pack is released: the tied table (also gathered) and the matrix
+/// that is also its GEMM's A stay in f32, and the model still runs on both plans, close to f32.
+#[test]
+fn weights_read_otherwise_than_through_a_pack_stay_in_f32() {
+    use shared::{Shared, E, V};
+    let weights: Vec<Tensor> = [(V, 1.0), (E, 0.15), (E, 0.15)]
+        .iter()
+        .enumerate()
+        .map(|(i, &(rows, by))| {
+            let v = Tensor::randn(&[rows, E], 20 + i as u64).to_f32_vec();
+            Tensor::from_f32(&[rows, E], v.iter().map(|x| x * by).collect()).unwrap()
+        })
+        .collect();
+    let ids = Tensor::from_i64(&[2, 5], (0..10).map(|i| (i * 7) % V as i64).collect()).unwrap();
+    let exact = Shared::from_weights(weights.clone()).unwrap();
+    let want = exact.forward(&ids).unwrap().to_f32_vec();
+    for precision in [CpuPrecision::Int8, CpuPrecision::Bf16] {
+        let model = Shared::from_weights(weights.clone())
+            .unwrap()
+            .with_cpu_precision(precision)
+            .unwrap();
+        let compiled = model.compiled();
+        if compiled.packed_weight_bytes() == 0 {
+            eprintln!("skipped: this CPU packs no weights (no AVX2)");
+            return;
+        }
+        assert_eq!(compiled.released_weights(), 1, "{precision}");
+        assert_eq!(
+            compiled.weight_bytes(),
+            4 * (V * E + E * E) + compiled.packed_weight_bytes()
+        );
+        for got in [
+            model.forward(&ids).unwrap(),
+            model.forward_eager(&ids).unwrap(),
+        ] {
+            let got = got.to_f32_vec();
+            let dot: f64 = got
+                .iter()
+                .zip(&want)
+                .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                .sum();
+            let norm = |v: &[f32]| v.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt();
+            let cosine = dot / (norm(&got) * norm(&want));
+            assert!(cosine > 0.999, "{precision}: cosine {cosine}");
+        }
+    }
 }

@@ -80,8 +80,9 @@ fn a_spoiled_kernel_is_the_first_divergence() {
 
     for (k, info) in kernels.iter().enumerate() {
         let spec = spoiled_spec(EncoderLayer::spec(), k);
-        let spoiled = CompiledModel::from_weights(spec, model.weights().to_vec())
-            .expect("the spoiled model takes the same weights");
+        let spoiled =
+            CompiledModel::from_weights(spec, model.weights().expect("f32 weights").to_vec())
+                .expect("the spoiled model takes the same weights");
         let report = drift::check(&spoiled, &refs, tol).expect("drift check runs");
         assert!(!report.plans_agree(), "kernel {k} spoiled:\n{report}");
         let found = report

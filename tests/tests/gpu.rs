@@ -61,8 +61,9 @@ fn shapes<T: Copy>(device: &Device, all: &[T], simulated_ones: &[T]) -> Vec<T> {
 
 /// A copy of `model` (same weights) moved to `device` with `options`.
 fn moved(model: &CompiledModel, device: &Device, options: GpuOptions) -> CompiledModel {
-    let copy = CompiledModel::from_weights(model.spec(), model.weights().to_vec())
-        .unwrap_or_else(|e| panic!("{}: {e}", model.spec().name));
+    let copy =
+        CompiledModel::from_weights(model.spec(), model.weights().expect("f32 weights").to_vec())
+            .unwrap_or_else(|e| panic!("{}: {e}", model.spec().name));
     copy.to_device_with_options(device.clone(), options)
         .unwrap_or_else(|e| panic!("{} to {device} ({options:?}): {e}", model.spec().name));
     let report = copy.device_report();
@@ -1023,4 +1024,58 @@ fn cached_tiny_llama_decodes_on_the_gpu_as_on_the_cpu() {
             }
         }
     }
+}
+
+#[test]
+fn a_full_shape_cache_drops_shapes_called_once_first() {
+    let Some(device) = gpu() else { return };
+    let cpu = Elementwise::random(1).into_compiled();
+    let gpu = moved(&cpu, &device, GpuOptions::default());
+    let inputs = |batch: usize| [Tensor::randn(&[batch, D], 1), Tensor::randn(&[batch, D], 2)];
+    let [x, y] = inputs(3);
+    for _ in 0..3 {
+        gpu.run(PlanMode::Fused, &[&x, &y]).unwrap();
+    }
+    // Sixteen more shapes, each called once (as decode steps are): the cache holds sixteen, so one must go, and
+    // it is the oldest of those called once, not the captured shape.
+    for batch in 4..20 {
+        let [a, b] = inputs(batch);
+        gpu.run(PlanMode::Fused, &[&a, &b]).unwrap();
+    }
+    let held = gpu.gpu_shapes(PlanMode::Fused).unwrap();
+    assert_eq!((held.shapes, held.graphs, held.evicted), (16, 1, 1));
+    let got = gpu.run(PlanMode::Fused, &[&x, &y]).unwrap();
+    let want = cpu.run(PlanMode::Fused, &[&x, &y]).unwrap();
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_close(&format!("output {i}"), g, &to_ref(w), 2e-5, 2e-5);
+    }
+    assert_eq!(gpu.gpu_shapes(PlanMode::Fused).unwrap().graphs, 1);
+    // The evicted shape (batch 4) comes back as new, and the oldest shape called once (batch 5) makes room.
+    let [a, b] = inputs(4);
+    gpu.run(PlanMode::Fused, &[&a, &b]).unwrap();
+    let held = gpu.gpu_shapes(PlanMode::Fused).unwrap();
+    assert_eq!((held.shapes, held.graphs, held.evicted), (16, 1, 2));
+}
+
+#[test]
+fn a_model_holding_its_weights_only_packed_does_not_move_to_the_gpu() {
+    let Some(device) = gpu() else { return };
+    let model = Mlp::random(3)
+        .with_cpu_precision(fuse_runtime::CpuPrecision::Int8)
+        .unwrap()
+        .into_compiled();
+    if model.released_weights() == 0 {
+        eprintln!("skipped: this CPU packs no weights (no AVX2)");
+        return;
+    }
+    match model.to_device(device) {
+        Err(Error::WeightsReleased { needed_for, .. }) => {
+            assert_eq!(needed_for, "moving the model to a GPU")
+        }
+        other => panic!("expected WeightsReleased, got {other:?}"),
+    }
+    // It stays on the CPU and runs there.
+    let x = Tensor::randn(&[4, 1024], 1);
+    assert!(model.run(PlanMode::Fused, &[&x]).is_ok());
+    assert!(model.device_report().contains("held only packed"));
 }

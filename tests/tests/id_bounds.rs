@@ -81,11 +81,11 @@ fn ids_are_bounded_by_the_smallest_table_in_either_call_order() {
     for (model_out, weights) in [
         (
             big_first.forward(&good).unwrap(),
-            big_first.compiled().weights(),
+            big_first.compiled().weights().expect("f32 weights"),
         ),
         (
             small_first.forward(&good).unwrap(),
-            small_first.compiled().weights(),
+            small_first.compiled().weights().expect("f32 weights"),
         ),
     ] {
         // Weights are in declaration order: big, then small.

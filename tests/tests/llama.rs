@@ -254,7 +254,8 @@ fn cached(uncached: &TinyLlama) -> TinyLlamaCached {
         spec.params.iter().map(|p| p.name).collect::<Vec<_>>()
     };
     assert_eq!(names(TinyLlama::spec()), names(TinyLlamaCached::spec()));
-    TinyLlamaCached::from_weights(uncached.weights().to_vec()).expect("the same weights fit")
+    TinyLlamaCached::from_weights(uncached.weights().expect("f32 weights").to_vec())
+        .expect("the same weights fit")
 }
 
 /// The transformers check through the KV cache: the prompts prefilled once as a left-padded batch, then one token

@@ -18,7 +18,11 @@ fn encoder_layer_matches_reference() {
         let mask = Tensor::from_f32(&[batch, seq], mask).unwrap();
         let fused = model.forward(&x, &mask).unwrap();
         let eager = model.forward_eager(&x, &mask).unwrap();
-        let want = reference(EncoderLayer::spec(), model.weights(), &[&x, &mask]);
+        let want = reference(
+            EncoderLayer::spec(),
+            model.weights().expect("f32 weights"),
+            &[&x, &mask],
+        );
         assert_close("encoder fused", &fused, &want[0], 1e-4, 1e-4);
         assert_close("encoder eager", &eager, &want[0], 1e-4, 1e-4);
     }
@@ -31,7 +35,7 @@ fn mlp_matches_reference() {
         let x = Tensor::randn(&[batch, 1024], batch as u64);
         let fused = model.forward(&x).unwrap();
         let eager = model.forward_eager(&x).unwrap();
-        let want = reference(Mlp::spec(), model.weights(), &[&x]);
+        let want = reference(Mlp::spec(), model.weights().expect("f32 weights"), &[&x]);
         assert_close("mlp fused", &fused, &want[0], 1e-4, 1e-3);
         assert_close("mlp eager", &eager, &want[0], 1e-4, 1e-3);
     }

@@ -55,7 +55,7 @@ fn reference(x: &[f32], w: &[f32], v: &[f32], batch: usize) -> Vec<f64> {
 
 fn check(model: &Tied, batch: usize, seed: u64) {
     let x = Tensor::randn(&[batch, D], seed);
-    let [w, v] = [0, 1].map(|i| model.weights()[i].to_f32_vec());
+    let [w, v] = [0, 1].map(|i| model.weights().expect("f32 weights")[i].to_f32_vec());
     let want = reference(&x.to_f32_vec(), &w, &v, batch);
     let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
     for (mode, got) in [

@@ -144,7 +144,7 @@ fn weights_round_trip_through_safetensors_by_checkpoint_name() {
         .params
         .iter()
         .map(|p| p.name)
-        .zip(model.weights())
+        .zip(model.weights().expect("f32 weights"))
         .collect();
     assert!(named.iter().any(|(n, _)| *n == "attention.query.weight"));
     let path = temp_path("encoder.safetensors");
@@ -182,7 +182,7 @@ fn bad_weight_files_are_clear_errors() {
         .params
         .iter()
         .map(|p| p.name)
-        .zip(model.weights())
+        .zip(model.weights().expect("f32 weights"))
         .collect();
     named[0].1 = &wrong;
     let path = temp_path("wrong-shape.safetensors");

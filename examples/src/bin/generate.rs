@@ -31,7 +31,7 @@ use fuse_examples::models::llama::{
     tiny::TinyLlamaCached, CachedDecoder,
 };
 use fuse_examples::timing::{
-    cpu_line, json_line, precision_arg, sample_ms, threads, Sample, StreamFloor,
+    cpu_line, json_line, precision_arg, resident_mb, sample_ms, threads, Sample, StreamFloor,
 };
 use fuse_runtime::generate::{
     generate, generate_batch_indexed, Decoding, GenerateOptions, Sampler, Sampling,
@@ -73,7 +73,7 @@ fn load_f32(
             };
             Loaded {
                 model: if cached {
-                    TinyLlamaCached::from_weights(model.weights().to_vec())?.into_compiled()
+                    TinyLlamaCached::from_weights(model.weights()?.to_vec())?.into_compiled()
                 } else {
                     model.into_compiled()
                 },
@@ -87,7 +87,7 @@ fn load_f32(
             };
             Loaded {
                 model: if cached {
-                    SmolLmCached::from_weights(model.weights().to_vec())?.into_compiled()
+                    SmolLmCached::from_weights(model.weights()?.to_vec())?.into_compiled()
                 } else {
                     model.into_compiled()
                 },
@@ -150,7 +150,7 @@ struct DecodeRun {
 /// without AVX2).
 fn step_weight_bytes(model: &CompiledModel) -> usize {
     match model.packed_weight_bytes() {
-        0 => model.weights().iter().map(|w| 4 * w.numel()).sum(),
+        0 => model.weight_bytes(),
         packed => packed,
     }
 }
@@ -248,6 +248,17 @@ fn first_step_probe(
 /// W5's prefill: one forward over 128 tokens at batch 1, SmolLM-135M's shape, seeded weights; then its decoding.
 fn bench(json: bool, precision: CpuPrecision) -> Result<(), Box<dyn std::error::Error>> {
     let cached = load("smollm", None, 1, true, precision)?;
+    // What the model holds once loaded (f32 weights kept, packs), and the process's resident memory then.
+    let weights_mb = cached.model.weight_bytes() as f64 / 1e6;
+    let resident = resident_mb();
+    if !json {
+        let resident = resident.map_or("unknown".into(), |mb| format!("{mb:.0} MB"));
+        println!(
+            "W5 {precision} weights held: {weights_mb:.0} MB ({} held only packed); process resident after \
+             loading: {resident}",
+            cached.model.released_weights()
+        );
+    }
     for batch in [1, 8] {
         let run = bench_decode(&cached, batch)?;
         let tokens_per_s = batch as f64 * 1e3 / run.mean_step;
@@ -268,6 +279,8 @@ fn bench(json: bool, precision: CpuPrecision) -> Result<(), Box<dyn std::error::
                 "median_floor_ms": run.median_floor,
                 "median_share_of_floor": run.median_share,
                 "tokens_per_s": tokens_per_s,
+                "weights_mb": weights_mb,
+                "resident_after_load_mb": resident,
                 "threads": threads(),
             });
             println!("{line}");

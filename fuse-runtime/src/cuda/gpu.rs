@@ -15,14 +15,15 @@ use super::shape::{PlanCode, ShapeState};
 use super::spec::LaunchRole;
 use super::states::DeviceStates;
 use super::sys::{library_present, Library};
-use crate::device::{CudaDevice, GpuOptions, GpuTiming, Precision};
+use crate::device::{CudaDevice, GpuOptions, GpuShapes, GpuTiming, Precision};
 use crate::error::{Error, Result};
 use crate::exec::Program;
 use crate::model::{ModelSpec, PlanMode};
 use crate::session::Session;
 use crate::tensor::Tensor;
 
-/// Shapes kept per plan; one more drops them all (each holds an arena and a graph on the device).
+/// Shapes kept per plan (each holds an arena and perhaps a graph on the device); a new one past this drops the one
+/// [`ShapeState::eviction_order`] puts first.
 const MAX_SHAPES: usize = 16;
 
 /// Fields drop in order: the shape states (graphs that launch the modules' kernels and cuBLAS's) go first.
@@ -46,6 +47,10 @@ struct State {
     fused: HashMap<ShapeKey, ShapeState>,
     eager: HashMap<ShapeKey, ShapeState>,
     report: Vec<String>,
+    /// Calls so far, the clock of [`ShapeState::last_call`].
+    calls: u64,
+    /// Shapes dropped to make room.
+    evicted: usize,
 }
 
 fn failed(what: &str, e: impl std::fmt::Display) -> Error {
@@ -213,18 +218,25 @@ impl GpuModel {
             fused,
             eager,
             report,
+            calls,
+            evicted,
         } = state;
         let shapes = match mode {
             PlanMode::Fused => fused,
             PlanMode::Eager => eager,
         };
         if !shapes.contains_key(&key) {
-            if shapes.len() >= MAX_SHAPES {
+            let first = shapes
+                .iter()
+                .min_by_key(|(_, s)| s.eviction_order())
+                .map(|(k, _)| k.clone());
+            if let (true, Some(first)) = (shapes.len() >= MAX_SHAPES, first) {
                 // Nothing may still run on buffers about to be freed.
                 self.stream
                     .synchronize()
                     .map_err(|e| failed("synchronising", e))?;
-                shapes.clear();
+                shapes.remove(&first);
+                *evicted += 1;
             }
             let st = ShapeState::new(
                 &self.stream,
@@ -246,8 +258,24 @@ impl GpuModel {
             }
             shapes.insert(key.clone(), st);
         }
-        shapes.get_mut(&key).ok_or_else(|| Error::Cuda {
+        let st = shapes.get_mut(&key).ok_or_else(|| Error::Cuda {
             message: "shape state vanished".into(),
+        })?;
+        st.last_call = *calls;
+        Ok(st)
+    }
+
+    /// What the shape cache of `mode` holds now.
+    pub(crate) fn shapes(&self, mode: PlanMode) -> Result<GpuShapes> {
+        let state = self.lock()?;
+        let shapes = match mode {
+            PlanMode::Fused => &state.fused,
+            PlanMode::Eager => &state.eager,
+        };
+        Ok(GpuShapes {
+            shapes: shapes.len(),
+            graphs: shapes.values().filter(|s| s.has_replay()).count(),
+            evicted: state.evicted,
         })
     }
 
@@ -320,6 +348,7 @@ impl GpuModel {
             .map_err(|e| failed("binding the CUDA context", e))?;
         let mut guard = self.lock()?;
         let state = &mut *guard;
+        state.calls += 1;
         let note = {
             let st = self.shape(state, mode, dims, states)?;
             st.upload(&self.stream, p, inputs)?;

@@ -89,4 +89,8 @@ impl GpuModel {
     ) -> crate::Result<crate::device::GpuTiming> {
         match *self {}
     }
+
+    pub(crate) fn shapes(&self, _: crate::PlanMode) -> crate::Result<crate::device::GpuShapes> {
+        match *self {}
+    }
 }

@@ -34,6 +34,9 @@ pub struct ShapeState {
     _arena: DeviceBuffer,
     /// Calls run so far by launching the steps one by one: the second captures (tried once, whatever its outcome).
     direct_calls: u32,
+    /// The GPU model's call count at this shape's last call: the least recently used goes first when the cache is
+    /// full.
+    pub last_call: u64,
     /// Matmul kernels that run the generated GEMM although cuBLAS is loaded (a layout it cannot read).
     pub fallback_gemms: usize,
 }
@@ -118,6 +121,7 @@ impl ShapeState {
             steps,
             replay: None,
             direct_calls: 0,
+            last_call: 0,
             fallback_gemms,
         })
     }
@@ -172,6 +176,12 @@ impl ShapeState {
 
     pub fn has_replay(&self) -> bool {
         self.replay.is_some()
+    }
+
+    /// Which shape a full cache drops first: one called only once (a decode step, whose `past` will not come
+    /// again) before one called again, and among those the least recently used.
+    pub fn eviction_order(&self) -> (bool, u64) {
+        (self.direct_calls > 1, self.last_call)
     }
 
     /// Enqueues only the replay (benchmarks); `None` when there is no graph.

@@ -437,7 +437,7 @@ pub(super) fn packed_b(plan: &Plan, k: &Kernel, index: usize) -> Option<fuse_tab
     let KernelKind::MatMul { anchor } = k.kind else {
         return None;
     };
-    let Op::MatMul(_, b) = g.node(anchor).op else {
+    let Op::MatMul(a, b) = g.node(anchor).op else {
         return None;
     };
     let access = &k.read(b)?.access;
@@ -445,6 +445,12 @@ pub(super) fn packed_b(plan: &Plan, k: &Kernel, index: usize) -> Option<fuse_tab
     if !matches!(plan.storage_of(buffer), crate::plan::Storage::Param(_)) {
         return None;
     }
+    let reads_of_buffer = k
+        .reads
+        .iter()
+        .filter(|r| plan.buffer_of(r.access.base) == Some(buffer))
+        .count();
+    let exclusive = a != b && reads_of_buffer == 1;
     let rank = access.strides.len();
     if rank < 2 || access.shape.len() != rank {
         return None;
@@ -466,6 +472,7 @@ pub(super) fn packed_b(plan: &Plan, k: &Kernel, index: usize) -> Option<fuse_tab
         cs: cs?,
         k: kd?,
         n: n?,
+        exclusive,
     })
     .filter(|_| batch_shared)
 }
