@@ -113,8 +113,17 @@ pub fn thread_seconds() -> f64 {
 
 /// The process's resident memory in MB (Linux's `VmRSS`), or `None` where it cannot be read.
 pub fn resident_mb() -> Option<f64> {
+    proc_status_mb("VmRSS:")
+}
+
+/// The process's largest resident memory so far in MB (Linux's `VmHWM`), or `None` where it cannot be read.
+pub fn peak_resident_mb() -> Option<f64> {
+    proc_status_mb("VmHWM:")
+}
+
+fn proc_status_mb(field: &str) -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024.0 / 1e6)
 }

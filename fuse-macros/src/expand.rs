@@ -376,6 +376,13 @@ fn expand_model(
                 ::fuse_runtime::CompiledModel::load(&#private::SPEC, path.as_ref()).map(|core| Self { core })
             }
 
+            /// Loads the weights with the CPU GEMMs whose B is a weight in `precision` from the start: each is
+            /// packed (and in int8 or bf16 its f32 copy dropped) before the next is read; see
+            /// `CompiledModel::load_in`.
+            pub fn load_in(path: impl ::std::convert::AsRef<::std::path::Path>, precision: ::fuse_runtime::CpuPrecision) -> ::fuse_runtime::Result<Self> {
+                ::fuse_runtime::CompiledModel::load_in(&#private::SPEC, path.as_ref(), precision).map(|core| Self { core })
+            }
+
             /// Seeded random weights, for examples and tests. Panics with the error of [`Self::try_random`] when
             /// the weights do not fit in memory.
             pub fn random(seed: u64) -> Self {
@@ -396,6 +403,12 @@ fn expand_model(
             /// Weights in declaration order (see [`Self::spec`] for names and shapes).
             pub fn from_weights(weights: ::std::vec::Vec<::fuse_runtime::Tensor>) -> ::fuse_runtime::Result<Self> {
                 ::fuse_runtime::CompiledModel::from_weights(&#private::SPEC, weights).map(|core| Self { core })
+            }
+
+            /// `from_weights` with the CPU GEMMs whose B is a weight in `precision` from the start; see
+            /// `CompiledModel::from_weights_in`.
+            pub fn from_weights_in(weights: ::std::vec::Vec<::fuse_runtime::Tensor>, precision: ::fuse_runtime::CpuPrecision) -> ::fuse_runtime::Result<Self> {
+                ::fuse_runtime::CompiledModel::from_weights_in(&#private::SPEC, weights, precision).map(|core| Self { core })
             }
 
             #session_fn

@@ -146,6 +146,12 @@ fn stub_model(module: &syn::ItemMod, name: &syn::Ident) -> TokenStream {
             pub fn from_weights(weights: ::std::vec::Vec<::fuse_runtime::Tensor>) -> ::fuse_runtime::Result<Self> {
                 #fail
             }
+            pub fn load_in(path: impl ::std::convert::AsRef<::std::path::Path>, precision: ::fuse_runtime::CpuPrecision) -> ::fuse_runtime::Result<Self> {
+                #fail
+            }
+            pub fn from_weights_in(weights: ::std::vec::Vec<::fuse_runtime::Tensor>, precision: ::fuse_runtime::CpuPrecision) -> ::fuse_runtime::Result<Self> {
+                #fail
+            }
             pub fn with_cpu_precision(self, precision: ::fuse_runtime::CpuPrecision) -> ::fuse_runtime::Result<Self> {
                 #fail
             }

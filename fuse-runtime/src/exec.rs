@@ -12,7 +12,7 @@ use crate::cpu::CpuPrecision;
 use crate::error::{Error, Result};
 use crate::iota::Iota;
 use crate::pool::{ArenaPool, PoolLimits, PoolStats};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use fuse_tables::ProgramTables;
@@ -530,26 +530,37 @@ impl Executor {
         }
     }
 
-    /// Packs, for the best GEMM backend of this CPU and in `precision`, every B operand the plan's tables name
-    /// (`packed_b`) from `weights`, reusing what `cache` already holds for these weights. Every later call must
-    /// pass these same `weights`: a model packs when its weights are put in place, and they never change after.
-    /// In int8, a B that cannot be quantised (deeper than `int8::MAX_DEPTH`) is packed in f32.
-    pub fn pack_weights(
+    /// Drops every pack, before the parameters are packed again one by one ([`Executor::pack_param`]).
+    pub fn begin_packing(&mut self) {
+        self.packs = vec![None; self.program.kernels.len()];
+    }
+
+    /// Packs, for the best GEMM backend of this CPU and in `precision`, every B operand view of parameter
+    /// `param` the plan's tables name (`packed_b`) from `source`, reusing what `cache` already holds (a view the
+    /// other plan packed). Every later call must pass this parameter's weight as it is now, or an empty tensor
+    /// once [`Executor::reads_only_packed`] (in every plan) let the model release it: a model packs when its
+    /// weights are put in place, and they never change after. In int8, a B that cannot be quantised (deeper
+    /// than `int8::MAX_DEPTH`) is packed in f32.
+    pub fn pack_param(
         &mut self,
-        weights: &[Tensor],
+        param: usize,
+        source: &Tensor,
         cache: &mut PackCache,
         precision: CpuPrecision,
     ) -> Result<()> {
         let backend = crate::cpu::gemm::Backend::best();
-        let mut packs = vec![None; self.program.kernels.len()];
+        if self.packs.len() != self.program.kernels.len() {
+            self.begin_packing();
+        }
+        let Some(source) = source.as_f32() else {
+            return Ok(());
+        };
         for entry in &self.program.packed_b {
-            let param = match self.program.buffers.get(entry.buffer).map(|b| b.kind) {
-                Some(BufferKind::Param(i)) => i,
-                _ => continue,
-            };
-            let Some(source) = weights.get(param).and_then(Tensor::as_f32) else {
+            if self.program.buffers.get(entry.buffer).map(|b| b.kind)
+                != Some(BufferKind::Param(param))
+            {
                 continue;
-            };
+            }
             let view = BView {
                 offset: entry.offset,
                 rs: entry.rs,
@@ -565,49 +576,34 @@ impl Executor {
                     pack
                 }),
             };
-            if let Some(slot) = packs.get_mut(entry.kernel) {
+            if let Some(slot) = self.packs.get_mut(entry.kernel) {
                 *slot = pack;
             }
         }
-        self.packs = packs;
         Ok(())
     }
 
-    /// The parameters this executor reads other than through a pack that stands for every read of them in its
-    /// kernel (`PackedB::exclusive`): these must keep their dense weights. Any other parameter with a pack here is
-    /// read only through its packs.
-    pub fn dense_params(&self) -> HashSet<usize> {
+    /// Whether every kernel that reads parameter `param` is a GEMM reading it only as its B, through a pack made
+    /// for that B (`PackedB::exclusive`), and at least one does: then nothing reads its dense weight.
+    pub fn reads_only_packed(&self, param: usize) -> bool {
         let p = self.program;
-        let packed = |kernel: usize, buffer: usize| {
-            self.packs.get(kernel).is_some_and(Option::is_some)
-                && p.packed_b
-                    .iter()
-                    .any(|e| e.kernel == kernel && e.buffer == buffer && e.exclusive)
-        };
-        let mut dense = HashSet::new();
+        let mut readers = 0;
         for (ki, call) in p.kernels.iter().enumerate() {
             for &b in call.buffers.iter().skip(1) {
-                if let Some(BufferKind::Param(i)) = p.buffers.get(b).map(|s| s.kind) {
-                    if !packed(ki, b) {
-                        dense.insert(i);
-                    }
+                if p.buffers.get(b).map(|s| s.kind) != Some(BufferKind::Param(param)) {
+                    continue;
                 }
+                let packed = self.packs.get(ki).is_some_and(Option::is_some)
+                    && p.packed_b
+                        .iter()
+                        .any(|e| e.kernel == ki && e.buffer == b && e.exclusive);
+                if !packed {
+                    return false;
+                }
+                readers += 1;
             }
         }
-        dense
-    }
-
-    /// The parameters some GEMM of this executor reads packed.
-    pub fn packed_params(&self) -> HashSet<usize> {
-        let p = self.program;
-        p.packed_b
-            .iter()
-            .filter(|e| self.packs.get(e.kernel).is_some_and(Option::is_some))
-            .filter_map(|e| match p.buffers.get(e.buffer).map(|s| s.kind) {
-                Some(BufferKind::Param(i)) => Some(i),
-                _ => None,
-            })
-            .collect()
+        readers > 0
     }
 
     /// How many of the program's GEMMs read a weight packed in a reduced precision (int8 or bf16), of how many
@@ -752,7 +748,7 @@ impl Executor {
             let numel = spec.numel.eval(dims);
             let mut bytes = numel.saturating_mul(spec.dtype.size());
             if let BufferKind::Param(i) = spec.kind {
-                // A weight released after packing (see `Executor::dense_params`) is an empty tensor: only its
+                // A weight released after packing (see `Executor::reads_only_packed`) is an empty tensor: only its
                 // pack is read, and a slice of it must not claim memory it no longer has.
                 bytes = bytes.min(weights[i].numel().saturating_mul(spec.dtype.size()));
             }

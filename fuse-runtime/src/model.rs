@@ -11,7 +11,7 @@ use crate::pool::{PoolLimits, PoolStats};
 use crate::report::PlanReport;
 use crate::session::Session;
 use crate::tensor::Tensor;
-use crate::weights::{load_safetensors, ParamSpec};
+use crate::weights::{Checkpoint, ParamSpec};
 
 /// Which compiled plan to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -87,6 +87,17 @@ pub struct CompiledModel {
 impl CompiledModel {
     /// Wraps weights in declaration order after checking each against its declared shape.
     pub fn from_weights(spec: &'static ModelSpec, weights: Vec<Tensor>) -> Result<Self> {
+        Self::from_weights_in(spec, weights, CpuPrecision::F32)
+    }
+
+    /// [`CompiledModel::from_weights`] with its CPU GEMMs whose B is a weight in `precision` from the start (see
+    /// [`CompiledModel::with_cpu_precision`]): each weight is packed in that precision, and in int8 or bf16 its f32
+    /// copy dropped, before the next is packed, and no f32 pack is ever made.
+    pub fn from_weights_in(
+        spec: &'static ModelSpec,
+        weights: Vec<Tensor>,
+        precision: CpuPrecision,
+    ) -> Result<Self> {
         if weights.len() != spec.params.len() {
             return Err(Error::WeightCount {
                 expected: spec.params.len(),
@@ -109,36 +120,78 @@ impl CompiledModel {
                 });
             }
         }
-        Self::assemble(spec, weights)
+        let mut weights = weights.into_iter();
+        Self::assemble(spec, precision, |_| {
+            weights.next().ok_or(Error::WeightCount {
+                expected: spec.params.len(),
+                found: 0,
+            })
+        })
     }
 
-    /// The model over weights already checked (or generated) against `spec`. Reserves the kernels' per-thread
-    /// scratch and starts the worker pool here, so the first `forward` costs what every later one does.
-    fn assemble(spec: &'static ModelSpec, weights: Vec<Tensor>) -> Result<Self> {
+    /// The model over weights checked (or generated) against `spec`, parameter `i` made by `weight(i)`, in
+    /// order. Each is packed in `precision` as it comes, and released when only packs read it (int8, bf16), so
+    /// a checkpoint read through this never has all its f32 weights in memory at once. Reserves the kernels'
+    /// per-thread scratch and starts the worker pool here, so the first `forward` costs what every later one
+    /// does.
+    fn assemble(
+        spec: &'static ModelSpec,
+        precision: CpuPrecision,
+        mut weight: impl FnMut(usize) -> Result<Tensor>,
+    ) -> Result<Self> {
         let (fused, eager) = (spec.fused.decode()?, spec.eager.decode()?);
         crate::cpu::reserve_scratch();
-        // The weights are in place and never change after: pack the GEMMs' weight operands now, once, instead
-        // of on every call. Both plans share the packs of the same weight view.
-        let (mut fused, mut eager) = (Executor::new(fused), Executor::new(eager));
-        let precision = CpuPrecision::F32;
-        let mut packs = PackCache::default();
-        fused.pack_weights(&weights, &mut packs, precision)?;
-        eager.pack_weights(&weights, &mut packs, precision)?;
-        Ok(CompiledModel {
+        let mut model = CompiledModel {
             spec,
-            weights,
-            fused,
-            eager,
-            packed_bytes: packs.bytes(),
+            weights: Vec::with_capacity(spec.params.len()),
+            fused: Executor::new(fused),
+            eager: Executor::new(eager),
+            packed_bytes: 0,
             released: Vec::new(),
             cpu_precision: precision,
             placement: Placement::default(),
-        })
+        };
+        let mut packs = model.begin_packing();
+        for i in 0..spec.params.len() {
+            let w = weight(i)?;
+            model.weights.push(w);
+            model.pack_param(i, &mut packs)?;
+        }
+        model.packed_bytes = packs.bytes();
+        Ok(model)
+    }
+
+    /// Drops every pack, before [`CompiledModel::pack_param`] packs each parameter again in `cpu_precision`.
+    fn begin_packing(&mut self) -> PackCache {
+        self.fused.begin_packing();
+        self.eager.begin_packing();
+        self.released.clear();
+        PackCache::default()
+    }
+
+    /// The weights are in place and never change after: packs the GEMMs' B operands that read parameter `i`
+    /// now, once, instead of on every call (both plans share the pack of one view), and in int8 or bf16 drops
+    /// its f32 weight when nothing else reads it.
+    fn pack_param(&mut self, i: usize, packs: &mut PackCache) -> Result<()> {
+        let precision = self.cpu_precision;
+        let w = self.weights.get(i).ok_or(Error::WeightCount {
+            expected: self.spec.params.len(),
+            found: self.weights.len(),
+        })?;
+        self.fused.pack_param(i, w, packs, precision)?;
+        self.eager.pack_param(i, w, packs, precision)?;
+        let only_packed = self.fused.reads_only_packed(i) && self.eager.reads_only_packed(i);
+        if precision != CpuPrecision::F32 && only_packed {
+            self.weights[i] = Tensor::from_f32(&[0], Vec::new())?;
+            self.released.push(i);
+        }
+        Ok(())
     }
 
     /// The model computing its CPU GEMMs whose B is a weight in `precision` (see [`CpuPrecision`]): the weights
     /// are packed again, once, for it (in int8: quantised per output channel). f32 is what every model starts
-    /// with. Only the CPU executors change; a GPU placement keeps its own precision.
+    /// with unless it was made in another precision (`from_weights_in`, `load_in`). Only the CPU executors
+    /// change; a GPU placement keeps its own precision.
     ///
     /// In int8 and bf16 the model then holds each matrix that only GEMMs read once, in that precision: the f32
     /// weight of a parameter that no kernel of either plan reads other than through its pack is released
@@ -151,34 +204,13 @@ impl CompiledModel {
             return Ok(self);
         }
         self.dense_weights("packing them in another precision")?;
-        let mut packs = PackCache::default();
-        self.fused
-            .pack_weights(&self.weights, &mut packs, precision)?;
-        self.eager
-            .pack_weights(&self.weights, &mut packs, precision)?;
-        self.packed_bytes = packs.bytes();
         self.cpu_precision = precision;
-        if precision != CpuPrecision::F32 {
-            self.release_packed_weights()?;
+        let mut packs = self.begin_packing();
+        for i in 0..self.weights.len() {
+            self.pack_param(i, &mut packs)?;
         }
+        self.packed_bytes = packs.bytes();
         Ok(self)
-    }
-
-    /// Drops the f32 weight of every parameter that both plans read only through packs that stand for it.
-    fn release_packed_weights(&mut self) -> Result<()> {
-        let mut dense = self.fused.dense_params();
-        dense.extend(self.eager.dense_params());
-        let mut packed = self.fused.packed_params();
-        packed.extend(self.eager.packed_params());
-        let mut released: Vec<usize> = packed.difference(&dense).copied().collect();
-        released.sort_unstable();
-        for &i in &released {
-            if let Some(w) = self.weights.get_mut(i) {
-                *w = Tensor::from_f32(&[0], Vec::new())?;
-            }
-        }
-        self.released = released;
-        Ok(())
     }
 
     /// The f32 weights, or [`Error::WeightsReleased`] naming what needed them.
@@ -227,8 +259,15 @@ impl CompiledModel {
 
     /// Loads every parameter from a safetensors file by its checkpoint name.
     pub fn load(spec: &'static ModelSpec, path: &Path) -> Result<Self> {
-        let weights = load_safetensors(path, spec.params)?;
-        Self::from_weights(spec, weights)
+        Self::load_in(spec, path, CpuPrecision::F32)
+    }
+
+    /// [`CompiledModel::load`] with its CPU GEMMs whose B is a weight in `precision` from the start: each
+    /// parameter is read, widened to f32, packed and (int8, bf16) dropped before the next is read, so a bf16
+    /// checkpoint of a model run in bf16 needs the file's bytes and the packs, never all the f32 weights.
+    pub fn load_in(spec: &'static ModelSpec, path: &Path, precision: CpuPrecision) -> Result<Self> {
+        let checkpoint = Checkpoint::open(path, spec.params)?;
+        Self::assemble(spec, precision, |i| checkpoint.read(&spec.params[i]))
     }
 
     /// Seeded random weights (per-parameter scale chosen by the compiler), for examples and tests.
@@ -248,7 +287,20 @@ impl CompiledModel {
     /// [`CompiledModel::random`], or [`Error::OutOfMemory`] when the weights do not fit in what the process may
     /// still use (checked for all of them before any is allocated) or the allocator refuses them.
     pub fn try_random(spec: &'static ModelSpec, seed: u64) -> Result<Self> {
-        Self::assemble(spec, crate::weights::try_random_weights(spec.params, seed)?)
+        Self::try_random_in(spec, seed, CpuPrecision::F32)
+    }
+
+    /// [`CompiledModel::try_random`] with its CPU GEMMs whose B is a weight in `precision` from the start: the
+    /// same values, each packed (and in int8 or bf16 dropped) as it is made.
+    pub fn try_random_in(
+        spec: &'static ModelSpec,
+        seed: u64,
+        precision: CpuPrecision,
+    ) -> Result<Self> {
+        crate::weights::check_random_weights_fit(spec.params)?;
+        Self::assemble(spec, precision, |i| {
+            crate::weights::random_weight(spec.params, i, seed)
+        })
     }
 
     pub fn spec(&self) -> &'static ModelSpec {

@@ -49,37 +49,54 @@ pub struct Init {
 /// that no spec names (e.g. BERT's i64 `position_ids` buffer) are ignored. When parameters are missing, the
 /// error names all of them, each with the closest unused name in the file.
 pub fn load_safetensors(path: &Path, specs: &[ParamSpec]) -> Result<Vec<Tensor>> {
-    let file = TensorFile::open(path)?;
-    let missing: Vec<&ParamSpec> = specs
-        .iter()
-        .filter(|s| file.info(s.name).is_none())
-        .collect();
-    if !missing.is_empty() {
-        return Err(missing_weights(&file, specs, &missing));
+    let checkpoint = Checkpoint::open(path, specs)?;
+    specs.iter().map(|spec| checkpoint.read(spec)).collect()
+}
+
+/// A safetensors file checked against a model's parameters (each present), read one parameter at a time: a model
+/// that packs its weights in a reduced precision widens, packs and drops each before reading the next, so the f32
+/// copies of all of them never exist at once.
+pub(crate) struct Checkpoint {
+    file: TensorFile,
+}
+
+impl Checkpoint {
+    pub(crate) fn open(path: &Path, specs: &[ParamSpec]) -> Result<Checkpoint> {
+        let file = TensorFile::open(path)?;
+        let missing: Vec<&ParamSpec> = specs
+            .iter()
+            .filter(|s| file.info(s.name).is_none())
+            .collect();
+        if !missing.is_empty() {
+            return Err(missing_weights(&file, specs, &missing));
+        }
+        Ok(Checkpoint { file })
     }
-    specs
-        .iter()
-        .map(|spec| {
-            let info = file.info(spec.name).ok_or_else(|| Error::MissingTensor {
+
+    /// The parameter `spec` as an f32 tensor of its declared shape.
+    pub(crate) fn read(&self, spec: &ParamSpec) -> Result<Tensor> {
+        let info = self
+            .file
+            .info(spec.name)
+            .ok_or_else(|| Error::MissingTensor {
                 name: spec.name.into(),
-                path: path.to_path_buf(),
+                path: self.file.path().to_path_buf(),
             })?;
-            if info.shape != spec.shape {
-                return Err(Error::WeightShape {
-                    name: spec.name.to_string(),
-                    expected: spec.shape.to_vec(),
-                    found: info.shape.clone(),
-                });
-            }
-            let values =
-                widen_to_f32(info.dtype, file.data(info)).ok_or_else(|| Error::WeightDType {
-                    name: spec.name.to_string(),
-                    expected: DType::F32,
-                    found: info.dtype.to_string(),
-                })?;
-            Tensor::from_f32(spec.shape, values)
-        })
-        .collect()
+        if info.shape != spec.shape {
+            return Err(Error::WeightShape {
+                name: spec.name.to_string(),
+                expected: spec.shape.to_vec(),
+                found: info.shape.clone(),
+            });
+        }
+        let values =
+            widen_to_f32(info.dtype, self.file.data(info)).ok_or_else(|| Error::WeightDType {
+                name: spec.name.to_string(),
+                expected: DType::F32,
+                found: info.dtype.to_string(),
+            })?;
+        Tensor::from_f32(spec.shape, values)
+    }
 }
 
 /// The error for parameters the file lacks: each with the closest name in the file that no parameter claims
@@ -164,33 +181,43 @@ pub fn random_weights(specs: &[ParamSpec], seed: u64) -> Vec<Tensor> {
 /// Parameter `i` draws from ChaCha8 stream `i` of the seed, so two parameters of the same shape differ and
 /// adding a parameter does not change the values of the ones before it.
 pub fn try_random_weights(specs: &[ParamSpec], seed: u64) -> Result<Vec<Tensor>> {
-    let numels: Vec<Option<usize>> = specs
-        .iter()
-        .map(|spec| spec.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)))
-        .collect();
-    let total = numels.iter().try_fold(0usize, |total, numel| {
-        total.checked_add(numel.and_then(|n| n.checked_mul(std::mem::size_of::<f32>()))?)
+    check_random_weights_fit(specs)?;
+    (0..specs.len())
+        .map(|i| random_weight(specs, i, seed))
+        .collect()
+}
+
+/// [`Error::OutOfMemory`] unless the f32 weights of `specs` fit in what the process may still use.
+pub(crate) fn check_random_weights_fit(specs: &[ParamSpec]) -> Result<()> {
+    let total = specs.iter().try_fold(0usize, |total, spec| {
+        let numel = spec
+            .shape
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))?;
+        total.checked_add(numel.checked_mul(std::mem::size_of::<f32>())?)
     });
     let total = total.ok_or(Error::OutOfMemory {
         what: "the weights",
         bytes: None,
         available: None,
     })?;
-    crate::memory::check_fits("the weights", total)?;
-    specs
-        .iter()
-        .zip(numels)
-        .enumerate()
-        .map(|(i, (spec, numel))| {
-            let mut rng = ChaCha8Rng::seed_from_u64(seed);
-            rng.set_stream(i as u64);
-            let mut values = try_normal_samples(&mut rng, numel.unwrap_or(usize::MAX), "a weight")?;
-            for v in &mut values {
-                *v = spec.init.mean + spec.init.std * *v;
-            }
-            Tensor::from_f32(spec.shape, values)
-        })
-        .collect()
+    crate::memory::check_fits("the weights", total)
+}
+
+/// Parameter `i` of `specs`, seeded: the same values whichever other parameters are made, and in any order.
+pub(crate) fn random_weight(specs: &[ParamSpec], i: usize, seed: u64) -> Result<Tensor> {
+    let spec = specs.get(i).ok_or(Error::WeightCount {
+        expected: specs.len(),
+        found: i + 1,
+    })?;
+    let numel = spec.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(i as u64);
+    let mut values = try_normal_samples(&mut rng, numel.unwrap_or(usize::MAX), "a weight")?;
+    for v in &mut values {
+        *v = spec.init.mean + spec.init.std * *v;
+    }
+    Tensor::from_f32(spec.shape, values)
 }
 
 /// Writes named tensors to a safetensors file (f32 as F32, ids as I64); see [`crate::tensor_file::save_tensors`].

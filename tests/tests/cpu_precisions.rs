@@ -335,3 +335,83 @@ fn weights_read_otherwise_than_through_a_pack_stay_in_f32() {
         }
     }
 }
+
+/// A safetensors file holding `tensors` as BF16 (each value's top 16 bits: exact for values bf16 holds).
+fn write_bf16_checkpoint(path: &std::path::Path, tensors: &[(&str, &Tensor)]) {
+    let (mut header, mut data) = (Vec::new(), Vec::new());
+    for (name, t) in tensors {
+        let start = data.len();
+        for v in t.to_f32_vec() {
+            data.extend_from_slice(&((v.to_bits() >> 16) as u16).to_le_bytes());
+        }
+        header.push(format!(
+            "\"{name}\":{{\"dtype\":\"BF16\",\"shape\":{:?},\"data_offsets\":[{start},{}]}}",
+            t.shape(),
+            data.len()
+        ));
+    }
+    let mut header = format!("{{{}}}", header.join(",")).into_bytes();
+    header.resize(header.len().next_multiple_of(8), b' ');
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend(header);
+    bytes.extend(data);
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// A model made in a reduced precision from the start (a bf16 checkpoint loaded with `load_in`, or weights given
+/// to `from_weights_in`) is the model converted after an f32 load: the same packs, so the same numbers bit for
+/// bit, and its matrices held only packed.
+#[test]
+fn a_bf16_checkpoint_loads_straight_into_a_reduced_model() {
+    let rounded: Vec<Tensor> = weights(7)
+        .iter()
+        .map(|t| {
+            let v = t
+                .to_f32_vec()
+                .iter()
+                .map(|&x| from_bf16(to_bf16(x)))
+                .collect();
+            Tensor::from_f32(t.shape(), v).unwrap()
+        })
+        .collect();
+    let dir = std::env::temp_dir().join(format!("fuse-cpu-precisions-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("layer.bf16.safetensors");
+    let names = ["w", "b", "v"];
+    let named: Vec<(&str, &Tensor)> = names.iter().copied().zip(&rounded).collect();
+    write_bf16_checkpoint(&path, &named);
+    let x = Tensor::randn(&[70, D], 4);
+    for precision in [CpuPrecision::Bf16, CpuPrecision::Int8] {
+        let converted = Layer::from_weights(rounded.clone())
+            .unwrap()
+            .with_cpu_precision(precision)
+            .unwrap();
+        let loaded = Layer::load_in(&path, precision).unwrap();
+        let given = Layer::from_weights_in(rounded.clone(), precision).unwrap();
+        let want = [
+            converted.forward(&x).unwrap().to_f32_vec(),
+            converted.forward_eager(&x).unwrap().to_f32_vec(),
+        ];
+        for (how, model) in [("load_in", &loaded), ("from_weights_in", &given)] {
+            let compiled = model.compiled();
+            assert_eq!(compiled.cpu_precision(), precision);
+            assert_eq!(
+                compiled.released_weights(),
+                converted.compiled().released_weights(),
+                "{how} {precision}"
+            );
+            assert_eq!(compiled.weight_bytes(), converted.compiled().weight_bytes());
+            let got = [
+                model.forward(&x).unwrap().to_f32_vec(),
+                model.forward_eager(&x).unwrap().to_f32_vec(),
+            ];
+            assert_eq!(got, want, "{how} {precision}");
+        }
+    }
+    // The f32 load of the same file is the rounded weights, exactly.
+    let f32_model = Layer::load_in(&path, CpuPrecision::F32).unwrap();
+    for (got, want) in f32_model.weights().unwrap().iter().zip(&rounded) {
+        assert_eq!(got.to_f32_vec(), want.to_f32_vec());
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -31,7 +31,8 @@ use fuse_examples::models::llama::{
     tiny::TinyLlamaCached, CachedDecoder,
 };
 use fuse_examples::timing::{
-    cpu_line, json_line, precision_arg, resident_mb, sample_ms, threads, Sample, StreamFloor,
+    cpu_line, json_line, peak_resident_mb, precision_arg, resident_mb, sample_ms, threads, Sample,
+    StreamFloor,
 };
 use fuse_runtime::generate::{
     generate, generate_batch_indexed, Decoding, GenerateOptions, Sampler, Sampling,
@@ -44,8 +45,10 @@ struct Loaded {
     vocab: usize,
 }
 
-/// The configuration `name`, with a KV cache when `cached` (the same weights either way: the cached models take
-/// the uncached ones' parameters, in the same order), its products with a weight run in `precision`.
+/// The configuration `name`, with a KV cache when `cached` (the cached models take the uncached ones' parameters,
+/// in the same order, so a checkpoint or a seed gives both the same weights), its products with a weight run in
+/// `precision` from the start: each weight is packed as it is read or made, and in int8 or bf16 its f32 copy
+/// dropped before the next.
 fn load(
     name: &str,
     weights: Option<&str>,
@@ -53,49 +56,19 @@ fn load(
     cached: bool,
     precision: CpuPrecision,
 ) -> Result<Loaded, Box<dyn std::error::Error>> {
-    let mut loaded = load_f32(name, weights, seed, cached)?;
-    loaded.model = loaded.model.with_cpu_precision(precision)?;
-    Ok(loaded)
-}
-
-fn load_f32(
-    name: &str,
-    weights: Option<&str>,
-    seed: u64,
-    cached: bool,
-) -> Result<Loaded, Box<dyn std::error::Error>> {
     use fuse_examples::models::llama::{smollm, tiny};
-    Ok(match name {
-        "tiny" => {
-            let model = match weights {
-                Some(path) => TinyLlama::load(path)?,
-                None => TinyLlama::try_random(seed)?,
-            };
-            Loaded {
-                model: if cached {
-                    TinyLlamaCached::from_weights(model.weights()?.to_vec())?.into_compiled()
-                } else {
-                    model.into_compiled()
-                },
-                vocab: tiny::VOCAB,
-            }
-        }
-        "smollm" => {
-            let model = match weights {
-                Some(path) => SmolLm::load(path)?,
-                None => SmolLm::try_random(seed)?,
-            };
-            Loaded {
-                model: if cached {
-                    SmolLmCached::from_weights(model.weights()?.to_vec())?.into_compiled()
-                } else {
-                    model.into_compiled()
-                },
-                vocab: smollm::VOCAB,
-            }
-        }
-        other => return Err(format!("unknown model `{other}`: tiny or smollm").into()),
-    })
+    let (spec, vocab) = match (name, cached) {
+        ("tiny", false) => (TinyLlama::spec(), tiny::VOCAB),
+        ("tiny", true) => (TinyLlamaCached::spec(), tiny::VOCAB),
+        ("smollm", false) => (SmolLm::spec(), smollm::VOCAB),
+        ("smollm", true) => (SmolLmCached::spec(), smollm::VOCAB),
+        (other, _) => return Err(format!("unknown model `{other}`: tiny or smollm").into()),
+    };
+    let model = match weights {
+        Some(path) => CompiledModel::load_in(spec, std::path::Path::new(path), precision)?,
+        None => CompiledModel::try_random_in(spec, seed, precision)?,
+    };
+    Ok(Loaded { model, vocab })
 }
 
 /// The next-token logits of one sequence (the whole prefix run again).
@@ -250,13 +223,15 @@ fn bench(json: bool, precision: CpuPrecision) -> Result<(), Box<dyn std::error::
     let cached = load("smollm", None, 1, true, precision)?;
     // What the model holds once loaded (f32 weights kept, packs), and the process's resident memory then.
     let weights_mb = cached.model.weight_bytes() as f64 / 1e6;
-    let resident = resident_mb();
+    let (resident, peak) = (resident_mb(), peak_resident_mb());
     if !json {
-        let resident = resident.map_or("unknown".into(), |mb| format!("{mb:.0} MB"));
+        let mb = |v: Option<f64>| v.map_or("unknown".into(), |mb| format!("{mb:.0} MB"));
         println!(
             "W5 {precision} weights held: {weights_mb:.0} MB ({} held only packed); process resident after \
-             loading: {resident}",
-            cached.model.released_weights()
+             loading: {}, at most {} while loading",
+            cached.model.released_weights(),
+            mb(resident),
+            mb(peak)
         );
     }
     for batch in [1, 8] {
@@ -281,6 +256,7 @@ fn bench(json: bool, precision: CpuPrecision) -> Result<(), Box<dyn std::error::
                 "tokens_per_s": tokens_per_s,
                 "weights_mb": weights_mb,
                 "resident_after_load_mb": resident,
+                "peak_resident_load_mb": peak,
                 "threads": threads(),
             });
             println!("{line}");
