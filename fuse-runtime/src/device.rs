@@ -306,6 +306,13 @@ fn cpu_line(model: &CompiledModel) -> String {
         }
         crate::CpuPrecision::F32 => {}
     }
+    let gathers = model.executor(PlanMode::Fused).packed_gathers();
+    if gathers > 0 {
+        line += &format!(
+            "; {gathers} embedding gather(s) read rows from the tied output layer's {} pack",
+            model.cpu_precision()
+        );
+    }
     let released = model.released_weights();
     if released > 0 {
         line += &format!(

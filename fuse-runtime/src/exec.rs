@@ -555,12 +555,12 @@ impl Executor {
         let Some(source) = source.as_f32() else {
             return Ok(());
         };
-        for entry in &self.program.packed_b {
-            if self.program.buffers.get(entry.buffer).map(|b| b.kind)
-                != Some(BufferKind::Param(param))
-            {
-                continue;
-            }
+        let entries = self.program.packed_b.iter().filter(|e| {
+            self.program.buffers.get(e.buffer).map(|b| b.kind) == Some(BufferKind::Param(param))
+        });
+        // Products first: a gather only reads rows from a reduced pack a product of the same view made.
+        let (gathers, products): (Vec<_>, Vec<_>) = entries.partition(|e| e.gather);
+        for entry in products.into_iter().chain(gathers) {
             let view = BView {
                 offset: entry.offset,
                 rs: entry.rs,
@@ -569,7 +569,9 @@ impl Executor {
                 n: entry.n,
             };
             let pack = match cache.packs.get(&(param, view)) {
+                Some(pack) if entry.gather => Some(pack.clone()).filter(|p| p.is_reduced()),
                 Some(pack) => Some(pack.clone()),
+                None if entry.gather => None,
                 None => pack_one(backend, precision, source, view)?.map(|pack| {
                     let pack = Arc::new(pack);
                     cache.packs.insert((param, view), pack.clone());
@@ -609,12 +611,30 @@ impl Executor {
     /// How many of the program's GEMMs read a weight packed in a reduced precision (int8 or bf16), of how many
     /// read a packed weight.
     pub fn reduced_gemms(&self) -> (usize, usize) {
-        let packed = self.packs.iter().flatten();
-        let reduced = packed
-            .clone()
-            .filter(|p| !matches!(***p, WeightPack::F32(_)))
-            .count();
+        let gathers: Vec<usize> = self
+            .program
+            .packed_b
+            .iter()
+            .filter(|e| e.gather)
+            .map(|e| e.kernel)
+            .collect();
+        let packed = self
+            .packs
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| !gathers.contains(k))
+            .filter_map(|(_, p)| p.as_ref());
+        let reduced = packed.clone().filter(|p| p.is_reduced()).count();
         (reduced, packed.count())
+    }
+
+    /// How many of the program's gathers read their table's rows from a reduced pack (a tied output layer's).
+    pub fn packed_gathers(&self) -> usize {
+        let p = self.program;
+        p.packed_b
+            .iter()
+            .filter(|e| e.gather && self.packs.get(e.kernel).is_some_and(Option::is_some))
+            .count()
     }
 
     pub fn program(&self) -> &'static Program {

@@ -158,4 +158,9 @@ pub struct PackedB {
     /// be kept beside its packs.
     #[serde(default)]
     pub exclusive: bool,
+    /// The kernel is a gather (an embedding) whose table is this B transposed: it reads rows of the table, which
+    /// are B's columns, from the reduced pack a product with the same view made (a tied output layer), and never
+    /// has one made for it alone.
+    #[serde(default)]
+    pub gather: bool,
 }

@@ -144,6 +144,7 @@ mod tests {
                 k: 3,
                 n: 2,
                 exclusive: true,
+                gather: false,
             }],
             slice_bounds: vec![SliceBound {
                 what: "[128, past] (%3)".into(),

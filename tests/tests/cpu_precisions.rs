@@ -270,7 +270,7 @@ mod shared {
     pub const E: usize = 48;
 
     /// A tied embedding (gathered, then the output layer's B), a Linear weight read only as B, and a matrix
-    /// multiplied by itself (its GEMM's A and B).
+    /// multiplied by itself (its GEMM's A and B). Returns the gathered rows and the logits.
     pub struct Shared {
         #[shape(V, E)]
         table: Tensor,
@@ -281,17 +281,22 @@ mod shared {
     }
 
     impl Shared {
-        pub fn forward(&self, #[shape(batch, seq)] ids: Tensor<i64>) -> Tensor {
-            let x = embedding(&self.table, &ids).matmul(&self.w.t());
-            x.matmul(&self.u.matmul(&self.u)).matmul(&self.table.t())
+        pub fn forward(&self, #[shape(batch, seq)] ids: Tensor<i64>) -> (Tensor, Tensor) {
+            let rows = embedding(&self.table, &ids);
+            let x = rows.matmul(&self.w.t());
+            (
+                rows,
+                x.matmul(&self.u.matmul(&self.u)).matmul(&self.table.t()),
+            )
         }
     }
 }
 
-/// Only a weight every kernel reads through its pack is released: the tied table (also gathered) and the matrix
-/// that is also its GEMM's A stay in f32, and the model still runs on both plans, close to f32.
+/// Only a weight every kernel reads through its pack is released: the matrix that is also its GEMM's A stays in
+/// f32; the tied table goes, its rows gathered from the output layer's reduced pack (each row as that product
+/// reads it: bf16-rounded, or quantised with its column's scale). The model runs on both plans, close to f32.
 #[test]
-fn weights_read_otherwise_than_through_a_pack_stay_in_f32() {
+fn a_tied_table_is_gathered_from_its_pack_and_a_weight_read_otherwise_stays_in_f32() {
     use shared::{Shared, E, V};
     let weights: Vec<Tensor> = [(V, 1.0), (E, 0.15), (E, 0.15)]
         .iter()
@@ -301,29 +306,56 @@ fn weights_read_otherwise_than_through_a_pack_stay_in_f32() {
             Tensor::from_f32(&[rows, E], v.iter().map(|x| x * by).collect()).unwrap()
         })
         .collect();
-    let ids = Tensor::from_i64(&[2, 5], (0..10).map(|i| (i * 7) % V as i64).collect()).unwrap();
+    let table = weights[0].to_f32_vec();
+    let id_list: Vec<i64> = (0..10).map(|i| (i * 7) % V as i64).collect();
+    let ids = Tensor::from_i64(&[2, 5], id_list.clone()).unwrap();
     let exact = Shared::from_weights(weights.clone()).unwrap();
-    let want = exact.forward(&ids).unwrap().to_f32_vec();
+    let (_, want) = exact.forward(&ids).unwrap();
+    let want = want.to_f32_vec();
     for precision in [CpuPrecision::Int8, CpuPrecision::Bf16] {
-        let model = Shared::from_weights(weights.clone())
-            .unwrap()
-            .with_cpu_precision(precision)
-            .unwrap();
+        let model = Shared::from_weights_in(weights.clone(), precision).unwrap();
         let compiled = model.compiled();
         if compiled.packed_weight_bytes() == 0 {
             eprintln!("skipped: this CPU packs no weights (no AVX2)");
             return;
         }
-        assert_eq!(compiled.released_weights(), 1, "{precision}");
+        assert_eq!(compiled.released_weights(), 2, "{precision}");
         assert_eq!(
             compiled.weight_bytes(),
-            4 * (V * E + E * E) + compiled.packed_weight_bytes()
+            4 * E * E + compiled.packed_weight_bytes()
         );
-        for got in [
+        let report = compiled.device_report();
+        assert!(
+            report.contains(&format!(
+                "1 embedding gather(s) read rows from the tied output layer's {precision} pack"
+            )) && report.contains("3 of the 3"),
+            "{report}"
+        );
+        for (rows, logits) in [
             model.forward(&ids).unwrap(),
             model.forward_eager(&ids).unwrap(),
         ] {
-            let got = got.to_f32_vec();
+            for (r, &id) in id_list.iter().enumerate() {
+                let source = &table[id as usize * E..][..E];
+                let expected: Vec<f64> = match precision {
+                    CpuPrecision::Bf16 => source
+                        .iter()
+                        .map(|&x| f64::from(from_bf16(to_bf16(x))))
+                        .collect(),
+                    _ => {
+                        let (scale, q) = quantised(source);
+                        q.iter().map(|&q| q as f64 * scale).collect()
+                    }
+                };
+                let got = &rows.to_f32_vec()[r * E..][..E];
+                for (j, (&g, &e)) in got.iter().zip(&expected).enumerate() {
+                    assert!(
+                        (f64::from(g) - e).abs() <= 1e-6 * e.abs().max(1e-3),
+                        "{precision} row {r} (id {id}) at {j}: {g} vs {e}"
+                    );
+                }
+            }
+            let got = logits.to_f32_vec();
             let dot: f64 = got
                 .iter()
                 .zip(&want)
@@ -333,6 +365,12 @@ fn weights_read_otherwise_than_through_a_pack_stay_in_f32() {
             let cosine = dot / (norm(&got) * norm(&want));
             assert!(cosine > 0.999, "{precision}: cosine {cosine}");
         }
+    }
+    // In f32 nothing is released and the rows are the table's.
+    let (rows, _) = exact.forward(&ids).unwrap();
+    let rows = rows.to_f32_vec();
+    for (r, &id) in id_list.iter().enumerate() {
+        assert_eq!(&rows[r * E..][..E], &table[id as usize * E..][..E]);
     }
 }
 

@@ -367,23 +367,39 @@ impl SharedOut {
     }
 }
 
-/// `out[i, :] = table[id(i), :]` for every id; out-of-range ids (already refused for user inputs) give zeros.
+/// An embedding: row `r` of `out` (rows of `dim`) is row `id(r)` of the `vocab × dim` table at `offset` of
+/// `table`, or zeros for an id outside it (the executor refuses those before any kernel runs). When `packed` is a
+/// reduced pack of the table's transpose (a tied output layer's B: the table's rows are its columns), rows are read
+/// from it, as the product reads them; the table's f32 copy may then have been released.
+#[allow(clippy::too_many_arguments)]
 pub fn gather_rows(
     table: &[f32],
+    offset: usize,
+    packed: Option<&WeightPack>,
     vocab: usize,
     dim: usize,
     out: &mut [f32],
     id: &(dyn Fn(usize) -> i64 + Sync),
 ) {
+    let transposed = BView {
+        offset,
+        rs: 1,
+        cs: dim,
+        k: dim,
+        n: vocab,
+    };
+    let packed = packed.filter(|p| p.is_reduced() && p.view() == transposed);
     for_rows(
         out,
         dim,
         &FnTask(|row0: usize, chunk: &mut [f32]| {
             for (r, dst) in chunk.chunks_exact_mut(dim).enumerate() {
                 let i = id(row0 + r);
-                match usize::try_from(i).ok().filter(|&i| i < vocab) {
-                    Some(i) => dst.copy_from_slice(&table[i * dim..(i + 1) * dim]),
-                    None => dst.fill(0.0),
+                let row = usize::try_from(i).ok().filter(|&i| i < vocab);
+                match (row, packed) {
+                    (Some(i), Some(p)) if p.column(i, dst) => {}
+                    (Some(i), _) => dst.copy_from_slice(&table[offset + i * dim..][..dim]),
+                    (None, _) => dst.fill(0.0),
                 }
             }
         }),

@@ -431,9 +431,13 @@ fn matmul(plan: &Plan, k: &Kernel, anchor: NodeId) -> TokenStream {
 
 /// The B operand of `k`'s GEMM when the runtime can pack it once at load (the kernel at `index` in plan order):
 /// a parameter read through a view whose offset, strides, k and n are static and which every batch shares (a
-/// Linear layer's `w.t()`). The generated call receives the pack through `ctx.packed_b()`.
+/// Linear layer's `w.t()`). The generated call receives the pack through `ctx.packed_b()`. For a gather, the
+/// table read as such a B transposed (`gather_b`).
 pub(super) fn packed_b(plan: &Plan, k: &Kernel, index: usize) -> Option<fuse_tables::PackedB> {
     let g = &plan.graph;
+    if let KernelKind::Gather { node } = k.kind {
+        return gather_b(plan, k, index, node);
+    }
     let KernelKind::MatMul { anchor } = k.kind else {
         return None;
     };
@@ -473,8 +477,46 @@ pub(super) fn packed_b(plan: &Plan, k: &Kernel, index: usize) -> Option<fuse_tab
         k: kd?,
         n: n?,
         exclusive,
+        gather: false,
     })
     .filter(|_| batch_shared)
+}
+
+/// A gather's table as the B of a product with it transposed (`x · tableᵀ`, a tied output layer): a parameter
+/// read whole from a static offset, rows contiguous. The runtime hands the gather that product's reduced pack, if
+/// the model made one, and reads rows from it (`gather_rows`); it never packs a table for a gather alone.
+fn gather_b(plan: &Plan, k: &Kernel, index: usize, node: NodeId) -> Option<fuse_tables::PackedB> {
+    let g = &plan.graph;
+    let Op::Embedding { table, .. } = g.node(node).op else {
+        return None;
+    };
+    let access = &k.read(table)?.access;
+    let buffer = plan.buffer_of(access.base)?;
+    if !matches!(plan.storage_of(buffer), crate::plan::Storage::Param(_)) {
+        return None;
+    }
+    let [vocab, dim] = [0, 1].map(|d| access.shape.get(d).and_then(|s| s.as_static()));
+    let [row_stride, col_stride] =
+        [0, 1].map(|d| access.strides.get(d).and_then(|s| s.as_static()));
+    let (vocab, dim) = (vocab?, dim?);
+    if access.shape.len() != 2 || row_stride? != dim || col_stride? != 1 {
+        return None;
+    }
+    let offset = access
+        .offset
+        .iter()
+        .try_fold(0usize, |sum, term| sum.checked_add(term.as_static()?))?;
+    Some(fuse_tables::PackedB {
+        kernel: index,
+        buffer,
+        offset,
+        rs: 1,
+        cs: dim,
+        k: dim,
+        n: vocab,
+        exclusive: true,
+        gather: true,
+    })
 }
 
 /// A task that rewrites each row of its chunk in place: element `j` holds the anchor's value, and becomes
@@ -546,8 +588,7 @@ fn gather(plan: &Plan, k: &Kernel, node: NodeId) -> TokenStream {
         #shape
         #setup
         let out = ctx.out_f32(#out);
-        let table = &#bt[#ot..];
-        #rt::gather_rows(table, #vocab, #dim, out, &|row: usize| {
+        #rt::gather_rows(#bt, #ot, ctx.packed_b(), #vocab, #dim, out, &|row: usize| {
             #decompose
             #bi[#oi #(#idx)*]
         });

@@ -69,6 +69,22 @@ impl WeightPack {
             WeightPack::Bf16(h) => h.bytes(),
         }
     }
+
+    /// Whether it is in a reduced precision (int8 or bf16): what a gather may read rows of a tied table from.
+    pub fn is_reduced(&self) -> bool {
+        !matches!(self, WeightPack::F32(_))
+    }
+
+    /// Column `j` of B in f32 as the product sees it (dequantised or widened) into `out` (`k` values); `false`
+    /// for an f32 pack (its panels belong to the f32 tile; the dense weight is kept beside it), or when `j` is
+    /// not a column or `out` is not `k` long.
+    pub fn column(&self, j: usize, out: &mut [f32]) -> bool {
+        match self {
+            WeightPack::F32(_) => false,
+            WeightPack::Int8(q) => q.column(j, out),
+            WeightPack::Bf16(h) => h.column(j, out),
+        }
+    }
 }
 
 use super::math::{dispatch_avx2, dispatch_avx512};

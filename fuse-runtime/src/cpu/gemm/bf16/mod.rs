@@ -159,6 +159,20 @@ impl Bf16B {
         self.view
     }
 
+    /// Column `j` of B as packed (each element bf16-rounded), widened into `out` (`k` values); `false` when `j`
+    /// is not a column or `out` is not `k` long.
+    pub fn column(&self, j: usize, out: &mut [f32]) -> bool {
+        if j >= self.view.n || out.len() != self.view.k {
+            return false;
+        }
+        let (panel, lane) = (j / NR, j % NR);
+        let base = panel * self.k2 * NR + lane * 2;
+        for (l, o) in out.iter_mut().enumerate() {
+            *o = from_bf16(self.panels[base + (l / 2) * NR * 2 + l % 2]);
+        }
+        true
+    }
+
     /// Bytes of the pack.
     pub fn bytes(&self) -> usize {
         2 * self.panels.len()

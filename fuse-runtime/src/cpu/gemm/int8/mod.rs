@@ -215,6 +215,20 @@ impl QuantB {
         self.view
     }
 
+    /// Column `j` of B as packed, dequantised (its values times its scale) into `out` (`k` values); `false` when
+    /// `j` is not a column or `out` is not `k` long.
+    pub fn column(&self, j: usize, out: &mut [f32]) -> bool {
+        if j >= self.view.n || out.len() != self.view.k {
+            return false;
+        }
+        let (panel, lane, scale) = (j / NR, j % NR, self.scales[j]);
+        let base = panel * self.k4 * NR + lane * 4;
+        for (l, o) in out.iter_mut().enumerate() {
+            *o = f32::from(self.panels[base + (l / 4) * NR * 4 + l % 4]) * scale;
+        }
+        true
+    }
+
     /// Bytes of the pack (panels, scales, column sums).
     pub fn bytes(&self) -> usize {
         self.panels.len() + 4 * (self.scales.len() + self.col_sums.len())
