@@ -585,8 +585,9 @@ impl Executor {
         Ok(())
     }
 
-    /// Whether every kernel that reads parameter `param` is a GEMM reading it only as its B, through a pack made
-    /// for that B (`PackedB::exclusive`), and at least one does: then nothing reads its dense weight.
+    /// Whether every kernel that reads parameter `param` reads it through a pack (`PackedB::exclusive`): a GEMM
+    /// reading it only as its B, or a gather reading rows from such a GEMM's reduced pack; and at least one
+    /// kernel does. Then nothing reads its dense weight.
     pub fn reads_only_packed(&self, param: usize) -> bool {
         let p = self.program;
         let mut readers = 0;

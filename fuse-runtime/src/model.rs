@@ -194,9 +194,10 @@ impl CompiledModel {
     /// change; a GPU placement keeps its own precision.
     ///
     /// In int8 and bf16 the model then holds each matrix that only GEMMs read once, in that precision: the f32
-    /// weight of a parameter that no kernel of either plan reads other than through its pack is released
-    /// (embedding tables, norm weights, biases and a matrix read otherwise stay in f32). A quarter (int8) or half
-    /// (bf16) of those bytes stays resident; see [`CompiledModel::weight_bytes`]. Afterwards the f32 weights are
+    /// weight of a parameter that no kernel of either plan reads other than through its pack is released (a tied
+    /// embedding table too, its rows gathered from the output layer's pack; an untied table, norm weights, biases
+    /// and a matrix read otherwise stay in f32). A quarter (int8) or half (bf16) of those bytes stays resident;
+    /// see [`CompiledModel::weight_bytes`]. Afterwards the f32 weights are
     /// gone: [`CompiledModel::weights`], moving the model to a GPU and another `with_cpu_precision` are
     /// [`Error::WeightsReleased`] (load the model again for those).
     pub fn with_cpu_precision(mut self, precision: CpuPrecision) -> Result<Self> {
@@ -291,13 +292,17 @@ impl CompiledModel {
     }
 
     /// [`CompiledModel::try_random`] with its CPU GEMMs whose B is a weight in `precision` from the start: the
-    /// same values, each packed (and in int8 or bf16 dropped) as it is made.
+    /// same values, each packed (and in int8 or bf16 dropped) as it is made. In f32 all the weights are checked
+    /// against the memory left before any is made; in int8 and bf16, which never hold them all, each weight and
+    /// pack is checked as it is allocated.
     pub fn try_random_in(
         spec: &'static ModelSpec,
         seed: u64,
         precision: CpuPrecision,
     ) -> Result<Self> {
-        crate::weights::check_random_weights_fit(spec.params)?;
+        if precision == CpuPrecision::F32 {
+            crate::weights::check_random_weights_fit(spec.params)?;
+        }
         Self::assemble(spec, precision, |i| {
             crate::weights::random_weight(spec.params, i, seed)
         })
@@ -307,8 +312,8 @@ impl CompiledModel {
         self.spec
     }
 
-    /// The f32 weights in declaration order, or [`Error::WeightsReleased`] after
-    /// [`CompiledModel::with_cpu_precision`] in int8 or bf16 released some.
+    /// The f32 weights in declaration order, or [`Error::WeightsReleased`] when the model, in int8 or bf16,
+    /// released some (see [`CompiledModel::with_cpu_precision`]).
     pub fn weights(&self) -> Result<&[Tensor]> {
         self.dense_weights("reading the weights")
     }

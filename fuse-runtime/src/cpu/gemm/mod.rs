@@ -168,6 +168,11 @@ struct PackCall<'p, P> {
 /// A zeroed buffer of `len` elements for a reduced-precision pack, or [`crate::error::Error::OutOfMemory`] naming
 /// `what`.
 fn zeroed_pack<T: Clone + Default>(what: &'static str, len: usize) -> crate::error::Result<Vec<T>> {
+    // Checked against the memory left first: with overcommit the reservation below succeeds and the zeroing
+    // would be killed instead.
+    if let Some(bytes) = len.checked_mul(std::mem::size_of::<T>()) {
+        crate::memory::check_fits(what, bytes)?;
+    }
     let mut v = Vec::new();
     v.try_reserve_exact(len)
         .map_err(|_| crate::error::Error::OutOfMemory {
