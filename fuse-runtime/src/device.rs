@@ -309,7 +309,7 @@ fn cpu_line(model: &CompiledModel) -> String {
     let gathers = model.executor(PlanMode::Fused).packed_gathers();
     if gathers > 0 {
         line += &format!(
-            "; {gathers} embedding gather(s) read rows from the tied output layer's {} pack",
+            "; {gathers} embedding gather(s) read rows from a {} pack",
             model.cpu_precision()
         );
     }

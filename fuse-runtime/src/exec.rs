@@ -558,7 +558,8 @@ impl Executor {
         let entries = self.program.packed_b.iter().filter(|e| {
             self.program.buffers.get(e.buffer).map(|b| b.kind) == Some(BufferKind::Param(param))
         });
-        // Products first: a gather only reads rows from a reduced pack a product of the same view made.
+        // Products first: a gather reads rows from the reduced pack of a product of the same view (a tied output
+        // layer) when there is one.
         let (gathers, products): (Vec<_>, Vec<_>) = entries.partition(|e| e.gather);
         for entry in products.into_iter().chain(gathers) {
             let view = BView {
@@ -571,7 +572,16 @@ impl Executor {
             let pack = match cache.packs.get(&(param, view)) {
                 Some(pack) if entry.gather => Some(pack.clone()).filter(|p| p.is_reduced()),
                 Some(pack) => Some(pack.clone()),
-                None if entry.gather => None,
+                // A table only gathered gets a pack of its own in bf16, where a model's weights are bf16 (as in a
+                // bf16 PyTorch model); in int8 it stays f32, as ONNX Runtime keeps a Gather's table.
+                None if entry.gather => match precision {
+                    CpuPrecision::Bf16 => Bf16B::new(source, view)?.map(|h| {
+                        let pack = Arc::new(WeightPack::Bf16(h));
+                        cache.packs.insert((param, view), pack.clone());
+                        pack
+                    }),
+                    CpuPrecision::Int8 | CpuPrecision::F32 => None,
+                },
                 None => pack_one(backend, precision, source, view)?.map(|pack| {
                     let pack = Arc::new(pack);
                     cache.packs.insert((param, view), pack.clone());
@@ -629,7 +639,8 @@ impl Executor {
         (reduced, packed.count())
     }
 
-    /// How many of the program's gathers read their table's rows from a reduced pack (a tied output layer's).
+    /// How many of the program's gathers read their table's rows from a reduced pack (a tied output layer's, or in
+    /// bf16 one of the table's own).
     pub fn packed_gathers(&self) -> usize {
         let p = self.program;
         p.packed_b

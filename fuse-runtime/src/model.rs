@@ -195,8 +195,8 @@ impl CompiledModel {
     ///
     /// In int8 and bf16 the model then holds each matrix that only GEMMs read once, in that precision: the f32
     /// weight of a parameter that no kernel of either plan reads other than through its pack is released (a tied
-    /// embedding table too, its rows gathered from the output layer's pack; an untied table, norm weights, biases
-    /// and a matrix read otherwise stay in f32). A quarter (int8) or half (bf16) of those bytes stays resident;
+    /// embedding table too, its rows gathered from the output layer's pack, and in bf16 any embedding table; norm
+    /// weights, biases, an int8 model's untied tables and a matrix read otherwise stay in f32). A quarter (int8) or half (bf16) of those bytes stays resident;
     /// see [`CompiledModel::weight_bytes`]. Afterwards the f32 weights are
     /// gone: [`CompiledModel::weights`], moving the model to a GPU and another `with_cpu_precision` are
     /// [`Error::WeightsReleased`] (load the model again for those).

@@ -159,8 +159,8 @@ pub struct PackedB {
     #[serde(default)]
     pub exclusive: bool,
     /// The kernel is a gather (an embedding) whose table is this B transposed: it reads rows of the table, which
-    /// are B's columns, from the reduced pack a product with the same view made (a tied output layer), and never
-    /// has one made for it alone.
+    /// are B's columns, from the reduced pack a product with the same view made (a tied output layer), or in bf16
+    /// from one made for it; in int8 and f32 a table only gathered stays f32.
     #[serde(default)]
     pub gather: bool,
 }

@@ -142,6 +142,13 @@ fn cosines_to_f32(precision: CpuPrecision) -> Option<(Vec<String>, Vec<f32>)> {
     };
     let report = reduced.model.compiled().device_report();
     assert!(report.contains(&format!("{precision} GEMMs")), "{report}");
+    // bf16 holds the three embedding tables (words, positions, token types) in bf16; int8 keeps them in f32.
+    let bf16_tables = "3 embedding gather(s) read rows from a bf16 pack";
+    assert_eq!(
+        report.contains(bf16_tables),
+        precision == CpuPrecision::Bf16,
+        "{report}"
+    );
     let approx = embed(&reduced);
     let cosines: Vec<f32> = exact
         .iter()

@@ -369,8 +369,8 @@ impl SharedOut {
 
 /// An embedding: row `r` of `out` (rows of `dim`) is row `id(r)` of the `vocab × dim` table at `offset` of
 /// `table`, or zeros for an id outside it (the executor refuses those before any kernel runs). When `packed` is a
-/// reduced pack of the table's transpose (a tied output layer's B: the table's rows are its columns), rows are read
-/// from it, as the product reads them; the table's f32 copy may then have been released.
+/// reduced pack of the table's transpose (a tied output layer's B, or a bf16 model's table: the table's rows are its
+/// columns), rows are read from it, as a product reads them; the table's f32 copy may then have been released.
 #[allow(clippy::too_many_arguments)]
 pub fn gather_rows(
     table: &[f32],

@@ -484,7 +484,7 @@ pub(super) fn packed_b(plan: &Plan, k: &Kernel, index: usize) -> Option<fuse_tab
 
 /// A gather's table as the B of a product with it transposed (`x · tableᵀ`, a tied output layer): a parameter
 /// read whole from a static offset, rows contiguous. The runtime hands the gather that product's reduced pack, if
-/// the model made one, and reads rows from it (`gather_rows`); it never packs a table for a gather alone.
+/// the model made one (in bf16, a pack of its own otherwise), and reads rows from it (`gather_rows`).
 fn gather_b(plan: &Plan, k: &Kernel, index: usize, node: NodeId) -> Option<fuse_tables::PackedB> {
     let g = &plan.graph;
     let Op::Embedding { table, .. } = g.node(node).op else {
