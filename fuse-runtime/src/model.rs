@@ -67,6 +67,17 @@ pub struct KernelTime {
     pub ms: f64,
 }
 
+/// What a model keeps of a weight that only packs read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Holding {
+    /// The f32 weight beside its f32 pack, for [`CompiledModel::weights`], a GPU copy and another precision: the
+    /// default constructors (`from_weights`, `load`, `random`).
+    F32Beside,
+    /// The pack alone: a model made in a precision (`from_weights_in`, `load_in`, `try_random_in`) or given int8
+    /// or bf16.
+    PacksOnly,
+}
+
 /// A model with its weights, ready to run. `Send + Sync`: `forward` may be called from many threads at once.
 pub struct CompiledModel {
     spec: &'static ModelSpec,
@@ -75,9 +86,11 @@ pub struct CompiledModel {
     eager: Executor,
     /// See [`CompiledModel::packed_weight_bytes`].
     packed_bytes: usize,
-    /// Parameters whose f32 weight was dropped after packing in a reduced precision: only their packs are read
-    /// (see [`CompiledModel::with_cpu_precision`]). Each is an empty tensor in `weights`.
+    /// Parameters whose f32 weight was dropped after packing: only their packs are read (see
+    /// [`CompiledModel::with_cpu_precision`]). Each is an empty tensor in `weights`.
     released: Vec<usize>,
+    /// Whether a weight that only packs read is released.
+    holding: Holding,
     /// See [`CompiledModel::with_cpu_precision`].
     cpu_precision: CpuPrecision,
     /// Where `run` executes: the CPU executors above, or a GPU copy (see [`crate::device`]).
@@ -87,16 +100,26 @@ pub struct CompiledModel {
 impl CompiledModel {
     /// Wraps weights in declaration order after checking each against its declared shape.
     pub fn from_weights(spec: &'static ModelSpec, weights: Vec<Tensor>) -> Result<Self> {
-        Self::from_weights_in(spec, weights, CpuPrecision::F32)
+        Self::from_checked(spec, weights, CpuPrecision::F32, Holding::F32Beside)
     }
 
-    /// [`CompiledModel::from_weights`] with its CPU GEMMs whose B is a weight in `precision` from the start (see
-    /// [`CompiledModel::with_cpu_precision`]): each weight is packed in that precision, and in int8 or bf16 its f32
-    /// copy dropped, before the next is packed, and no f32 pack is ever made.
+    /// A CPU model over `weights` (checked as by [`CompiledModel::from_weights`]) with its GEMMs whose B is a
+    /// weight in `precision` (f32 too) from the start: each weight is packed in that precision, and its f32 copy
+    /// dropped where only packs read it, before the next is packed. It holds those matrices only packed, so
+    /// [`CompiledModel::weights`], a GPU copy and another precision are [`Error::WeightsReleased`].
     pub fn from_weights_in(
         spec: &'static ModelSpec,
         weights: Vec<Tensor>,
         precision: CpuPrecision,
+    ) -> Result<Self> {
+        Self::from_checked(spec, weights, precision, Holding::PacksOnly)
+    }
+
+    fn from_checked(
+        spec: &'static ModelSpec,
+        weights: Vec<Tensor>,
+        precision: CpuPrecision,
+        holding: Holding,
     ) -> Result<Self> {
         if weights.len() != spec.params.len() {
             return Err(Error::WeightCount {
@@ -121,7 +144,7 @@ impl CompiledModel {
             }
         }
         let mut weights = weights.into_iter();
-        Self::assemble(spec, precision, |_| {
+        Self::assemble(spec, precision, holding, |_| {
             weights.next().ok_or(Error::WeightCount {
                 expected: spec.params.len(),
                 found: 0,
@@ -130,13 +153,14 @@ impl CompiledModel {
     }
 
     /// The model over weights checked (or generated) against `spec`, parameter `i` made by `weight(i)`, in
-    /// order. Each is packed in `precision` as it comes, and released when only packs read it (int8, bf16), so
+    /// order. Each is packed in `precision` as it comes, and (`PacksOnly`) released when only packs read it, so
     /// a checkpoint read through this never has all its f32 weights in memory at once. Reserves the kernels'
     /// per-thread scratch and starts the worker pool here, so the first `forward` costs what every later one
     /// does.
     fn assemble(
         spec: &'static ModelSpec,
         precision: CpuPrecision,
+        holding: Holding,
         mut weight: impl FnMut(usize) -> Result<Tensor>,
     ) -> Result<Self> {
         let (fused, eager) = (spec.fused.decode()?, spec.eager.decode()?);
@@ -148,6 +172,7 @@ impl CompiledModel {
             eager: Executor::new(eager),
             packed_bytes: 0,
             released: Vec::new(),
+            holding,
             cpu_precision: precision,
             placement: Placement::default(),
         };
@@ -170,8 +195,8 @@ impl CompiledModel {
     }
 
     /// The weights are in place and never change after: packs the GEMMs' B operands that read parameter `i`
-    /// now, once, instead of on every call (both plans share the pack of one view), and in int8 or bf16 drops
-    /// its f32 weight when nothing else reads it.
+    /// now, once, instead of on every call (both plans share the pack of one view), and (`PacksOnly`) drops its
+    /// f32 weight when nothing else reads it.
     fn pack_param(&mut self, i: usize, packs: &mut PackCache) -> Result<()> {
         let precision = self.cpu_precision;
         let w = self.weights.get(i).ok_or(Error::WeightCount {
@@ -181,7 +206,7 @@ impl CompiledModel {
         self.fused.pack_param(i, w, packs, precision)?;
         self.eager.pack_param(i, w, packs, precision)?;
         let only_packed = self.fused.reads_only_packed(i) && self.eager.reads_only_packed(i);
-        if precision != CpuPrecision::F32 && only_packed {
+        if self.holding == Holding::PacksOnly && only_packed {
             self.weights[i] = Tensor::from_f32(&[0], Vec::new())?;
             self.released.push(i);
         }
@@ -190,8 +215,8 @@ impl CompiledModel {
 
     /// The model computing its CPU GEMMs whose B is a weight in `precision` (see [`CpuPrecision`]): the weights
     /// are packed again, once, for it (in int8: quantised per output channel). f32 is what every model starts
-    /// with unless it was made in another precision (`from_weights_in`, `load_in`). Only the CPU executors
-    /// change; a GPU placement keeps its own precision.
+    /// with unless it was made in another (`from_weights_in`, `load_in`, `try_random_in`). Only the CPU
+    /// executors change; a GPU placement keeps its own precision.
     ///
     /// In int8 and bf16 the model then holds each matrix that only GEMMs read once, in that precision: the f32
     /// weight of a parameter that no kernel of either plan reads other than through its pack is released (a tied
@@ -206,6 +231,9 @@ impl CompiledModel {
         }
         self.dense_weights("packing them in another precision")?;
         self.cpu_precision = precision;
+        if precision != CpuPrecision::F32 {
+            self.holding = Holding::PacksOnly;
+        }
         let mut packs = self.begin_packing();
         for i in 0..self.weights.len() {
             self.pack_param(i, &mut packs)?;
@@ -252,23 +280,31 @@ impl CompiledModel {
     }
 
     /// Bytes of the weight copies packed at load for the CPU GEMMs (each distinct weight view once, shared by
-    /// both plans). In f32 they sit beside [`CompiledModel::weights`]: about one more copy of every matrix a GEMM
-    /// reads as B. In int8 and bf16 they replace the f32 copies they stand for.
+    /// both plans). In a model made by `from_weights`, `load` or `random` they sit beside
+    /// [`CompiledModel::weights`]: about one more copy of every matrix a GEMM reads as B. In a model made in a
+    /// precision (`*_in`) or given int8 or bf16 they replace the f32 copies they stand for.
     pub fn packed_weight_bytes(&self) -> usize {
         self.packed_bytes
     }
 
     /// Loads every parameter from a safetensors file by its checkpoint name.
     pub fn load(spec: &'static ModelSpec, path: &Path) -> Result<Self> {
-        Self::load_in(spec, path, CpuPrecision::F32)
+        let checkpoint = Checkpoint::open(path, spec.params)?;
+        Self::assemble(spec, CpuPrecision::F32, Holding::F32Beside, |i| {
+            checkpoint.read(&spec.params[i])
+        })
     }
 
-    /// [`CompiledModel::load`] with its CPU GEMMs whose B is a weight in `precision` from the start: each
-    /// parameter is read, widened to f32, packed and (int8, bf16) dropped before the next is read, so a bf16
-    /// checkpoint of a model run in bf16 needs the file's bytes and the packs, never all the f32 weights.
+    /// A CPU model loaded as by [`CompiledModel::load`], with its GEMMs whose B is a weight in `precision` (f32
+    /// too) from the start: each parameter is read, widened to f32, packed and dropped where only packs read it,
+    /// before the next is read. A bf16 checkpoint of a model run in bf16 needs the file's bytes and the packs,
+    /// never all the f32 weights. As for [`CompiledModel::from_weights_in`], the matrices are then held only
+    /// packed.
     pub fn load_in(spec: &'static ModelSpec, path: &Path, precision: CpuPrecision) -> Result<Self> {
         let checkpoint = Checkpoint::open(path, spec.params)?;
-        Self::assemble(spec, precision, |i| checkpoint.read(&spec.params[i]))
+        Self::assemble(spec, precision, Holding::PacksOnly, |i| {
+            checkpoint.read(&spec.params[i])
+        })
     }
 
     /// Seeded random weights (per-parameter scale chosen by the compiler), for examples and tests.
@@ -288,13 +324,17 @@ impl CompiledModel {
     /// [`CompiledModel::random`], or [`Error::OutOfMemory`] when the weights do not fit in what the process may
     /// still use (checked for all of them before any is allocated) or the allocator refuses them.
     pub fn try_random(spec: &'static ModelSpec, seed: u64) -> Result<Self> {
-        Self::try_random_in(spec, seed, CpuPrecision::F32)
+        crate::weights::check_random_weights_fit(spec.params)?;
+        Self::assemble(spec, CpuPrecision::F32, Holding::F32Beside, |i| {
+            crate::weights::random_weight(spec.params, i, seed)
+        })
     }
 
-    /// [`CompiledModel::try_random`] with its CPU GEMMs whose B is a weight in `precision` from the start: the
-    /// same values, each packed (and in int8 or bf16 dropped) as it is made. In f32 all the weights are checked
-    /// against the memory left before any is made; in int8 and bf16, which never hold them all, each weight and
-    /// pack is checked as it is allocated.
+    /// A CPU model with [`CompiledModel::try_random`]'s values and its GEMMs whose B is a weight in `precision`
+    /// (f32 too) from the start, each weight packed (and dropped where only packs read it) as it is made; as for
+    /// [`CompiledModel::from_weights_in`], the matrices are then held only packed. In f32 all the weights are
+    /// checked against the memory left before any is made (their packs are as large); in int8 and bf16 each
+    /// weight and pack is checked as it is allocated.
     pub fn try_random_in(
         spec: &'static ModelSpec,
         seed: u64,
@@ -303,7 +343,7 @@ impl CompiledModel {
         if precision == CpuPrecision::F32 {
             crate::weights::check_random_weights_fit(spec.params)?;
         }
-        Self::assemble(spec, precision, |i| {
+        Self::assemble(spec, precision, Holding::PacksOnly, |i| {
             crate::weights::random_weight(spec.params, i, seed)
         })
     }
@@ -312,8 +352,8 @@ impl CompiledModel {
         self.spec
     }
 
-    /// The f32 weights in declaration order, or [`Error::WeightsReleased`] when the model, in int8 or bf16,
-    /// released some (see [`CompiledModel::with_cpu_precision`]).
+    /// The f32 weights in declaration order, or [`Error::WeightsReleased`] when the model holds some only packed
+    /// (made with `*_in`, or given int8 or bf16: see [`CompiledModel::with_cpu_precision`]).
     pub fn weights(&self) -> Result<&[Tensor]> {
         self.dense_weights("reading the weights")
     }

@@ -446,10 +446,33 @@ fn a_bf16_checkpoint_loads_straight_into_a_reduced_model() {
             assert_eq!(got, want, "{how} {precision}");
         }
     }
-    // The f32 load of the same file is the rounded weights, exactly.
-    let f32_model = Layer::load_in(&path, CpuPrecision::F32).unwrap();
+    // The f32 load of the same file is the rounded weights, exactly; made in f32 from the start, the model holds
+    // its matrices only in their f32 packs and computes the same numbers.
+    let f32_model = Layer::load(&path).unwrap();
     for (got, want) in f32_model.weights().unwrap().iter().zip(&rounded) {
         assert_eq!(got.to_f32_vec(), want.to_f32_vec());
     }
+    let packed_only = Layer::load_in(&path, CpuPrecision::F32).unwrap();
+    let compiled = packed_only.compiled();
+    if compiled.packed_weight_bytes() > 0 {
+        assert_eq!(compiled.released_weights(), 2);
+        assert_eq!(
+            compiled.weight_bytes(),
+            4 * H + compiled.packed_weight_bytes()
+        );
+        assert!(compiled.weight_bytes() < f32_model.compiled().weight_bytes());
+        assert!(matches!(
+            packed_only.weights(),
+            Err(Error::WeightsReleased { .. })
+        ));
+    }
+    assert_eq!(
+        packed_only.forward(&x).unwrap().to_f32_vec(),
+        f32_model.forward(&x).unwrap().to_f32_vec()
+    );
+    assert_eq!(
+        packed_only.forward_eager(&x).unwrap().to_f32_vec(),
+        f32_model.forward_eager(&x).unwrap().to_f32_vec()
+    );
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -21,8 +21,10 @@
 //! Without `--weights` the model has seeded random weights (`--seed`), so the tokens are a demonstration of the
 //! loop, not of language. With no sampling option, decoding is greedy. There is no tokenizer: prompts and output
 //! are token ids. Without `--cached` each step runs the whole sequence again; with it the prompt is prefilled once
-//! into the model's KV cache and each step runs one token. `--precision int8` runs the products with a weight in
-//! int8 (`CompiledModel::with_cpu_precision`): a decoding step then reads a quarter of the weight bytes.
+//! into the model's KV cache and each step runs one token. The model is made in its precision from the start
+//! (`CompiledModel::load_in`, `try_random_in`: each weight packed as it is read, its matrices held only packed).
+//! `--precision int8` runs the products with a weight in int8: a decoding step then reads a quarter of the
+//! weight bytes.
 
 use std::ops::ControlFlow;
 
