@@ -223,6 +223,7 @@ pub struct GpuTiming {
 /// dims (with one session's states), with its arena and launch list, and from its second call its CUDA graph.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GpuShapes {
+    /// Shapes held now (at most 16 per plan).
     pub shapes: usize,
     /// Shapes whose CUDA graph was captured.
     pub graphs: usize,
