@@ -52,7 +52,7 @@ fn numel_of(shape: &[usize]) -> Result<usize> {
 
 /// An empty `Vec` with room for `n` values of `T` for `what`, or [`Error::OutOfMemory`] (checked against what the
 /// process may still use, then asked of the allocator without aborting).
-fn try_with_capacity<T>(n: usize, what: &'static str) -> Result<Vec<T>> {
+pub(crate) fn try_with_capacity<T>(n: usize, what: &'static str) -> Result<Vec<T>> {
     let bytes = n.checked_mul(std::mem::size_of::<T>());
     let out_of_memory = || Error::OutOfMemory {
         what,

@@ -107,14 +107,23 @@ pub struct TensorInfo {
     data: (usize, usize),
 }
 
-/// A safetensors file read into memory and checked: list its tensors, then read some or all of them.
+/// A safetensors file checked and ready to read: list its tensors, then read some or all of them.
 pub struct TensorFile {
     path: PathBuf,
-    bytes: Vec<u8>,
-    /// Where the data section starts in `bytes`.
+    source: Source,
+    /// Where the data section starts in the file.
     data_start: usize,
     /// In data order.
     tensors: Vec<TensorInfo>,
+}
+
+/// Where a [`TensorFile`]'s tensor bytes come from.
+enum Source {
+    /// The whole file, read at open.
+    Memory(Vec<u8>),
+    /// The open file: each tensor's bytes are read when it is (a checkpoint loaded one parameter at a time holds
+    /// one tensor's bytes, not the file's). Behind a lock, as reading moves the file's cursor.
+    File(std::sync::Mutex<std::fs::File>),
 }
 
 impl TensorFile {
@@ -125,83 +134,121 @@ impl TensorFile {
             path: path.to_path_buf(),
             source,
         })?;
-        Self::parse(path.to_path_buf(), bytes)
-    }
-
-    fn parse(path: PathBuf, bytes: Vec<u8>) -> Result<Self> {
-        let invalid = |message: String| Error::Safetensors {
-            path: path.clone(),
-            message,
-        };
-        let Some(prefix) = bytes.first_chunk::<8>() else {
-            return Err(invalid(format!(
-                "the file looks truncated: it has {} bytes, fewer than the 8 of its header length",
-                bytes.len()
-            )));
-        };
-        let header_len = usize::try_from(u64::from_le_bytes(*prefix)).unwrap_or(usize::MAX);
-        if header_len > MAX_HEADER_BYTES {
-            return Err(invalid(format!(
-                "its header length is {header_len} bytes, more than the format's {MAX_HEADER_BYTES}; this is \
-                 not a safetensors file or its first 8 bytes are damaged"
-            )));
-        }
-        let after_prefix = bytes.len() - 8;
-        if header_len > after_prefix {
-            return Err(invalid(format!(
-                "the file looks truncated: its header is {header_len} bytes, but only {after_prefix} bytes follow \
-                 the header length"
-            )));
-        }
-        let data_start = 8 + header_len;
-        let header: Header = serde_json::from_slice(&bytes[8..data_start])
-            .map_err(|e| invalid(format!("its header is not valid JSON: {e}")))?;
-        let mut seen = HashSet::new();
-        let mut tensors = Vec::with_capacity(header.0.len());
-        for (name, value) in header.0 {
-            if name == "__metadata__" {
-                continue;
-            }
-            if !seen.insert(name.clone()) {
-                return Err(Error::DuplicateTensor {
-                    path: path.clone(),
-                    name,
-                });
-            }
-            let info = tensor_info(name, &value).map_err(invalid)?;
-            let (begin, end) = info.data;
-            let span = end.checked_sub(begin).ok_or_else(|| {
-                invalid(format!(
-                    "tensor `{}` has data offsets [{begin}, {end}], which end before they begin",
-                    info.name
-                ))
-            })?;
-            let needed = info
-                .shape
-                .iter()
-                .try_fold(info.dtype.size(), |n, &d| n.checked_mul(d));
-            if needed != Some(span) {
-                return Err(Error::TensorSize {
-                    path: path.clone(),
-                    tensor: info.name,
-                    dtype: info.dtype.to_string(),
-                    shape: info.shape,
-                    expected: needed,
-                    actual: span,
-                });
-            }
-            tensors.push(info);
-        }
-        tensors.sort_by_key(|t| t.data);
-        check_layout(&path, &tensors, bytes.len() - data_start)?;
+        let (data_start, tensors) = parse_header(path, &bytes, bytes.len())?;
         Ok(TensorFile {
-            path,
-            bytes,
+            path: path.to_path_buf(),
+            source: Source::Memory(bytes),
             data_start,
             tensors,
         })
     }
 
+    /// Reads and checks the header of the file at `path`, and keeps the file open: each tensor's bytes are read
+    /// from it when that tensor is (a checkpoint loaded one parameter at a time). The file must not change
+    /// while this is open; if it shrinks, a read is an [`Error::Io`].
+    pub fn open_streaming(path: impl AsRef<Path>) -> Result<Self> {
+        use std::io::Read;
+        let path = path.as_ref();
+        let io = |source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut file = std::fs::File::open(path).map_err(io)?;
+        let len = file.metadata().map_err(io)?.len();
+        let len = usize::try_from(len).unwrap_or(usize::MAX);
+        // The header length, then the header (as far as the file has them): `parse_header` reports what is short.
+        let mut head = Vec::new();
+        (&mut file).take(8).read_to_end(&mut head).map_err(io)?;
+        if let Some(prefix) = head.first_chunk::<8>() {
+            let header_len = u64::from_le_bytes(*prefix).min(MAX_HEADER_BYTES as u64 + 1);
+            (&mut file)
+                .take(header_len)
+                .read_to_end(&mut head)
+                .map_err(io)?;
+        }
+        let (data_start, tensors) = parse_header(path, &head, len)?;
+        Ok(TensorFile {
+            path: path.to_path_buf(),
+            source: Source::File(std::sync::Mutex::new(file)),
+            data_start,
+            tensors,
+        })
+    }
+}
+
+/// The data section's start and the tensors, in data order, of a safetensors file of `len` bytes whose first
+/// bytes are `head` (at least the header length and the header, where the file has them), all checked: the
+/// header's JSON, each tensor's dtype, shape and byte span, and that the spans tile the data section.
+fn parse_header(path: &Path, head: &[u8], len: usize) -> Result<(usize, Vec<TensorInfo>)> {
+    let path = path.to_path_buf();
+    let invalid = |message: String| Error::Safetensors {
+        path: path.clone(),
+        message,
+    };
+    let Some(prefix) = head.first_chunk::<8>() else {
+        return Err(invalid(format!(
+            "the file looks truncated: it has {len} bytes, fewer than the 8 of its header length"
+        )));
+    };
+    let header_len = usize::try_from(u64::from_le_bytes(*prefix)).unwrap_or(usize::MAX);
+    if header_len > MAX_HEADER_BYTES {
+        return Err(invalid(format!(
+                "its header length is {header_len} bytes, more than the format's {MAX_HEADER_BYTES}; this is \
+                 not a safetensors file or its first 8 bytes are damaged"
+            )));
+    }
+    let after_prefix = len - 8;
+    if header_len > after_prefix || 8 + header_len > head.len() {
+        return Err(invalid(format!(
+                "the file looks truncated: its header is {header_len} bytes, but only {after_prefix} bytes follow \
+                 the header length"
+            )));
+    }
+    let data_start = 8 + header_len;
+    let header: Header = serde_json::from_slice(&head[8..data_start])
+        .map_err(|e| invalid(format!("its header is not valid JSON: {e}")))?;
+    let mut seen = HashSet::new();
+    let mut tensors = Vec::with_capacity(header.0.len());
+    for (name, value) in header.0 {
+        if name == "__metadata__" {
+            continue;
+        }
+        if !seen.insert(name.clone()) {
+            return Err(Error::DuplicateTensor {
+                path: path.clone(),
+                name,
+            });
+        }
+        let info = tensor_info(name, &value).map_err(invalid)?;
+        let (begin, end) = info.data;
+        let span = end.checked_sub(begin).ok_or_else(|| {
+            invalid(format!(
+                "tensor `{}` has data offsets [{begin}, {end}], which end before they begin",
+                info.name
+            ))
+        })?;
+        let needed = info
+            .shape
+            .iter()
+            .try_fold(info.dtype.size(), |n, &d| n.checked_mul(d));
+        if needed != Some(span) {
+            return Err(Error::TensorSize {
+                path: path.clone(),
+                tensor: info.name,
+                dtype: info.dtype.to_string(),
+                shape: info.shape,
+                expected: needed,
+                actual: span,
+            });
+        }
+        tensors.push(info);
+    }
+    tensors.sort_by_key(|t| t.data);
+    check_layout(&path, &tensors, len - data_start)?;
+    Ok((data_start, tensors))
+}
+
+impl TensorFile {
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -234,7 +281,8 @@ impl TensorFile {
     }
 
     fn convert(&self, info: &TensorInfo) -> Result<Tensor> {
-        let data = self.data(info);
+        let data = self.data(info)?;
+        let data = &data[..];
         match info.dtype {
             StoredDType::I64 => {
                 let values = data
@@ -261,9 +309,28 @@ impl TensorFile {
         }
     }
 
-    /// The tensor's bytes (bounds checked when the file was opened).
-    pub(crate) fn data(&self, info: &TensorInfo) -> &[u8] {
-        &self.bytes[self.data_start + info.data.0..self.data_start + info.data.1]
+    /// The tensor's bytes (bounds checked when the file was opened): borrowed from memory, or read from the
+    /// open file.
+    pub(crate) fn data(&self, info: &TensorInfo) -> Result<std::borrow::Cow<'_, [u8]>> {
+        let (begin, end) = (self.data_start + info.data.0, self.data_start + info.data.1);
+        match &self.source {
+            Source::Memory(bytes) => Ok(std::borrow::Cow::Borrowed(&bytes[begin..end])),
+            Source::File(file) => {
+                use std::io::{Read, Seek, SeekFrom};
+                let io = |source| Error::Io {
+                    path: self.path.clone(),
+                    source,
+                };
+                let mut bytes =
+                    crate::tensor::try_with_capacity(end - begin, "a checkpoint tensor")?;
+                bytes.resize(end - begin, 0u8);
+                // A poisoned lock only means another read panicked; the cursor is set before every read.
+                let mut file = file.lock().unwrap_or_else(|e| e.into_inner());
+                file.seek(SeekFrom::Start(begin as u64)).map_err(io)?;
+                file.read_exact(&mut bytes).map_err(io)?;
+                Ok(std::borrow::Cow::Owned(bytes))
+            }
+        }
     }
 }
 
@@ -473,6 +540,43 @@ mod tests {
         match file.read("b") {
             Err(Error::MissingTensor { name, .. }) => assert_eq!(name, "b"),
             other => panic!("expected MissingTensor, got {other:?}"),
+        }
+        // Read from the open file, tensor by tensor, the same values.
+        let streamed = TensorFile::open_streaming(&path).expect("opens");
+        assert_eq!(streamed.tensors(), file.tensors());
+        assert_eq!(
+            streamed.read_all().expect("all"),
+            file.read_all().expect("all")
+        );
+        std::fs::remove_file(&path).expect("removed");
+    }
+
+    #[test]
+    fn a_streamed_file_is_checked_as_a_read_one_and_a_shrunk_one_is_an_io_error() {
+        let path = temp_path("streamed");
+        let a = Tensor::randn(&[64, 64], 5);
+        save_tensors(&path, &[("a", &a), ("b", &a)]).expect("saved");
+        let whole = std::fs::read(&path).expect("read");
+        // Cut inside the header, then inside the data: both opens refuse both files with the same message.
+        for cut in [12, whole.len() - 100] {
+            std::fs::write(&path, &whole[..cut]).expect("written");
+            let messages = [
+                TensorFile::open(&path).err().map(|e| e.to_string()),
+                TensorFile::open_streaming(&path)
+                    .err()
+                    .map(|e| e.to_string()),
+            ];
+            assert!(messages[0].is_some(), "cut at {cut} was accepted");
+            assert_eq!(messages[0], messages[1], "cut at {cut}");
+        }
+        // The file shrinks after it was checked: reading what is gone is an I/O error, never a wrong value.
+        std::fs::write(&path, &whole).expect("written");
+        let streamed = TensorFile::open_streaming(&path).expect("opens");
+        std::fs::write(&path, &whole[..whole.len() - 100]).expect("shrunk");
+        assert_eq!(streamed.read("a").expect("a is whole"), a);
+        match streamed.read("b") {
+            Err(Error::Io { .. }) => {}
+            other => panic!("expected Io, got {other:?}"),
         }
         std::fs::remove_file(&path).expect("removed");
     }

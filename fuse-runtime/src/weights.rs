@@ -53,16 +53,16 @@ pub fn load_safetensors(path: &Path, specs: &[ParamSpec]) -> Result<Vec<Tensor>>
     specs.iter().map(|spec| checkpoint.read(spec)).collect()
 }
 
-/// A safetensors file checked against a model's parameters (each present), read one parameter at a time: a model
-/// that packs its weights in a reduced precision widens, packs and drops each before reading the next, so the f32
-/// copies of all of them never exist at once.
+/// A safetensors file checked against a model's parameters (each present), read from the file one parameter at a
+/// time: a model made in its precision (`load_in`) widens, packs and drops each before reading the next, so
+/// neither the file's bytes nor the f32 copies of all the weights are ever in memory at once.
 pub(crate) struct Checkpoint {
     file: TensorFile,
 }
 
 impl Checkpoint {
     pub(crate) fn open(path: &Path, specs: &[ParamSpec]) -> Result<Checkpoint> {
-        let file = TensorFile::open(path)?;
+        let file = TensorFile::open_streaming(path)?;
         let missing: Vec<&ParamSpec> = specs
             .iter()
             .filter(|s| file.info(s.name).is_none())
@@ -90,7 +90,7 @@ impl Checkpoint {
             });
         }
         let values =
-            widen_to_f32(info.dtype, self.file.data(info)).ok_or_else(|| Error::WeightDType {
+            widen_to_f32(info.dtype, &self.file.data(info)?).ok_or_else(|| Error::WeightDType {
                 name: spec.name.to_string(),
                 expected: DType::F32,
                 found: info.dtype.to_string(),
