@@ -622,19 +622,7 @@ impl Executor {
     /// How many of the program's GEMMs read a weight packed in a reduced precision (int8 or bf16), of how many
     /// read a packed weight.
     pub fn reduced_gemms(&self) -> (usize, usize) {
-        let gathers: Vec<usize> = self
-            .program
-            .packed_b
-            .iter()
-            .filter(|e| e.gather)
-            .map(|e| e.kernel)
-            .collect();
-        let packed = self
-            .packs
-            .iter()
-            .enumerate()
-            .filter(|(k, _)| !gathers.contains(k))
-            .filter_map(|(_, p)| p.as_ref());
+        let packed = self.packs_read_by(false);
         let reduced = packed.clone().filter(|p| p.is_reduced()).count();
         (reduced, packed.count())
     }
@@ -642,11 +630,16 @@ impl Executor {
     /// How many of the program's gathers read their table's rows from a reduced pack (a tied output layer's, or in
     /// bf16 one of the table's own).
     pub fn packed_gathers(&self) -> usize {
-        let p = self.program;
-        p.packed_b
+        self.packs_read_by(true).count()
+    }
+
+    /// The packs the program's GEMMs (`gathers` false) or gathers read, one per kernel that has one.
+    fn packs_read_by(&self, gathers: bool) -> impl Iterator<Item = &WeightPack> + Clone {
+        self.program
+            .packed_b
             .iter()
-            .filter(|e| e.gather && self.packs.get(e.kernel).is_some_and(Option::is_some))
-            .count()
+            .filter(move |e| e.gather == gathers)
+            .filter_map(|e| self.packs.get(e.kernel)?.as_deref())
     }
 
     pub fn program(&self) -> &'static Program {

@@ -226,11 +226,13 @@ impl GpuModel {
             PlanMode::Eager => eager,
         };
         if !shapes.contains_key(&key) {
+            let full = shapes.len() >= MAX_SHAPES;
             let first = shapes
                 .iter()
+                .filter(|_| full)
                 .min_by_key(|(_, s)| s.eviction_order())
                 .map(|(k, _)| k.clone());
-            if let (true, Some(first)) = (shapes.len() >= MAX_SHAPES, first) {
+            if let Some(first) = first {
                 // Nothing may still run on buffers about to be freed.
                 self.stream
                     .synchronize()
@@ -316,12 +318,8 @@ impl GpuModel {
             // From the host copy, brought up to date first if another GPU model holds the current states; zeros
             // (a new or reset session) are made on the device rather than copied there.
             session.sync_host()?;
-            let (host, precision) = (session.host_states(), self.precision);
-            let states = if session.host_zeroed() {
-                DeviceStates::zeros(&self.stream, owner, host, precision)?
-            } else {
-                DeviceStates::upload(&self.stream, owner, host, precision)?
-            };
+            let (host, zeroed) = (session.host_states(), session.host_zeroed());
+            let states = DeviceStates::new(&self.stream, owner, host, self.precision, zeroed)?;
             session.device = Some(states);
         }
         let device = session.device.as_mut().ok_or_else(|| Error::Cuda {

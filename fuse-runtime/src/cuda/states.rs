@@ -22,35 +22,21 @@ pub(crate) struct DeviceStates {
 }
 
 impl DeviceStates {
-    /// The host states copied to the device, stored in `precision` like every other buffer of the model.
-    pub(crate) fn upload(
+    /// The host states on the device, stored in `precision` like every other buffer of the model: copied there,
+    /// or, when `zeroed` says the host states are zeros (a new or reset session), made as zeros without an upload.
+    pub(crate) fn new(
         stream: &Arc<CudaStream>,
         owner: usize,
         host: &[Tensor],
         precision: Precision,
+        zeroed: bool,
     ) -> Result<DeviceStates> {
         let buffers = host
             .iter()
-            .map(|t| DeviceBuffer::from_tensor(stream, t, precision))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(DeviceStates {
-            owner,
-            buffers,
-            stream: stream.clone(),
-            host_current: true,
-        })
-    }
-
-    /// States of the shapes of `host` made as zeros on the device (a new or reset session): no upload.
-    pub(crate) fn zeros(
-        stream: &Arc<CudaStream>,
-        owner: usize,
-        host: &[Tensor],
-        precision: Precision,
-    ) -> Result<DeviceStates> {
-        let buffers = host
-            .iter()
-            .map(|t| DeviceBuffer::zeros(stream, t.dtype(), precision, t.numel()))
+            .map(|t| match zeroed {
+                true => DeviceBuffer::zeros(stream, t.dtype(), precision, t.numel()),
+                false => DeviceBuffer::from_tensor(stream, t, precision),
+            })
             .collect::<Result<Vec<_>>>()?;
         Ok(DeviceStates {
             owner,
