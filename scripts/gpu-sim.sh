@@ -58,6 +58,8 @@ run() {
 run -p gpusim "$@"
 run -p gpusim-driver "$@"
 run -p fuse-tests --test gpu "$@"
+# A driver may refuse a graph update the simulator accepts: alone, since the setting reaches the whole process.
+GPUSIM_REFUSE_GRAPH_UPDATES=1 run -p fuse-tests --test gpu decode_steps_instantiate_again "$@"
 # Without GPUSIM=1 the stand-in must report no device.
 GPUSIM=0 run -p gpusim-driver --test through_cudarc -- without_gpusim_1
 

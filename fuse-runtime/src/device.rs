@@ -229,6 +229,11 @@ pub struct GpuShapes {
     pub graphs: usize,
     /// Shapes dropped to make room since the model moved to the GPU (both plans): those called once go first.
     pub evicted: usize,
+    /// Calls that ran the graph shared by shapes of one launch structure, updated to their own shape: every
+    /// decode step from the second on. They capture their launches, which runs nothing, and launch one graph.
+    pub family_calls: u64,
+    /// Of those, the calls whose update the driver refused, so the shared graph was instantiated again.
+    pub family_reinstantiations: u64,
 }
 
 /// A model's placement: `None` runs on the CPU executors. Interior, so a model behind `&` (the generated

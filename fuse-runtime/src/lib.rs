@@ -21,7 +21,7 @@ pub mod tensor_file;
 pub mod weights;
 
 pub use cpu::CpuPrecision;
-pub use device::{Device, GpuOptions, Precision};
+pub use device::{Device, GpuOptions, GpuShapes, Precision};
 pub use error::{Error, Result};
 #[doc(hidden)]
 pub use fuse_macros::__fused_model_with;

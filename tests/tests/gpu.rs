@@ -25,7 +25,7 @@ use fuse_kernels::back::cuda::{launches, write_cuda, Grid, Role};
 use fuse_kernels::plan::{plan, Mode};
 use fuse_runtime::cuda::spec::{CudaProgram, EmbeddedCuda, GridSpec, LaunchRole};
 use fuse_runtime::{
-    CompiledModel, Device, Error, GpuOptions, ModelSpec, PlanMode, Precision, Tensor,
+    CompiledModel, Device, Error, GpuOptions, GpuShapes, ModelSpec, PlanMode, Precision, Tensor,
 };
 use fuse_tests::harness::{assert_close, graph_of, to_ref};
 use fuse_tests::op_models::ops::*;
@@ -981,9 +981,46 @@ fn a_model_with_state_runs_on_the_gpu_across_calls() {
 /// The tiny Llama with its KV cache decoding on the GPU: a left-padded batch of prompts prefilled into the
 /// session on the device, then one token per sequence per step (the CPU's greedy token, fed to both), every step's
 /// logits as the CPU's: within 2e-4 in f32, within bf16's relative L2 bound with bf16 storage (the cache too).
+/// Decodes three prompts for six calls (a prefill and five steps, each a new `past`) on the CPU and on `gpu`,
+/// comparing every step's logits; returns what the GPU's shape cache did.
+fn decode_on_gpu_and_cpu(cpu: &CompiledModel, device: &Device, options: GpuOptions) -> GpuShapes {
+    use fuse_examples::models::llama::{tiny::VOCAB, CachedDecoder};
+    let gpu = moved(cpu, device, options);
+    let prompts: Vec<Vec<i64>> = vec![vec![5, 17, 99, 3, 42], vec![7, 8], vec![1, 2, 3, 4, 5, 6]];
+    let decoder = |m| CachedDecoder::new(m, PlanMode::Fused, prompts.len(), VOCAB).unwrap();
+    let (mut on_cpu, mut on_gpu) = (decoder(cpu), decoder(&gpu));
+    let mut sequences = prompts.clone();
+    let running: Vec<usize> = (0..prompts.len()).collect();
+    for step in 0..6 {
+        let views: Vec<&[i64]> = sequences.iter().map(Vec::as_slice).collect();
+        let want = on_cpu.next_logits(&running, &views).unwrap();
+        let got = on_gpu.next_logits(&running, &views).unwrap();
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let what = format!("{:?} step {step} sequence {i}", options.precision);
+            let (g, w) = (
+                Tensor::from_f32(&[VOCAB], g.clone()).unwrap(),
+                Tensor::from_f32(&[VOCAB], w.clone()).unwrap(),
+            );
+            match options.precision {
+                Precision::F32 => assert_close(&what, &g, &to_ref(&w), 2e-4, 2e-4),
+                Precision::Bf16 => {
+                    let err = rel_l2(&g, &w);
+                    assert!(err <= BF16_REL_L2, "{what}: relative L2 error {err:.2e}");
+                }
+            }
+        }
+        for (s, w) in sequences.iter_mut().zip(&want) {
+            let token = (0..w.len())
+                .max_by(|&a, &b| w[a].total_cmp(&w[b]))
+                .unwrap_or(0);
+            s.push(token as i64);
+        }
+    }
+    gpu.gpu_shapes(PlanMode::Fused).unwrap()
+}
+
 #[test]
 fn cached_tiny_llama_decodes_on_the_gpu_as_on_the_cpu() {
-    use fuse_examples::models::llama::{tiny::VOCAB, CachedDecoder};
     let Some(device) = gpu() else { return };
     let cpu = TinyLlamaCached::random(12).into_compiled();
     let bf16 = GpuOptions {
@@ -991,39 +1028,32 @@ fn cached_tiny_llama_decodes_on_the_gpu_as_on_the_cpu() {
         ..GpuOptions::default()
     };
     for options in [GpuOptions::default(), bf16] {
-        let gpu = moved(&cpu, &device, options);
-        let prompts: Vec<Vec<i64>> =
-            vec![vec![5, 17, 99, 3, 42], vec![7, 8], vec![1, 2, 3, 4, 5, 6]];
-        let decoder = |m| CachedDecoder::new(m, PlanMode::Fused, prompts.len(), VOCAB).unwrap();
-        let (mut on_cpu, mut on_gpu) = (decoder(&cpu), decoder(&gpu));
-        let mut sequences = prompts.clone();
-        let running: Vec<usize> = (0..prompts.len()).collect();
-        for step in 0..6 {
-            let views: Vec<&[i64]> = sequences.iter().map(Vec::as_slice).collect();
-            let want = on_cpu.next_logits(&running, &views).unwrap();
-            let got = on_gpu.next_logits(&running, &views).unwrap();
-            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                let what = format!("{:?} step {step} sequence {i}", options.precision);
-                let (g, w) = (
-                    Tensor::from_f32(&[VOCAB], g.clone()).unwrap(),
-                    Tensor::from_f32(&[VOCAB], w.clone()).unwrap(),
-                );
-                match options.precision {
-                    Precision::F32 => assert_close(&what, &g, &to_ref(&w), 2e-4, 2e-4),
-                    Precision::Bf16 => {
-                        let err = rel_l2(&g, &w);
-                        assert!(err <= BF16_REL_L2, "{what}: relative L2 error {err:.2e}");
-                    }
-                }
-            }
-            for (s, w) in sequences.iter_mut().zip(&want) {
-                let token = (0..w.len())
-                    .max_by(|&a, &b| w[a].total_cmp(&w[b]))
-                    .unwrap_or(0);
-                s.push(token as i64);
-            }
-        }
+        let held = decode_on_gpu_and_cpu(&cpu, &device, options);
+        // Each call is a new shape, none called twice. The first step launches its kernels, the second makes the
+        // graph the steps share, and every later one updates it to its own dims and buffers.
+        let what = format!("{:?}: {held:?}", options.precision);
+        assert_eq!((held.shapes, held.graphs), (6, 0), "{what}");
+        assert_eq!(held.family_calls, 4, "{what}");
+        assert_eq!(held.family_reinstantiations, 0, "{what}");
     }
+}
+
+/// `scripts/gpu-sim.sh` runs this alone with `GPUSIM_REFUSE_GRAPH_UPDATES=1`, with which the simulator refuses
+/// every graph update, as a driver may: each step then instantiates the shared graph again, and decodes the same.
+#[test]
+fn decode_steps_instantiate_again_when_the_driver_refuses_an_update() {
+    if std::env::var("GPUSIM_REFUSE_GRAPH_UPDATES").as_deref() != Ok("1") {
+        eprintln!("skipped: needs GPUSIM_REFUSE_GRAPH_UPDATES=1 (scripts/gpu-sim.sh runs it so)");
+        return;
+    }
+    let Some(device) = gpu() else { return };
+    let cpu = TinyLlamaCached::random(12).into_compiled();
+    let held = decode_on_gpu_and_cpu(&cpu, &device, GpuOptions::default());
+    assert_eq!(
+        (held.family_calls, held.family_reinstantiations),
+        (4, 3),
+        "{held:?}"
+    );
 }
 
 #[test]

@@ -104,7 +104,8 @@ fn minilm(seed: u64) -> MiniLm {
 
 /// W5 (SmolLM-135M's shape, seeded weights) decoding on the GPU with its KV cache in the session on the device: the
 /// prefill of 128 tokens per sequence, then 32 steps of one token each, wall time per call (inputs up, logits down,
-/// and, since every step is a new `past` and so a new shape, the shape's arena and launches made on the way).
+/// and, since every step is a new `past` and so a new shape, the shape's arena and launch list made, its launches
+/// captured and the graph the steps share updated to them, on the way).
 fn w5_decode(device: &Device, precision: Precision) -> Res<()> {
     use fuse_examples::models::llama::{smollm, CachedDecoder};
     let model = smollm::SmolLmCached::random(1).into_compiled();
@@ -119,6 +120,7 @@ fn w5_decode(device: &Device, precision: Precision) -> Res<()> {
             })
             .collect();
         let running: Vec<usize> = (0..batch).collect();
+        let before = model.gpu_shapes(PlanMode::Fused)?;
         let mut times = Vec::new();
         for _ in 0..33 {
             let views: Vec<&[i64]> = sequences.iter().map(Vec::as_slice).collect();
@@ -127,15 +129,18 @@ fn w5_decode(device: &Device, precision: Precision) -> Res<()> {
             times.push(start.elapsed().as_secs_f64() * 1e3);
             sequences.iter_mut().for_each(|s| s.push(17));
         }
+        let after = model.gpu_shapes(PlanMode::Fused)?;
         let mut steps = times[1..].to_vec();
         steps.sort_by(f64::total_cmp);
         println!(
             "W5 decode {precision:?} batch {batch}: prefill {:.1} ms, step median {:.2} ms (min {:.2}, max {:.2}) over \
-             32 steps",
+             32 steps; {} steps replayed the shared graph ({} instantiated it again)",
             times[0],
             steps[steps.len() / 2],
             steps[0],
-            steps[steps.len() - 1]
+            steps[steps.len() - 1],
+            after.family_calls - before.family_calls,
+            after.family_reinstantiations - before.family_reinstantiations,
         );
     }
     Ok(())

@@ -11,7 +11,7 @@ use cudarc::driver::{CudaContext, CudaStream};
 
 use super::buffers::DeviceBuffer;
 use super::load::load;
-use super::shape::{PlanCode, ShapeState};
+use super::shape::{Family, PlanCode, ShapeState};
 use super::spec::LaunchRole;
 use super::states::DeviceStates;
 use super::sys::{library_present, Library};
@@ -42,10 +42,17 @@ pub(crate) struct GpuModel {
 /// for a model without state), which its launches and graph point into.
 type ShapeKey = (Vec<usize>, Vec<u64>);
 
+/// One plan's shapes, and the graphs shared by those of one launch structure.
+#[derive(Default)]
+struct ShapeCache {
+    shapes: HashMap<ShapeKey, ShapeState>,
+    families: HashMap<u64, Family>,
+}
+
 #[derive(Default)]
 struct State {
-    fused: HashMap<ShapeKey, ShapeState>,
-    eager: HashMap<ShapeKey, ShapeState>,
+    fused: ShapeCache,
+    eager: ShapeCache,
     report: Vec<String>,
     /// Calls so far, the clock of [`ShapeState::last_call`].
     calls: u64,
@@ -156,7 +163,7 @@ impl GpuModel {
             None
         };
         report.push(format!(
-            "storage {precision:?}; a CUDA graph is captured per shape on its second call"
+            "storage {precision:?}; a CUDA graph is captured per shape on its second call, and shapes that differ only in the dims' values (decode steps) share one, updated to each"
         ));
         let weights = weights
             .iter()
@@ -204,14 +211,15 @@ impl GpuModel {
         }
     }
 
-    /// The shape's state, made on first use; `states` are the session's state buffers on the device.
+    /// The shape's state, made on first use, and its family; `states` are the session's state buffers on the
+    /// device.
     fn shape<'s>(
         &self,
         state: &'s mut State,
         mode: PlanMode,
         dims: &[usize],
         states: &[u64],
-    ) -> Result<&'s mut ShapeState> {
+    ) -> Result<(&'s mut ShapeState, &'s mut Family)> {
         let key = (dims.to_vec(), states.to_vec());
         let plan = self.plan(mode);
         let State {
@@ -221,7 +229,7 @@ impl GpuModel {
             calls,
             evicted,
         } = state;
-        let shapes = match mode {
+        let ShapeCache { shapes, families } = match mode {
             PlanMode::Fused => fused,
             PlanMode::Eager => eager,
         };
@@ -237,7 +245,12 @@ impl GpuModel {
                 self.stream
                     .synchronize()
                     .map_err(|e| failed("synchronising", e))?;
-                shapes.remove(&first);
+                if let Some(gone) = shapes.remove(&first) {
+                    // A family's graph lives while a shape of its structure is held.
+                    if !shapes.values().any(|s| s.structure == gone.structure) {
+                        families.remove(&gone.structure);
+                    }
+                }
                 *evicted += 1;
             }
             let st = ShapeState::new(
@@ -264,20 +277,23 @@ impl GpuModel {
             message: "shape state vanished".into(),
         })?;
         st.last_call = *calls;
-        Ok(st)
+        let structure = st.structure;
+        Ok((st, families.entry(structure).or_default()))
     }
 
     /// What the shape cache of `mode` holds now.
     pub(crate) fn shapes(&self, mode: PlanMode) -> Result<GpuShapes> {
         let state = self.lock()?;
-        let shapes = match mode {
+        let cache = match mode {
             PlanMode::Fused => &state.fused,
             PlanMode::Eager => &state.eager,
         };
         Ok(GpuShapes {
-            shapes: shapes.len(),
-            graphs: shapes.values().filter(|s| s.has_replay()).count(),
+            shapes: cache.shapes.len(),
+            graphs: cache.shapes.values().filter(|s| s.has_replay()).count(),
             evicted: state.evicted,
+            family_calls: cache.families.values().map(|f| f.updated).sum(),
+            family_reinstantiations: cache.families.values().map(|f| f.reinstantiated).sum(),
         })
     }
 
@@ -348,16 +364,16 @@ impl GpuModel {
         let state = &mut *guard;
         state.calls += 1;
         let note = {
-            let st = self.shape(state, mode, dims, states)?;
+            let (st, family) = self.shape(state, mode, dims, states)?;
             st.upload(&self.stream, p, inputs)?;
-            st.execute(&self.stream, self.blas.as_ref())?
+            st.execute(&self.stream, self.blas.as_ref(), family)?
         };
         if let Some(line) = note {
             tracing::warn!(target: "fuse::device", model = p.model, "{line}");
             state_note(&mut state.report, line);
         }
         p.fit_outputs(dims, outputs)?;
-        let st = self.shape(state, mode, dims, states)?;
+        let (st, _) = self.shape(state, mode, dims, states)?;
         st.download(&self.stream, p, outputs)
     }
 
@@ -382,7 +398,7 @@ impl GpuModel {
                 .map_err(|e| failed("synchronising", e))
         };
         let mut guard = self.lock()?;
-        let st = self.shape(&mut guard, mode, dims, &[])?;
+        let (st, _) = self.shape(&mut guard, mode, dims, &[])?;
         if !st.has_replay() {
             return Err(Error::Cuda {
                 message: "no CUDA graph was captured for this shape; see the device report".into(),

@@ -1,17 +1,17 @@
 //! Everything one shape (one binding of the dynamic dims, with one session's state buffers) needs on the GPU: the
 //! arena with the CPU plan's slot layout, input and output buffers, the launch list built from the macro's tables,
-//! and, from its second call, the CUDA graph replaying that list.
+//! and, from its second call, the CUDA graph replaying that list. Shapes whose launch lists differ only in their
+//! arguments (a decode step's, one per `past`) share one graph of their [`Family`], updated to each.
 
 use std::sync::Arc;
 
 use cudarc::cublas::CudaBlas;
-use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaFunction, CudaStream};
 
 use super::blas;
 use super::buffers::DeviceBuffer;
 use super::spec::{CudaProgram, LaunchRole};
-use super::sys::{enqueue, GemmStep, KernelStep, Replay, Step};
+use super::sys::{capture, enqueue, GemmStep, KernelStep, Replay, Step};
 use crate::device::Precision;
 use crate::error::{Error, Result};
 use crate::exec::{BufferKind, Program};
@@ -32,8 +32,10 @@ pub struct ShapeState {
     owned: Vec<Option<DeviceBuffer>>,
     /// Keeps the arena allocation alive: kernels reach it only through the pointers in `steps`.
     _arena: DeviceBuffer,
-    /// Calls run so far by launching the steps one by one: the second captures (tried once, whatever its outcome).
-    direct_calls: u32,
+    /// Calls so far; the second captures the shape's own graph (tried once, whatever its outcome).
+    calls: u32,
+    /// What must be equal for another shape's graph to be updated to this one's launches: see [`structure`].
+    pub structure: u64,
     /// The GPU model's call count at this shape's last call: the least recently used goes first when the cache is
     /// full.
     pub last_call: u64,
@@ -118,9 +120,10 @@ impl ShapeState {
         Ok(ShapeState {
             _arena: arena,
             owned,
+            structure: structure(&steps),
             steps,
             replay: None,
-            direct_calls: 0,
+            calls: 0,
             last_call: 0,
             fallback_gemms,
         })
@@ -143,30 +146,47 @@ impl ShapeState {
         Ok(())
     }
 
-    /// Replays the graph, or runs the steps one by one and, on the shape's second call, captures them. A shape
-    /// called once (a decode step: each has a new `past`) never pays for a graph it would not replay. Returns a
-    /// note when capture failed.
+    /// Replays the shape's graph; or, on its first call, its family's graph updated to its launches once the
+    /// family has had a shape before (decode steps: each has a new `past`, so each is a new shape, called once);
+    /// or runs the steps one by one and, on the shape's second call, captures them. Returns a note when capture
+    /// failed.
     pub fn execute(
         &mut self,
         stream: &Arc<CudaStream>,
         blas: Option<&CudaBlas>,
+        family: &mut Family,
     ) -> Result<Option<String>> {
         if let Some(replay) = &self.replay {
             replay.launch()?;
             return Ok(None);
         }
+        self.calls = self.calls.saturating_add(1);
+        let mut note = None;
+        if self.calls == 1 {
+            family.shapes = family.shapes.saturating_add(1);
+            if family.shapes > 1 && family.failed.is_none() {
+                match family.update_to(stream, blas, &self.steps) {
+                    Ok(replay) => return replay.launch().map(|()| None),
+                    Err(e) => {
+                        note = Some(format!(
+                            "a CUDA graph shared by shapes could not be made ({e}); shapes launch their kernels one by one until their second call"
+                        ));
+                        family.failed = Some(e.to_string());
+                    }
+                }
+            }
+        }
         for step in &self.steps {
             enqueue(stream, blas, step)?;
         }
-        self.direct_calls = self.direct_calls.saturating_add(1);
-        if self.direct_calls != 2 {
-            return Ok(None);
+        if self.calls != 2 {
+            return Ok(note);
         }
         // Captured after a direct run, so cuBLAS has made its workspace and picked its kernels outside capture.
-        match capture(stream, blas, &self.steps) {
+        match capture(stream, blas, &self.steps).and_then(|g| Replay::instantiate(stream, &g)) {
             Ok(replay) => {
                 self.replay = Some(replay);
-                Ok(None)
+                Ok(note)
             }
             Err(e) => Ok(Some(format!(
                 "CUDA graph capture failed ({e}); this shape launches its kernels one by one"
@@ -181,7 +201,7 @@ impl ShapeState {
     /// Which shape a full cache drops first: one called only once (a decode step, whose `past` will not come
     /// again) before one called again, and among those the least recently used.
     pub fn eviction_order(&self) -> (bool, u64) {
-        (self.direct_calls > 1, self.last_call)
+        (self.calls > 1, self.last_call)
     }
 
     /// Enqueues only the replay (benchmarks); `None` when there is no graph.
@@ -215,22 +235,74 @@ impl ShapeState {
     }
 }
 
-fn capture(stream: &Arc<CudaStream>, blas: Option<&CudaBlas>, steps: &[Step]) -> Result<Replay> {
-    let err = |what: &str, e: &dyn std::fmt::Display| Error::Cuda {
-        message: format!("{what}: {e}"),
-    };
-    stream
-        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-        .map_err(|e| err("beginning capture", &e))?;
-    let enqueued = steps.iter().try_for_each(|s| enqueue(stream, blas, s));
-    // Capture must end whatever happened, or the stream stays unusable.
-    let graph = stream.end_capture(CUgraphInstantiate_flags(0));
-    enqueued?;
-    match graph {
-        Ok(Some(graph)) => Ok(Replay::new(graph)),
-        Ok(None) => Err(err("ending capture", &"no graph was captured")),
-        Err(e) => Err(err("ending capture", &e)),
+/// The graph shared by the shapes of one launch structure. A new shape of the structure records its launches
+/// (a capture runs nothing) and updates the family's instantiation to them, rather than launching its kernels one
+/// by one or instantiating a graph of its own: a decode step costs one capture, one update and one launch.
+#[derive(Default)]
+pub struct Family {
+    replay: Option<Replay>,
+    /// Shapes of this structure run so far: the second makes the family's graph.
+    shapes: u32,
+    /// Calls that ran the family's graph, updated to their shape (the first, which made it, included).
+    pub updated: u64,
+    /// Updates the driver refused, each followed by a new instantiation.
+    pub reinstantiated: u64,
+    /// Why capture or instantiation failed: the family then stops trying.
+    failed: Option<String>,
+}
+
+impl Family {
+    /// The family's graph, updated to `steps` (or made from them).
+    fn update_to(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        blas: Option<&CudaBlas>,
+        steps: &[Step],
+    ) -> Result<&Replay> {
+        let graph = capture(stream, blas, steps)?;
+        let refused = match &mut self.replay {
+            Some(replay) => replay.update(&graph).err(),
+            None => None,
+        };
+        if let Some(why) = &refused {
+            // cuBLAS may pick other kernels for other strides; the structure cannot see that.
+            tracing::info!(target: "fuse::device", "{why}; instantiating the graph again");
+            self.reinstantiated += 1;
+        }
+        if self.replay.is_none() || refused.is_some() {
+            self.replay = Some(Replay::instantiate(stream, &graph)?);
+        }
+        self.updated += 1;
+        self.replay
+            .as_ref()
+            .ok_or_else(|| bad_table("a family graph vanished".into()))
     }
+}
+
+/// A digest of what a graph update cannot change: each step's kernel, grid and block, or its GEMM's problem
+/// (cuBLAS chooses its kernels by the sizes). Pointers and dims are left out: they are what changes.
+fn structure(steps: &[Step]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for step in steps {
+        match step {
+            Step::Kernel(k) => (k.symbol, k.grid, k.block).hash(&mut h),
+            Step::Gemm(g) => {
+                let c = &g.call;
+                (
+                    c.m,
+                    c.n,
+                    c.k,
+                    c.batch,
+                    c.trans_first,
+                    c.trans_second,
+                    g.precision,
+                )
+                    .hash(&mut h);
+            }
+        }
+    }
+    h.finish()
 }
 
 /// The launch list of a plan at `dims`, and how many matmuls need the generated GEMM although cuBLAS is there.

@@ -1,10 +1,13 @@
 //! Every `unsafe` of the GPU path, in one file: probing for the CUDA libraries, the one launch site
-//! ([`enqueue`]: a generated kernel or a cuBLAS GEMM), and the `Send` of a captured CUDA graph.
+//! ([`enqueue`]: a generated kernel or a cuBLAS GEMM), and CUDA graphs: captured, instantiated, updated, launched.
 
 use std::ffi::c_void;
 
 use cudarc::cublas::{result as cublas, sys as cublas_sys, CudaBlas};
-use cudarc::driver::{CudaFunction, CudaGraph, CudaStream, LaunchConfig, PushKernelArg};
+use std::sync::Arc;
+
+use cudarc::driver::sys::{self, CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{result, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
 use super::blas::BlasCall;
 use crate::device::Precision;
@@ -161,21 +164,96 @@ pub fn enqueue(stream: &CudaStream, blas: Option<&CudaBlas>, step: &Step) -> Res
     }
 }
 
-/// A captured CUDA graph, replayed for later calls of the same shape.
-pub struct Replay(CudaGraph);
+/// A graph captured from the stream, not instantiated: made into a [`Replay`], or the parameters a [`Replay`] is
+/// updated to.
+pub struct Captured(sys::CUgraph);
+
+impl Drop for Captured {
+    fn drop(&mut self) {
+        // SAFETY: the graph was made by `cuStreamEndCapture` and is destroyed only here; an instantiation made
+        // from it, or updated from it, does not need it afterwards.
+        if let Err(e) = unsafe { result::graph::destroy(self.0) } {
+            tracing::warn!(target: "fuse::device", "destroying a captured CUDA graph: {e}");
+        }
+    }
+}
+
+/// Records `steps` on `stream` into a graph without running them. The capture ends whatever happened, or the
+/// stream would stay unusable.
+pub fn capture(
+    stream: &Arc<CudaStream>,
+    blas: Option<&CudaBlas>,
+    steps: &[Step],
+) -> Result<Captured> {
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .map_err(|e| failed("beginning capture", e))?;
+    let enqueued = steps.iter().try_for_each(|s| enqueue(stream, blas, s));
+    // SAFETY: the stream is live and was put in capture mode above, on this thread.
+    let graph = unsafe { result::stream::end_capture(stream.cu_stream()) };
+    enqueued?;
+    match graph {
+        Ok(g) if g.is_null() => Err(failed("ending capture", "no graph was captured")),
+        Ok(g) => Ok(Captured(g)),
+        Err(e) => Err(failed("ending capture", e)),
+    }
+}
+
+/// An instantiated CUDA graph, launched as one unit on its stream.
+pub struct Replay {
+    exec: sys::CUgraphExec,
+    stream: Arc<CudaStream>,
+}
 
 // SAFETY: CUDA graph objects are not internally synchronised but may be used from any thread as long as calls on
 // one graph are serialised. A `Replay` is only reachable through the GPU model's mutex, which serialises them.
 unsafe impl Send for Replay {}
 
+impl Drop for Replay {
+    fn drop(&mut self) {
+        // SAFETY: made by `cuGraphInstantiate` and destroyed only here. Launches already enqueued finish first:
+        // the driver defers the release of an instantiation that is still running.
+        if let Err(e) = unsafe { result::graph::exec_destroy(self.exec) } {
+            tracing::warn!(target: "fuse::device", "destroying a CUDA graph: {e}");
+        }
+    }
+}
+
 impl Replay {
-    pub fn new(graph: CudaGraph) -> Replay {
-        Replay(graph)
+    pub fn instantiate(stream: &Arc<CudaStream>, graph: &Captured) -> Result<Replay> {
+        // SAFETY: a live graph, captured on this stream's context.
+        let exec = unsafe { result::graph::instantiate(graph.0, CUgraphInstantiate_flags(0)) }
+            .map_err(|e| failed("instantiating the CUDA graph", e))?;
+        Ok(Replay {
+            exec,
+            stream: stream.clone(),
+        })
     }
 
     pub fn launch(&self) -> Result<()> {
-        self.0
-            .launch()
+        // SAFETY: a live instantiation whose launches point into buffers alive until the stream drains (see
+        // [`enqueue`]: it was captured from such steps).
+        unsafe { result::graph::launch(self.exec, self.stream.cu_stream()) }
             .map_err(|e| failed("replaying the CUDA graph", e))
+    }
+
+    /// Gives this instantiation the parameters of `graph`'s nodes (pointers, dims, grids), when `graph` has the
+    /// same nodes (the driver judges). On refusal the instantiation is unchanged and the error says why.
+    pub fn update(&mut self, graph: &Captured) -> Result<()> {
+        let mut info = sys::CUgraphExecUpdateResultInfo {
+            result: sys::CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_ERROR,
+            errorNode: std::ptr::null_mut(),
+            errorFromNode: std::ptr::null_mut(),
+        };
+        // SAFETY: both handles are live and `info` is a valid out-pointer for the call's duration. Launches of
+        // the instantiation already enqueued keep their old parameters; only later ones see the new.
+        let status = unsafe { sys::cuGraphExecUpdate_v2(self.exec, graph.0, &mut info) };
+        match status {
+            sys::CUresult::CUDA_SUCCESS => Ok(()),
+            code => Err(failed(
+                "updating the CUDA graph",
+                format!("{code:?} ({:?})", info.result),
+            )),
+        }
     }
 }

@@ -235,6 +235,104 @@ fn graph_replay_gives_what_direct_launches_give_with_the_captured_arguments() {
     );
 }
 
+/// Captures `launches` axpy launches with `a` on `stream` into a graph that is not instantiated.
+fn capture_raw(
+    stream: &Arc<CudaStream>,
+    module: &Arc<CudaModule>,
+    y: &mut cudarc::driver::CudaSlice<f32>,
+    x: &cudarc::driver::CudaSlice<f32>,
+    a: f32,
+    launches: usize,
+) -> cudarc::driver::sys::CUgraph {
+    let n = x.len() as i64;
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .expect("begin capture");
+    for _ in 0..launches {
+        launch_axpy(stream, module, y, x, &a, &n).expect("captured launch");
+    }
+    // SAFETY: the stream is live and being captured.
+    unsafe { cudarc::driver::result::stream::end_capture(stream.cu_stream()) }.expect("end capture")
+}
+
+#[test]
+fn an_instantiated_graph_is_updated_to_a_graph_of_the_same_structure_only() {
+    use cudarc::driver::sys::{self, CUgraphExecUpdateResult as R};
+    let Some(ctx) = simulator() else { return };
+    let module = checks(&ctx);
+    let stream = ctx.new_stream().expect("stream");
+    let n = 200usize;
+    let (x, y0) = (values(n, 5), values(n, 6));
+    let x_dev = stream.clone_htod(&x).expect("x");
+    let (mut first, mut second) = (
+        stream.clone_htod(&y0).expect("y"),
+        stream.clone_htod(&y0).expect("y"),
+    );
+    let graph = capture_raw(&stream, &module, &mut first, &x_dev, 0.5, 1);
+    // SAFETY: a graph just captured; the instantiation is launched on a live stream and destroyed below.
+    let exec =
+        unsafe { cudarc::driver::result::graph::instantiate(graph, CUgraphInstantiate_flags(0)) }
+            .expect("instantiate");
+    // Another buffer and another `a`: the update points the instantiation at them.
+    let update = capture_raw(&stream, &module, &mut second, &x_dev, 2.0, 1);
+    let mut info = sys::CUgraphExecUpdateResultInfo {
+        result: R::CU_GRAPH_EXEC_UPDATE_ERROR,
+        errorNode: std::ptr::null_mut(),
+        errorFromNode: std::ptr::null_mut(),
+    };
+    // SAFETY: live handles and a valid out-pointer.
+    let status = unsafe { sys::cuGraphExecUpdate_v2(exec, update, &mut info) };
+    assert_eq!(
+        (status, info.result),
+        (CUresult::CUDA_SUCCESS, R::CU_GRAPH_EXEC_UPDATE_SUCCESS)
+    );
+    // SAFETY: as above.
+    unsafe { cudarc::driver::result::graph::launch(exec, stream.cu_stream()) }.expect("replay");
+    let want: Vec<f32> = x
+        .iter()
+        .zip(&y0)
+        .map(|(x, y)| 2.0f32.mul_add(*x, *y))
+        .collect();
+    assert_close(
+        &stream.clone_dtoh(&second).expect("second"),
+        &want,
+        1e-6,
+        "updated replay",
+    );
+    assert_eq!(
+        stream.clone_dtoh(&first).expect("first"),
+        y0,
+        "the old buffer is no longer written"
+    );
+
+    // Two launches where the instantiation has one: refused, and the instantiation is unchanged.
+    let longer = capture_raw(&stream, &module, &mut first, &x_dev, 1.0, 2);
+    // SAFETY: as above.
+    let status = unsafe { sys::cuGraphExecUpdate_v2(exec, longer, &mut info) };
+    assert_eq!(status, CUresult::CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
+    assert_eq!(info.result, R::CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED);
+    // SAFETY: as above.
+    unsafe { cudarc::driver::result::graph::launch(exec, stream.cu_stream()) }.expect("replay");
+    let twice: Vec<f32> = x
+        .iter()
+        .zip(&want)
+        .map(|(x, y)| 2.0f32.mul_add(*x, *y))
+        .collect();
+    assert_close(
+        &stream.clone_dtoh(&second).expect("second"),
+        &twice,
+        1e-6,
+        "after a refused update",
+    );
+    // SAFETY: each handle is destroyed once, after its last use.
+    unsafe {
+        for g in [graph, update, longer] {
+            cudarc::driver::result::graph::destroy(g).expect("destroy graph");
+        }
+        cudarc::driver::result::graph::exec_destroy(exec).expect("destroy exec");
+    }
+}
+
 #[test]
 fn a_synchronisation_inside_capture_invalidates_it() {
     let Some(ctx) = simulator() else { return };

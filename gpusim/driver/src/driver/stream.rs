@@ -9,10 +9,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cudarc::driver::sys::{
-    CUevent, CUgraph, CUgraphExec, CUresult, CUstream, CUstreamCaptureMode, CUstreamCaptureStatus,
+    CUevent, CUgraph, CUgraphExec, CUgraphExecUpdateResult, CUgraphExecUpdateResultInfo, CUresult,
+    CUstream, CUstreamCaptureMode, CUstreamCaptureStatus,
 };
 
 use super::{code, put, stream_key, with_state, with_stream};
+use crate::gemm::GemmCall;
 use crate::ops::{enqueue, Op};
 use crate::state::{fail, from_handle, to_handle, Capture, State, Stream, DEFAULT_STREAM};
 
@@ -294,6 +296,110 @@ pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
         state.execs.insert(exec, ops);
         // SAFETY: as above.
         unsafe { put(phGraphExec, to_handle(exec), call) }
+    })
+}
+
+/// Why the operations of a graph cannot replace those of an instantiation, as the driver's update judges it:
+/// the same number of nodes of the same kinds, each kernel the same function, and each GEMM the same problem
+/// (cuBLAS picks its kernels by the sizes, so a different problem may be different kernels). Parameters,
+/// pointers, grids and strides may all change.
+/// With `GPUSIM_REFUSE_GRAPH_UPDATES=1` every update is refused, as a driver may refuse one the simulator would
+/// accept (cuBLAS choosing other kernels for other strides): the path that instantiates again is tested.
+fn update_refused(exec: &[Op], graph: &[Op]) -> Option<(CUgraphExecUpdateResult, String)> {
+    use CUgraphExecUpdateResult::*;
+    if std::env::var("GPUSIM_REFUSE_GRAPH_UPDATES").as_deref() == Ok("1") {
+        let why = "every update is refused (GPUSIM_REFUSE_GRAPH_UPDATES=1)".to_string();
+        return Some((CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED, why));
+    }
+    if exec.len() != graph.len() {
+        let why = format!("{} nodes, against {}", graph.len(), exec.len());
+        return Some((CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED, why));
+    }
+    for (i, (old, new)) in exec.iter().zip(graph).enumerate() {
+        let refused = match (old, new) {
+            (Op::Launch { kernel: a, .. }, Op::Launch { kernel: b, .. }) => (a.name != b.name)
+                .then(|| {
+                    (
+                        CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED,
+                        format!("`{}` became `{}`", a.name, b.name),
+                    )
+                }),
+            (Op::Gemm(a), Op::Gemm(b)) => {
+                let problem = |g: &GemmCall| {
+                    (
+                        g.trans_a,
+                        g.trans_b,
+                        g.m,
+                        g.n,
+                        g.k,
+                        g.batch,
+                        g.a.storage,
+                        g.c.storage,
+                    )
+                };
+                (problem(a) != problem(b)).then(|| {
+                    (
+                        CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED,
+                        "a GEMM of other sizes".to_string(),
+                    )
+                })
+            }
+            (Op::Copy { .. }, Op::Copy { .. }) | (Op::Memset { .. }, Op::Memset { .. }) => None,
+            _ => Some((
+                CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED,
+                "a node of another kind".to_string(),
+            )),
+        };
+        if let Some((result, why)) = refused {
+            return Some((result, format!("node {i}: {why}")));
+        }
+    }
+    None
+}
+
+/// Gives the instantiation `hGraphExec` the parameters of `hGraph`'s nodes when the two have the same structure
+/// (see [`update_refused`]); otherwise the instantiation is left as it was and `resultInfo` says why.
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphExecUpdate_v2(
+    hGraphExec: CUgraphExec,
+    hGraph: CUgraph,
+    resultInfo: *mut CUgraphExecUpdateResultInfo,
+) -> CUresult {
+    let call = "cuGraphExecUpdate_v2";
+    with_state(call, |state| {
+        let (exec_id, graph_id) = (from_handle(hGraphExec), from_handle(hGraph));
+        let (Some(exec), Some(graph)) = (state.execs.get(&exec_id), state.graphs.get(&graph_id))
+        else {
+            return fail(
+                CUresult::CUDA_ERROR_INVALID_HANDLE,
+                format!("{call}: graph exec 0x{exec_id:x} or graph 0x{graph_id:x} does not exist"),
+            );
+        };
+        let refused = update_refused(exec, graph);
+        let result = refused
+            .as_ref()
+            .map_or(CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS, |r| {
+                r.0
+            });
+        let info = CUgraphExecUpdateResultInfo {
+            result,
+            errorNode: std::ptr::null_mut(),
+            errorFromNode: std::ptr::null_mut(),
+        };
+        // SAFETY: the caller passes a valid out-pointer (or null, refused).
+        let put_info = unsafe { put(resultInfo, info, call) };
+        if put_info != CUresult::CUDA_SUCCESS {
+            return put_info;
+        }
+        if let Some((_, why)) = refused {
+            return fail(
+                CUresult::CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE,
+                format!("{call}: the graph differs from the instantiation ({why})"),
+            );
+        }
+        let ops = graph.clone();
+        state.execs.insert(exec_id, ops);
+        CUresult::CUDA_SUCCESS
     })
 }
 
