@@ -44,7 +44,7 @@ impl Sample {
     }
 }
 
-/// Takes `--precision f32|int8|bf16` out of `args` (f32 when absent): the CPU precision of the benchmarked model's
+/// Takes `--precision f32|int8|bf16|f16` out of `args` (f32 when absent): the CPU precision of the benchmarked model's
 /// weight GEMMs.
 pub fn precision_arg(args: &mut Vec<String>) -> Result<CpuPrecision, String> {
     let Some(at) = args.iter().position(|a| a == "--precision") else {
@@ -56,8 +56,9 @@ pub fn precision_arg(args: &mut Vec<String>) -> Result<CpuPrecision, String> {
         "f32" => Ok(CpuPrecision::F32),
         "int8" => Ok(CpuPrecision::Int8),
         "bf16" => Ok(CpuPrecision::Bf16),
+        "f16" => Ok(CpuPrecision::F16),
         other => Err(format!(
-            "--precision takes f32, int8 or bf16, not {other:?}"
+            "--precision takes f32, int8, bf16 or f16, not {other:?}"
         )),
     }
 }

@@ -310,6 +310,17 @@ fn cpu_line(model: &CompiledModel) -> String {
                  rounded to bf16, f32 sums; every other op in f32"
             );
         }
+        crate::CpuPrecision::F16 => {
+            let how = if crate::cpu::gemm::half::has_f16c() {
+                "widened by F16C"
+            } else {
+                "widened in software"
+            };
+            line += &format!(
+                "; f16 weights ({how}) for {reduced} of the {packed} GEMMs whose B is a weight, f32 activations \
+                 and sums; every other op in f32"
+            );
+        }
         crate::CpuPrecision::F32 => {}
     }
     let gathers = model.executor(PlanMode::Fused).packed_gathers();

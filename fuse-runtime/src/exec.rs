@@ -489,7 +489,7 @@ pub struct PackCache {
     packs: HashMap<(usize, BView), Arc<WeightPack>>,
 }
 
-/// One weight view packed in `precision`, falling back to f32 where int8 cannot hold it.
+/// One weight view packed in `precision`, falling back to f32 where int8 or f16 cannot hold it.
 fn pack_one(
     backend: crate::cpu::gemm::Backend,
     precision: CpuPrecision,
@@ -505,6 +505,11 @@ fn pack_one(
         CpuPrecision::Bf16 => {
             if let Some(h) = Bf16B::new(source, view)? {
                 return Ok(Some(WeightPack::Bf16(h)));
+            }
+        }
+        CpuPrecision::F16 => {
+            if let Some(h) = PackedB::new_f16(backend, source, view)? {
+                return Ok(Some(WeightPack::F16(h)));
             }
         }
         CpuPrecision::F32 => {}
@@ -572,16 +577,23 @@ impl Executor {
             let pack = match cache.packs.get(&(param, view)) {
                 Some(pack) if entry.gather => Some(pack.clone()).filter(|p| p.is_reduced()),
                 Some(pack) => Some(pack.clone()),
-                // A table only gathered gets a pack of its own in bf16, where a model's weights are bf16 (as in a
-                // bf16 PyTorch model); in int8 it stays f32, as ONNX Runtime keeps a Gather's table.
-                None if entry.gather => match precision {
-                    CpuPrecision::Bf16 => Bf16B::new(source, view)?.map(|h| {
-                        let pack = Arc::new(WeightPack::Bf16(h));
+                // A table only gathered gets a pack of its own in bf16 and f16, where a model's weights are in
+                // that precision (as in a half-precision PyTorch model); in int8 it stays f32, as ONNX Runtime
+                // keeps a Gather's table.
+                None if entry.gather => {
+                    let pack = match precision {
+                        CpuPrecision::Bf16 => Bf16B::new(source, view)?.map(WeightPack::Bf16),
+                        CpuPrecision::F16 => {
+                            PackedB::new_f16(backend, source, view)?.map(WeightPack::F16)
+                        }
+                        CpuPrecision::Int8 | CpuPrecision::F32 => None,
+                    };
+                    pack.map(|pack| {
+                        let pack = Arc::new(pack);
                         cache.packs.insert((param, view), pack.clone());
                         pack
-                    }),
-                    CpuPrecision::Int8 | CpuPrecision::F32 => None,
-                },
+                    })
+                }
                 None => pack_one(backend, precision, source, view)?.map(|pack| {
                     let pack = Arc::new(pack);
                     cache.packs.insert((param, view), pack.clone());

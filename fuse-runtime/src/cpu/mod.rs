@@ -23,6 +23,10 @@ pub enum CpuPrecision {
     /// Weights rounded to bf16 at load, activations per call, f32 accumulation and epilogue (`gemm::bf16`):
     /// `vdpbf16ps` where the CPU has AVX-512 BF16, bf16 widened to f32 elsewhere.
     Bf16,
+    /// Weights rounded to f16 at load (11 significant bits to bf16's 8), widened to f32 at each call (`vcvtph2ps`)
+    /// for the f32 tile (`gemm::half`): half the bytes of f32, the arithmetic of f32. A weight beyond f16's range
+    /// (±65504) stays f32. Needs the AVX2 or AVX-512 GEMM; on other CPUs the products stay f32.
+    F16,
 }
 
 impl std::fmt::Display for CpuPrecision {
@@ -31,6 +35,7 @@ impl std::fmt::Display for CpuPrecision {
             CpuPrecision::F32 => "f32",
             CpuPrecision::Int8 => "int8",
             CpuPrecision::Bf16 => "bf16",
+            CpuPrecision::F16 => "f16",
         })
     }
 }

@@ -179,7 +179,7 @@ pub fn gemm_with(
     // The pack stands for B only when it was made from the view this call reads, shared by every group.
     let packed = packed.filter(|p| {
         let runs_here = match p {
-            WeightPack::F32(f) => f.backend() == Backend::best(),
+            WeightPack::F32(f) | WeightPack::F16(f) => f.backend() == Backend::best(),
             WeightPack::Int8(_) | WeightPack::Bf16(_) => true,
         };
         runs_here
@@ -224,7 +224,9 @@ pub fn gemm_with(
                 // as below.
                 unsafe {
                     match packed {
-                        WeightPack::F32(p) => p.sgemm((rows, k, cols), col0, 1.0, a_ptr, 0.0, c),
+                        WeightPack::F32(p) | WeightPack::F16(p) => {
+                            p.sgemm((rows, k, cols), col0, 1.0, a_ptr, 0.0, c)
+                        }
                         WeightPack::Int8(q) => q.gemm((rows, k, cols), col0, a_ptr, c),
                         WeightPack::Bf16(h) => h.gemm((rows, k, cols), col0, a_ptr, c),
                     }

@@ -132,13 +132,13 @@ pub unsafe fn sgemm<T: Tile>(
 /// (the product may cover a column range of a wider packed B, starting at a multiple of `T::NR`).
 ///
 /// # Safety
-/// The CPU has `T`'s instruction set; `panels` holds `n.div_ceil(T::NR)` panels of k×`T::NR` floats packed
+/// The CPU has `T`'s instruction set; `panels` holds `n.div_ceil(T::NR)` panels of k×`T::NR` elements packed
 /// from this product's B; A and C satisfy `super::sgemm`'s contract.
 pub unsafe fn sgemm_prepacked<T: Tile>(
     (m, k, n): (usize, usize, usize),
     alpha: f32,
     a: Strided<*const f32>,
-    panels: *const f32,
+    panels: Prepacked,
     beta: f32,
     c: Strided<*mut f32>,
 ) {
@@ -170,8 +170,15 @@ unsafe fn run<T: Tile>(
     }
     let Blocking { kc, mc, nc } = balanced(Blocking::for_tile::<T>(), (m, k, n), T::MR, T::NR);
     let b_floats = match b {
-        BSource::Strided(_) => kc * nc,
-        BSource::Packed { .. } => 0,
+        BSource::Strided(_)
+        | BSource::Packed {
+            panels: Prepacked::F16(_),
+            ..
+        } => kc * nc,
+        BSource::Packed {
+            panels: Prepacked::F32(_),
+            ..
+        } => 0,
     };
     with_buffer(&GEMM_A, mc * kc, |apack| {
         with_buffer(&GEMM_B, b_floats, |bpack| {
@@ -201,8 +208,17 @@ pub unsafe fn pack_whole_b<T: Tile>(k: usize, n: usize, b: Strided<*const f32>, 
 enum BSource {
     /// B itself: packed block by block into the scratch buffer (or read in place).
     Strided(Strided<*const f32>),
-    /// Packed at load by [`pack_whole_b`]: panels of `depth` rows of NR floats.
-    Packed { panels: *const f32, depth: usize },
+    /// Packed at load in [`pack_whole_b`]'s layout: panels of `depth` rows of NR elements.
+    Packed { panels: Prepacked, depth: usize },
+}
+
+/// The first panel of a B packed at load, by element type.
+#[derive(Clone, Copy)]
+pub enum Prepacked {
+    /// Read in place by the tile.
+    F32(*const f32),
+    /// f16: each depth block of a column block widened into the scratch buffer, which the tile reads.
+    F16(*const super::half::f16),
 }
 
 /// The per-thread buffers [`sgemm`] packs into for tile `T`, with their largest sizes.
@@ -239,15 +255,30 @@ unsafe fn blocks<T: Tile>(
     apack: &mut [f32],
     bpack: &mut [f32],
 ) {
-    // A packed-at-load B is read through its own panels; the strided view below is then never dereferenced.
-    let (b, prepacked) = match b_source {
-        BSource::Strided(b) => (b, None),
-        BSource::Packed { panels, depth } => (Strided::new(panels, 0, 0), Some((panels, depth))),
+    // A packed-at-load B is read through its own panels (f32), or widened from them block by block into `bpack`
+    // (f16); the strided view below is then never dereferenced.
+    let (b, prepacked, halves) = match b_source {
+        BSource::Strided(b) => (b, None, None),
+        BSource::Packed {
+            panels: Prepacked::F32(panels),
+            depth,
+        } => (Strided::new(panels, 0, 0), Some((panels, depth)), None),
+        BSource::Packed {
+            panels: Prepacked::F16(halves),
+            depth,
+        } => (
+            Strided::new(std::ptr::null(), 0, 0),
+            None,
+            Some((halves, depth)),
+        ),
     };
     // With few rows, each B element is used by at most one A block: packing B would copy it once to read it
     // once. Row-contiguous B is then read in place (masked loads cover the last, partial panel).
-    let direct_b =
-        prepacked.is_none() && m <= DIRECT_B_ROWS.min(mc_most) && b.cs == 1 && b.rs % 1024 != 0;
+    let direct_b = prepacked.is_none()
+        && halves.is_none()
+        && m <= DIRECT_B_ROWS.min(mc_most)
+        && b.cs == 1
+        && b.rs % 1024 != 0;
     // Row-contiguous A is read in place: the tile broadcasts its elements from memory either way, and packing
     // would cost as much as the multiply-adds it feeds when there are few columns. Not when the row stride is a
     // multiple of 4 KiB, where the tile's rows would share L1 sets, nor in blocks of as many panels as the tile's
@@ -259,7 +290,19 @@ unsafe fn blocks<T: Tile>(
         for pc in (0..k).step_by(kc_most) {
             let kc = kc_most.min(k - pc);
             let b_block = offset(b, pc, jc);
-            if !direct_b && prepacked.is_none() {
+            if let Some((halves, depth)) = halves {
+                // Each panel's rows pc.. of the whole depth, widened to where `pack` would have put them.
+                for (p, out) in bpack[..nc.div_ceil(T::NR) * T::NR * kc]
+                    .chunks_exact_mut(T::NR * kc)
+                    .enumerate()
+                {
+                    let start = (jc / T::NR + p) * depth * T::NR + pc * T::NR;
+                    // SAFETY: the pack holds every panel of the product over `depth` rows (the caller's
+                    // contract), so rows pc..pc + kc of this one are inside it.
+                    let src = unsafe { std::slice::from_raw_parts(halves.add(start), T::NR * kc) };
+                    super::half::widen(src, out);
+                }
+            } else if !direct_b && prepacked.is_none() {
                 // SAFETY: the block lies inside B; `bpack` holds kc×nc floats.
                 unsafe { pack::<T>(kc, nc, T::NR, b_block, bpack) };
             }

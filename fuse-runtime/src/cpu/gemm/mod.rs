@@ -16,8 +16,11 @@ mod avx512;
 pub mod bf16;
 #[cfg(target_arch = "x86_64")]
 mod driver;
+#[cfg(all(test, target_arch = "x86_64"))]
+mod f16_tests;
 #[cfg(target_arch = "x86_64")]
 mod gemv;
+pub mod half;
 pub mod int8;
 mod packed;
 #[cfg(test)]
@@ -41,13 +44,15 @@ pub enum WeightPack {
     Int8(int8::QuantB),
     /// bf16, rounded per element (`bf16`).
     Bf16(bf16::Bf16B),
+    /// The f32 tile's panels held in f16 ([`PackedB::new_f16`]).
+    F16(PackedB),
 }
 
 impl WeightPack {
     /// What it was packed from.
     pub fn view(&self) -> BView {
         match self {
-            WeightPack::F32(p) => p.view(),
+            WeightPack::F32(p) | WeightPack::F16(p) => p.view(),
             WeightPack::Int8(q) => q.view(),
             WeightPack::Bf16(h) => h.view(),
         }
@@ -56,7 +61,7 @@ impl WeightPack {
     /// Columns per panel: a product may start at any multiple of it.
     pub fn nr(&self) -> usize {
         match self {
-            WeightPack::F32(p) => p.nr(),
+            WeightPack::F32(p) | WeightPack::F16(p) => p.nr(),
             WeightPack::Int8(_) => int8::NR,
             WeightPack::Bf16(_) => bf16::NR,
         }
@@ -64,13 +69,13 @@ impl WeightPack {
 
     pub fn bytes(&self) -> usize {
         match self {
-            WeightPack::F32(p) => p.bytes(),
+            WeightPack::F32(p) | WeightPack::F16(p) => p.bytes(),
             WeightPack::Int8(q) => q.bytes(),
             WeightPack::Bf16(h) => h.bytes(),
         }
     }
 
-    /// Whether it is in a reduced precision (int8 or bf16): what a gather may read rows of a tied table from.
+    /// Whether it is in a reduced precision (int8, bf16 or f16): what a gather may read rows of a tied table from.
     pub fn is_reduced(&self) -> bool {
         !matches!(self, WeightPack::F32(_))
     }
@@ -83,6 +88,7 @@ impl WeightPack {
             WeightPack::F32(_) => false,
             WeightPack::Int8(q) => q.column(j, out),
             WeightPack::Bf16(h) => h.column(j, out),
+            WeightPack::F16(p) => p.column(j, out),
         }
     }
 }

@@ -3,7 +3,13 @@
 //!
 //! The layout is the driver's B panel over the whole depth (`driver::pack_whole_b`): panels of NR columns, each
 //! k rows of NR floats, so it serves every blocking (kc, nc) and every column range starting at a panel.
+//!
+//! A pack may hold its panels in f16 ([`PackedB::new_f16`]): the same layout at half the bytes, widened at call
+//! time (`vcvtph2ps`) a block at a time into this thread's scratch, where the f32 tile reads them. The product is
+//! then exactly the f32 product over the f16-rounded weight: a decoding step streams half the bytes, and a
+//! product of many rows widens each block once for all its rows.
 
+use super::half::{f16, to_f16, widen};
 use super::{Backend, Strided};
 use crate::error::Result;
 
@@ -37,7 +43,13 @@ pub struct PackedB {
     /// The tile's columns per panel.
     nr: usize,
     view: BView,
-    panels: Vec<f32>,
+    panels: Panels,
+}
+
+/// The panels' elements.
+enum Panels {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
 }
 
 impl std::fmt::Debug for PackedB {
@@ -46,6 +58,7 @@ impl std::fmt::Debug for PackedB {
             .field("backend", &self.backend)
             .field("nr", &self.nr)
             .field("view", &self.view)
+            .field("f16", &self.is_f16())
             .finish_non_exhaustive()
     }
 }
@@ -56,19 +69,9 @@ impl PackedB {
     /// packs B itself, and its own bounds check reports the view). [`crate::Error::OutOfMemory`] when the
     /// panels do not fit.
     pub fn new(backend: Backend, source: &[f32], view: BView) -> Result<Option<PackedB>> {
-        let nr = match backend {
-            Backend::Avx512 => 32,
-            Backend::Avx2 => 16,
-            Backend::Portable => return Ok(None),
-        };
-        if !Backend::available().contains(&backend) || !view.fits(source.len()) {
+        let Some((nr, floats)) = Self::panel_shape(backend, source, view) else {
             return Ok(None);
-        }
-        let floats = view
-            .n
-            .div_ceil(nr)
-            .saturating_mul(nr)
-            .saturating_mul(view.k);
+        };
         let mut panels = crate::arena::zeroed_f32("packed weights", floats)?;
         let b = Strided::new(
             source.as_ptr().wrapping_add(view.offset),
@@ -98,8 +101,73 @@ impl PackedB {
             backend,
             nr,
             view,
-            panels,
+            panels: Panels::F32(panels),
         }))
+    }
+
+    /// The panel width for `backend` and the elements of the panels, when `view` of `source` can be packed for it.
+    fn panel_shape(backend: Backend, source: &[f32], view: BView) -> Option<(usize, usize)> {
+        let nr = match backend {
+            Backend::Avx512 => 32,
+            Backend::Avx2 => 16,
+            Backend::Portable => return None,
+        };
+        if !Backend::available().contains(&backend) || !view.fits(source.len()) {
+            return None;
+        }
+        let len = view
+            .n
+            .div_ceil(nr)
+            .saturating_mul(nr)
+            .saturating_mul(view.k);
+        Some((nr, len))
+    }
+
+    /// [`PackedB::new`] with each element rounded to f16 (see the module documentation); `Ok(None)` also when an
+    /// element is beyond f16's range (±65504), so that weight stays f32 rather than becoming an infinity.
+    pub fn new_f16(backend: Backend, source: &[f32], view: BView) -> Result<Option<PackedB>> {
+        let Some((nr, len)) = Self::panel_shape(backend, source, view) else {
+            return Ok(None);
+        };
+        let mut panels: Vec<f16> = super::zeroed_pack("f16 packed weights", len)?;
+        let k = view.k;
+        for j in 0..view.n {
+            let (panel, lane) = (j / nr, j % nr);
+            for l in 0..k {
+                let v = source[view.offset + l * view.rs + j * view.cs];
+                let Some(h) = to_f16(v) else {
+                    return Ok(None);
+                };
+                panels[panel * k * nr + l * nr + lane] = h;
+            }
+        }
+        Ok(Some(PackedB {
+            backend,
+            nr,
+            view,
+            panels: Panels::F16(panels),
+        }))
+    }
+
+    /// Whether the panels are f16.
+    pub fn is_f16(&self) -> bool {
+        matches!(self.panels, Panels::F16(_))
+    }
+
+    /// Column `j` of an f16 pack, widened into `out` (`k` values); `false` for an f32 pack (whose dense weight is
+    /// kept beside it), or when `j` is not a column or `out` is not `k` long.
+    pub fn column(&self, j: usize, out: &mut [f32]) -> bool {
+        let Panels::F16(panels) = &self.panels else {
+            return false;
+        };
+        if j >= self.view.n || out.len() != self.view.k {
+            return false;
+        }
+        let (base, nr) = ((j / self.nr) * self.view.k * self.nr + j % self.nr, self.nr);
+        for (l, o) in out.iter_mut().enumerate() {
+            *o = panels[base + l * nr].to_f32();
+        }
+        true
     }
 
     /// What it was packed from.
@@ -118,7 +186,10 @@ impl PackedB {
 
     /// Bytes the panels take.
     pub fn bytes(&self) -> usize {
-        self.panels.len() * std::mem::size_of::<f32>()
+        match &self.panels {
+            Panels::F32(p) => std::mem::size_of_val(p.as_slice()),
+            Panels::F16(p) => std::mem::size_of_val(p.as_slice()),
+        }
     }
 
     /// C ← α·A·B + β·C over B's columns `col0..col0 + n` (`dims` = (m, k, n)).
@@ -161,7 +232,14 @@ impl PackedB {
         c: Strided<*mut f32>,
     ) {
         debug_assert!(k == self.view.k && col0.is_multiple_of(self.nr) && col0 + n <= self.view.n);
-        let panels = self.panels.as_ptr().wrapping_add(col0 * self.view.k);
+        let panels = match &self.panels {
+            Panels::F32(p) => p.as_ptr().wrapping_add(col0 * self.view.k),
+            Panels::F16(p) => {
+                let halves = &p[(col0 * k).min(p.len())..];
+                // SAFETY: forwarded contract.
+                return unsafe { self.sgemm_f16(gemv, (m, k, n), halves, alpha, a, beta, c) };
+            }
+        };
         // SAFETY: `new` only builds packs for a backend this CPU runs; the panels from `col0` hold the product's
         // columns over the whole depth; A and C are the caller's; `gemv` runs here (the caller's contract).
         unsafe {
@@ -184,7 +262,7 @@ impl PackedB {
                     (m, k, n),
                     alpha,
                     a,
-                    panels,
+                    super::driver::Prepacked::F32(panels),
                     beta,
                     c,
                 ),
@@ -192,7 +270,78 @@ impl PackedB {
                     (m, k, n),
                     alpha,
                     a,
-                    panels,
+                    super::driver::Prepacked::F32(panels),
+                    beta,
+                    c,
+                ),
+                Backend::Portable => {}
+            }
+        }
+    }
+
+    /// [`PackedB::sgemm_on`] over f16 panels (`halves` from the product's first panel on). Few rows: each panel
+    /// widened into this thread's scratch, then streamed by `gemv`. Many rows: the driver widens each depth block
+    /// of a column block once, where it would have packed a strided B.
+    ///
+    /// # Safety
+    /// As [`PackedB::sgemm_on`].
+    #[cfg(target_arch = "x86_64")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn sgemm_f16(
+        &self,
+        gemv: super::GemvKernel,
+        (m, k, n): (usize, usize, usize),
+        halves: &[f16],
+        alpha: f32,
+        a: Strided<*const f32>,
+        beta: f32,
+        c: Strided<*mut f32>,
+    ) {
+        let nr = self.nr;
+        if m <= super::GEMV_MAX_ROWS && k > 0 {
+            crate::cpu::scratch::with_buffer(&crate::cpu::scratch::GEMM_B, k * nr, |wide| {
+                for (p, panel) in halves.chunks(k * nr).take(n.div_ceil(nr)).enumerate() {
+                    widen(panel, wide);
+                    let cols = nr.min(n - p * nr);
+                    let c = Strided {
+                        ptr: c.ptr.wrapping_offset((p * nr) as isize * c.cs),
+                        ..c
+                    };
+                    // SAFETY: `wide` holds this panel's k rows of nr floats; A and C as the caller's contract,
+                    // C shifted to the panel's first column.
+                    unsafe {
+                        super::gemv::gemv_packed_on(
+                            gemv,
+                            (m, k, cols),
+                            nr,
+                            alpha,
+                            a,
+                            wide.as_ptr(),
+                            beta,
+                            c,
+                        )
+                    };
+                }
+            });
+            return;
+        }
+        let b = super::driver::Prepacked::F16(halves.as_ptr());
+        // SAFETY: forwarded; the halves hold the product's panels over the whole depth.
+        unsafe {
+            match self.backend {
+                Backend::Avx512 => super::driver::sgemm_prepacked::<super::avx512::Avx512>(
+                    (m, k, n),
+                    alpha,
+                    a,
+                    b,
+                    beta,
+                    c,
+                ),
+                Backend::Avx2 => super::driver::sgemm_prepacked::<super::avx2::Avx2>(
+                    (m, k, n),
+                    alpha,
+                    a,
+                    b,
                     beta,
                     c,
                 ),
