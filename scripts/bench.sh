@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs fuse's CPU benchmarks (W1–W4 in f32, int8 and bf16, W5 in f32, int8 and bf16) and, when the peer environment exists,
+# Runs fuse's CPU benchmarks (W1–W4 in f32, int8, bf16 and f16, W5 in f32, int8, bf16 and f16) and, when the peer environment exists,
 # PyTorch's, ONNX Runtime's and transformers' side of the same workloads in the same sitting, so the ratios in
 # BENCHMARKS.md come from one run (W5's torch.compile takes minutes to compile on two cores). The load average is
 # printed before and after: figures from a busy machine say so.
@@ -16,6 +16,7 @@ echo "== fuse (W1-W3) =="
 target/release/bench
 target/release/bench w2 w3 --precision int8
 target/release/bench w2 w3 --precision bf16
+target/release/bench w2 w3 --precision f16
 echo "== GEMM kernels (one thread) =="
 RAYON_NUM_THREADS=1 target/release/gemm_bench
 echo "== fuse (W4 MiniLM) =="
@@ -23,6 +24,7 @@ if scripts/fetch-minilm.sh >/dev/null; then
     target/release/minilm --bench
     target/release/minilm --bench --precision int8
     target/release/minilm --bench --precision bf16
+    target/release/minilm --bench --precision f16
 else
     echo "skipped: MiniLM checkpoint unavailable"
 fi
@@ -45,6 +47,7 @@ echo "== fuse (W5 decoder) =="
 target/release/generate --bench
 target/release/generate --bench --precision int8
 target/release/generate --bench --precision bf16
+target/release/generate --bench --precision f16
 if [[ -x "$python" ]] && "$python" -c "import transformers" 2>/dev/null; then
     echo "== W5 peers (transformers eager and torch.compile) =="
     "$python" scripts/w5_peers.py --iters 3

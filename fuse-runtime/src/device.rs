@@ -317,8 +317,8 @@ fn cpu_line(model: &CompiledModel) -> String {
                 "widened in software"
             };
             line += &format!(
-                "; f16 weights ({how}) for {reduced} of the {packed} GEMMs whose B is a weight, f32 activations \
-                 and sums; every other op in f32"
+                "; f16 GEMMs (weights in f16 {how} into the f32 tile) for {reduced} of the {packed} whose B is a \
+                 weight, f32 activations and sums; every other op in f32"
             );
         }
         crate::CpuPrecision::F32 => {}

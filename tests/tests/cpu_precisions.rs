@@ -1,10 +1,11 @@
-//! The int8 and bf16 CPU precisions end to end: a Linear layer with a bias, an activation and a residual (the
+//! The int8, bf16 and f16 CPU precisions end to end: a Linear layer with a bias, an activation and a residual (the
 //! epilogue runs on the dequantised or f32-summed tile) against an f64 evaluation of the quantised or rounded
 //! product, on both plans and every GEMM path (one row block, columns split across threads, several row blocks);
 //! a reduced model holds its matrices only packed (the f32 copies released, a weight read otherwise kept); the device
 //! report names the precision.
 
 use fuse_runtime::cpu::gemm::bf16::{from_bf16, to_bf16};
+use fuse_runtime::cpu::gemm::half::to_f16;
 use fuse_runtime::cpu::gemm::int8::A_GROUP;
 use fuse_runtime::{CpuPrecision, Error, Tensor};
 
@@ -114,6 +115,27 @@ fn rounded_product(x: &[Vec<f32>], columns: &[Vec<f32>]) -> Vec<Vec<f64>> {
         .collect()
 }
 
+/// `f16(x)` as the f16 precision holds a weight, widened.
+fn f16_rounded(x: f32) -> f32 {
+    to_f16(x).expect("in f16's range").to_f32()
+}
+
+/// `x · B` for rows `x` and B given by its columns, B rounded to f16 as the f16 precision holds it (the activations
+/// stay f32), in f64.
+fn f16_weight_product(x: &[Vec<f32>], columns: &[Vec<f32>]) -> Vec<Vec<f64>> {
+    let cols: Vec<Vec<f64>> = columns
+        .iter()
+        .map(|c| c.iter().map(|&e| f64::from(f16_rounded(e))).collect())
+        .collect();
+    x.iter()
+        .map(|row| {
+            cols.iter()
+                .map(|c| row.iter().zip(c).map(|(&a, b)| f64::from(a) * b).sum())
+                .collect()
+        })
+        .collect()
+}
+
 type Product = fn(&[Vec<f32>], &[Vec<f32>]) -> Vec<Vec<f64>>;
 
 /// The forward with both products computed by `product` (quantised or rounded), in f64 (the hidden layer
@@ -198,6 +220,13 @@ fn bf16_layer_matches_the_rounded_f64_forward_on_every_gemm_path() {
     matches_reference(CpuPrecision::Bf16, rounded_product, 2e-4);
 }
 
+#[test]
+fn f16_layer_matches_the_f64_forward_over_f16_weights_on_every_gemm_path() {
+    // f32 sums of ~300 products of f32 activations and f16 weights (about 1e-6 of the output's scale); leaving a
+    // weight unrounded, or truncating it, moves an output by ~1e-4 of the scale.
+    matches_reference(CpuPrecision::F16, f16_weight_product, 2e-5);
+}
+
 /// The layer in `precision` is close to f32 (cosine) and not equal to it, is named in the device report, and holds
 /// its two matrices only packed in that precision: the f32 copies are gone, and what needs them says so.
 fn close_to_f32_holding_only_packs(precision: CpuPrecision, min_cosine: f64) {
@@ -264,6 +293,17 @@ fn bf16_is_close_to_f32_and_holds_its_matrices_only_packed() {
     close_to_f32_holding_only_packs(CpuPrecision::Bf16, 0.99995);
 }
 
+#[test]
+fn f16_is_close_to_f32_and_holds_its_matrices_only_packed() {
+    if !fuse_runtime::cpu::gemm::Backend::available()
+        .contains(&fuse_runtime::cpu::gemm::Backend::Avx2)
+    {
+        eprintln!("skipped: f16 weights need the AVX2 or AVX-512 GEMM, which this CPU cannot run");
+        return;
+    }
+    close_to_f32_holding_only_packs(CpuPrecision::F16, 0.999999);
+}
+
 #[fuse_runtime::fused_model]
 mod shared {
     pub const V: usize = 61;
@@ -312,7 +352,7 @@ fn a_tied_table_is_gathered_from_its_pack_and_a_weight_read_otherwise_stays_in_f
     let exact = Shared::from_weights(weights.clone()).unwrap();
     let (_, want) = exact.forward(&ids).unwrap();
     let want = want.to_f32_vec();
-    for precision in [CpuPrecision::Int8, CpuPrecision::Bf16] {
+    for precision in [CpuPrecision::Int8, CpuPrecision::Bf16, CpuPrecision::F16] {
         let model = Shared::from_weights_in(weights.clone(), precision).unwrap();
         let compiled = model.compiled();
         if compiled.packed_weight_bytes() == 0 {
@@ -342,6 +382,9 @@ fn a_tied_table_is_gathered_from_its_pack_and_a_weight_read_otherwise_stays_in_f
                         .iter()
                         .map(|&x| f64::from(from_bf16(to_bf16(x))))
                         .collect(),
+                    CpuPrecision::F16 => {
+                        source.iter().map(|&x| f64::from(f16_rounded(x))).collect()
+                    }
                     _ => {
                         let (scale, q) = quantised(source);
                         q.iter().map(|&q| q as f64 * scale).collect()
@@ -374,16 +417,21 @@ fn a_tied_table_is_gathered_from_its_pack_and_a_weight_read_otherwise_stays_in_f
     }
 }
 
-/// A safetensors file holding `tensors` as BF16 (each value's top 16 bits: exact for values bf16 holds).
-fn write_bf16_checkpoint(path: &std::path::Path, tensors: &[(&str, &Tensor)]) {
+/// A safetensors file holding `tensors` as BF16 (each value's top 16 bits: exact for values bf16 holds) or F16
+/// (exact for values f16 holds).
+fn write_half_checkpoint(path: &std::path::Path, dtype: &str, tensors: &[(&str, &Tensor)]) {
     let (mut header, mut data) = (Vec::new(), Vec::new());
     for (name, t) in tensors {
         let start = data.len();
         for v in t.to_f32_vec() {
-            data.extend_from_slice(&((v.to_bits() >> 16) as u16).to_le_bytes());
+            let bits = match dtype {
+                "BF16" => (v.to_bits() >> 16) as u16,
+                _ => to_f16(v).expect("in f16's range").to_bits(),
+            };
+            data.extend_from_slice(&bits.to_le_bytes());
         }
         header.push(format!(
-            "\"{name}\":{{\"dtype\":\"BF16\",\"shape\":{:?},\"data_offsets\":[{start},{}]}}",
+            "\"{name}\":{{\"dtype\":\"{dtype}\",\"shape\":{:?},\"data_offsets\":[{start},{}]}}",
             t.shape(),
             data.len()
         ));
@@ -417,7 +465,7 @@ fn a_bf16_checkpoint_loads_straight_into_a_reduced_model() {
     let path = dir.join("layer.bf16.safetensors");
     let names = ["w", "b", "v"];
     let named: Vec<(&str, &Tensor)> = names.iter().copied().zip(&rounded).collect();
-    write_bf16_checkpoint(&path, &named);
+    write_half_checkpoint(&path, "BF16", &named);
     let x = Tensor::randn(&[70, D], 4);
     for precision in [CpuPrecision::Bf16, CpuPrecision::Int8] {
         let converted = Layer::from_weights(rounded.clone())
@@ -474,5 +522,56 @@ fn a_bf16_checkpoint_loads_straight_into_a_reduced_model() {
         packed_only.forward_eager(&x).unwrap().to_f32_vec(),
         f32_model.forward_eager(&x).unwrap().to_f32_vec()
     );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// An F16 checkpoint loaded in f16 holds its matrices in f16, exactly the checkpoint's values, at half the bytes of
+/// f32, and computes bit for bit what the f32 model of the same file computes: the f32 tile over the same values.
+#[test]
+fn an_f16_checkpoint_runs_in_f16_as_its_f32_load_does_at_half_the_bytes() {
+    let dir = std::env::temp_dir().join(format!("fuse-cpu-f16-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("layer.f16.safetensors");
+    let w = weights(8);
+    let named: Vec<(&str, &Tensor)> = ["w", "b", "v"].into_iter().zip(&w).collect();
+    write_half_checkpoint(&path, "F16", &named);
+    let f32_model = Layer::load(&path).unwrap();
+    for (got, original) in f32_model.weights().unwrap().iter().zip(&w) {
+        let rounded: Vec<f32> = original
+            .to_f32_vec()
+            .iter()
+            .map(|&x| f16_rounded(x))
+            .collect();
+        assert_eq!(got.to_f32_vec(), rounded);
+    }
+    let f16_model = Layer::load_in(&path, CpuPrecision::F16).unwrap();
+    let compiled = f16_model.compiled();
+    if compiled.packed_weight_bytes() == 0 {
+        eprintln!("skipped: this CPU packs no weights (no AVX2)");
+        return;
+    }
+    assert_eq!(compiled.released_weights(), 2);
+    // Two matrices in f16 (panels padded to whole columns of the tile) and the f32 bias.
+    let f32_matrices = 4 * 2 * H * D;
+    let packs = compiled.packed_weight_bytes();
+    assert!(
+        packs >= f32_matrices / 2 && packs * 10 < f32_matrices * 6,
+        "{packs} bytes"
+    );
+    assert_eq!(compiled.weight_bytes(), 4 * H + packs);
+    // Batch 3 and 5: the few-row kernel over widened panels; 70 and 300: the tile over widened blocks.
+    for (batch, seed) in [(3, 1), (5, 2), (70, 3), (300, 4)] {
+        let x = Tensor::randn(&[batch, D], seed);
+        assert_eq!(
+            f16_model.forward(&x).unwrap().to_f32_vec(),
+            f32_model.forward(&x).unwrap().to_f32_vec(),
+            "fused, batch {batch}"
+        );
+        assert_eq!(
+            f16_model.forward_eager(&x).unwrap().to_f32_vec(),
+            f32_model.forward_eager(&x).unwrap().to_f32_vec(),
+            "eager, batch {batch}"
+        );
+    }
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -515,3 +515,8 @@ fn int8_decoding_stays_close_to_f32() {
 fn bf16_decoding_stays_close_to_f32() {
     decoding_stays_close_to_f32(fuse_runtime::CpuPrecision::Bf16, 0.9999, 0.005);
 }
+
+#[test]
+fn f16_decoding_stays_close_to_f32() {
+    decoding_stays_close_to_f32(fuse_runtime::CpuPrecision::F16, 0.999999, 0.001);
+}

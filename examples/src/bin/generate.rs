@@ -3,18 +3,18 @@
 //! ```text
 //! generate [--model tiny|smollm] [--weights model.safetensors] [--prompt 1,17,42] [--max-new 32]
 //!          [--temperature T] [--top-k K] [--top-p P] [--seed S] [--stop 2,0]
-//!          [--cached] [--precision f32|int8|bf16]
-//! generate --bench [--json] [--precision f32|int8|bf16]
+//!          [--cached] [--precision f32|int8|bf16|f16]
+//! generate --bench [--json] [--precision f32|int8|bf16|f16]
 //!                                benchmark W5: SmolLM-135M's shape, the prefill of 128 tokens at batch 1, then
 //!                                decoding with the KV cache: 128 new tokens after a 128-token prefill, at batch
 //!                                1 and 8, each decode step followed by a read of as many bytes as its packed
 //!                                weights (the weight-streaming floor of that moment; FUSE_PROFILE=1: the
 //!                                prefill's slowest kernels in both plans too)
-//! generate --bench --first-step [--batch N] [--runs R] [--precision f32|int8|bf16]
+//! generate --bench --first-step [--batch N] [--runs R] [--precision f32|int8|bf16|f16]
 //!                                whether the machine itself is slow right after a prefill: R pairs of runs
 //!                                (a prefill, then 8 decode steps), alternately with and without a read of the
 //!                                weights' bytes between the prefill and the first step
-//! generate --bench --profile [--batch N] [--precision f32|int8|bf16]
+//! generate --bench --profile [--batch N] [--precision f32|int8|bf16|f16]
 //!                                where one decode step (batch 1 or N, after a 128-token prefill) spends its
 //!                                time: each kernel name's summed ms, and the call's time outside kernels
 //! ```

@@ -8,10 +8,14 @@
 //! comes from cache after the first pair. With AVX-512's 32 registers every row (up to 8) takes one pass over
 //! the panel, A's elements broadcast straight from memory into the FMAs: 8 rows read each panel once instead of
 //! four times, which matters once the step is bound by arithmetic rather than the stream (W5's batch-8 step).
+//!
+//! Panels held in f16 ([`super::PackedB::new_f16`]) run the same kernels with each load widened by `vcvtph2ps`:
+//! the step streams half the bytes and the arithmetic is unchanged.
 
 use core::arch::x86_64::*;
 use std::sync::OnceLock;
 
+use super::half::f16;
 use super::Strided;
 
 /// Most rows a product takes this path with: a decoding step of 8 sequences still streams B (W5's batch-8 step
@@ -47,10 +51,27 @@ impl GemvKernel {
     }
 }
 
+/// The first panel a few-row product reads, by element type: f32, or f16 widened as it is loaded (`vcvtph2ps`).
+#[derive(Clone, Copy)]
+pub enum Panels {
+    F32(*const f32),
+    F16(*const f16),
+}
+
+impl Panels {
+    /// `count` elements further on.
+    fn offset(self, count: usize) -> Panels {
+        match self {
+            Panels::F32(p) => Panels::F32(p.wrapping_add(count)),
+            Panels::F16(p) => Panels::F16(p.wrapping_add(count)),
+        }
+    }
+}
+
 /// C ← α·A·B + β·C for `m` ≤ [`GEMV_MAX_ROWS`] rows on `kernel` (see [`gemv_packed_avx2`]).
 ///
 /// # Safety
-/// As [`gemv_packed_avx2`]; `kernel` is one of [`GemvKernel::supported`].
+/// As [`gemv_packed_avx2`]; `kernel` is one of [`GemvKernel::supported`], and the CPU has F16C for f16 panels.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn gemv_packed_on(
     kernel: GemvKernel,
@@ -58,7 +79,7 @@ pub unsafe fn gemv_packed_on(
     nr: usize,
     alpha: f32,
     a: Strided<*const f32>,
-    panels: *const f32,
+    panels: Panels,
     beta: f32,
     c: Strided<*mut f32>,
 ) {
@@ -73,15 +94,15 @@ pub unsafe fn gemv_packed_on(
 /// each, depth `k`), over `n` columns (the last panel may be partial: its padding columns are read, not stored).
 ///
 /// # Safety
-/// The CPU runs AVX2 and FMA; `nr` is 16 or 32; the panels hold `n.div_ceil(nr)` panels of `k × nr` floats; A and
-/// C satisfy `super::sgemm`'s contract for (m, k, n).
+/// The CPU runs AVX2 and FMA (and F16C for f16 panels); `nr` is 16 or 32; the panels hold `n.div_ceil(nr)` panels
+/// of `k × nr` elements; A and C satisfy `super::sgemm`'s contract for (m, k, n).
 #[target_feature(enable = "avx2,fma")]
 unsafe fn gemv_packed_avx2(
     (m, k, n): (usize, usize, usize),
     nr: usize,
     alpha: f32,
     a: Strided<*const f32>,
-    panels: *const f32,
+    panels: Panels,
     beta: f32,
     c: Strided<*mut f32>,
 ) {
@@ -89,8 +110,8 @@ unsafe fn gemv_packed_avx2(
     let mut col0 = 0;
     while col0 < n {
         let cols = nr.min(n - col0);
-        // SAFETY: panel `col0 / nr` lies inside the packed panels (the caller's contract).
-        let panel = unsafe { panels.add(col0 * k) };
+        // Panel `col0 / nr`, inside the packed panels (the caller's contract).
+        let panel = panels.offset(col0 * k);
         let mut row = 0;
         while row < m {
             let pair = (m - row).min(2);
@@ -101,13 +122,26 @@ unsafe fn gemv_packed_avx2(
                 c.cs,
             );
             let a_at = Strided::new(a.ptr.wrapping_offset(row as isize * a.rs), a.rs, a.cs);
-            // SAFETY: rows `row..row + pair` and columns `col0..col0 + cols` of A and C are the caller's.
+            macro_rules! on {
+                ($rows:literal, $v:literal) => {
+                    match panel {
+                        Panels::F32(p) => {
+                            panel_rows_avx2::<$rows, $v>(k, cols, alpha, a_at, p, beta, c_at)
+                        }
+                        Panels::F16(p) => {
+                            panel_rows_avx2_f16::<$rows, $v>(k, cols, alpha, a_at, p, beta, c_at)
+                        }
+                    }
+                };
+            }
+            // SAFETY: rows `row..row + pair` and columns `col0..col0 + cols` of A and C are the caller's; F16C
+            // is there for f16 panels (the caller's contract).
             unsafe {
                 match (pair, nr) {
-                    (1, 16) => panel_rows_avx2::<1, 2>(k, cols, alpha, a_at, panel, beta, c_at),
-                    (2, 16) => panel_rows_avx2::<2, 2>(k, cols, alpha, a_at, panel, beta, c_at),
-                    (1, _) => panel_rows_avx2::<1, 4>(k, cols, alpha, a_at, panel, beta, c_at),
-                    _ => panel_rows_avx2::<2, 4>(k, cols, alpha, a_at, panel, beta, c_at),
+                    (1, 16) => on!(1, 2),
+                    (2, 16) => on!(2, 2),
+                    (1, _) => on!(1, 4),
+                    _ => on!(2, 4),
                 }
             }
             row += pair;
@@ -126,7 +160,7 @@ unsafe fn gemv_packed_avx512(
     nr: usize,
     alpha: f32,
     a: Strided<*const f32>,
-    panels: *const f32,
+    panels: Panels,
     beta: f32,
     c: Strided<*mut f32>,
 ) {
@@ -134,15 +168,27 @@ unsafe fn gemv_packed_avx512(
     let mut col0 = 0;
     while col0 < n {
         let cols = nr.min(n - col0);
-        // SAFETY: panel `col0 / nr` lies inside the packed panels (the caller's contract).
-        let panel = unsafe { panels.add(col0 * k) };
+        // Panel `col0 / nr`, inside the packed panels (the caller's contract).
+        let panel = panels.offset(col0 * k);
         let c_at = Strided::new(c.ptr.wrapping_offset(col0 as isize * c.cs), c.rs, c.cs);
+        macro_rules! on {
+            ($rows:literal, $v:literal) => {
+                match panel {
+                    Panels::F32(p) => {
+                        panel_rows_avx512::<$rows, $v>(k, cols, alpha, a, p, beta, c_at)
+                    }
+                    Panels::F16(p) => {
+                        panel_rows_avx512_f16::<$rows, $v>(k, cols, alpha, a, p, beta, c_at)
+                    }
+                }
+            };
+        }
         macro_rules! rows {
             ($($m:literal)*) => {
                 match (m, nr) {
                     $(
-                        ($m, 16) => panel_rows_avx512::<$m, 1>(k, cols, alpha, a, panel, beta, c_at),
-                        ($m, _) => panel_rows_avx512::<$m, 2>(k, cols, alpha, a, panel, beta, c_at),
+                        ($m, 16) => on!($m, 1),
+                        ($m, _) => on!($m, 2),
                     )*
                     _ => {}
                 }
@@ -154,13 +200,14 @@ unsafe fn gemv_packed_avx512(
     }
 }
 
-/// Defines a panel kernel on one instruction set: `M` rows of C over one panel of `lanes·V` columns, the first
-/// `cols` of which are stored, each row's sums in `V` vectors. Where `$two_sets(M, V)` holds, a second set of
+/// Defines a panel kernel on one instruction set over panels of one element type (`$load` turns `lanes` of them into
+/// a vector of f32): `M` rows of C over one panel of `lanes·V` columns, the first `cols` of which are stored, each
+/// row's sums in `V` vectors. Where `$two_sets(M, V)` holds, a second set of
 /// accumulators takes the odd depths, which keeps twice as many FMAs in flight, so the loop waits on memory, not
 /// on the FMA's latency.
 macro_rules! panel_rows {
-    ($name:ident, $features:literal, $lanes:literal, $two_sets:ident, $zero:ident, $splat:ident, $load:ident,
-     $fma:ident, $add:ident, $store:ident) => {
+    ($name:ident, $features:literal, $elem:ty, $lanes:literal, $two_sets:ident, $zero:ident, $splat:ident,
+     $load:ident, $fma:ident, $add:ident, $store:ident) => {
         /// # Safety
         /// As [`gemv_packed_avx2`], for this panel and these rows, on this kernel's instruction set.
         // The accumulators are indexed by row and vector alike, as the registers they stand for.
@@ -172,7 +219,7 @@ macro_rules! panel_rows {
             cols: usize,
             alpha: f32,
             a: Strided<*const f32>,
-            panel: *const f32,
+            panel: *const $elem,
             beta: f32,
             c: Strided<*mut f32>,
         ) {
@@ -241,9 +288,32 @@ const fn avx512_two_sets(rows: usize, vectors: usize) -> bool {
     rows * vectors < 8
 }
 
+/// 8 f16 values widened.
+///
+/// # Safety
+/// 16 bytes are readable at `p`; the CPU has F16C.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load_f16x8(p: *const f16) -> __m256 {
+    // SAFETY: the caller's contract; f16 is a u16 in memory.
+    unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) }
+}
+
+/// 16 f16 values widened.
+///
+/// # Safety
+/// 32 bytes are readable at `p`; the CPU has AVX-512F.
+#[inline]
+#[target_feature(enable = "avx512f,avx512vl,avx2,fma,f16c")]
+unsafe fn load_f16x16(p: *const f16) -> __m512 {
+    // SAFETY: the caller's contract; f16 is a u16 in memory.
+    unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)) }
+}
+
 panel_rows!(
     panel_rows_avx2,
     "avx2,fma",
+    f32,
     8,
     avx2_two_sets,
     _mm256_setzero_ps,
@@ -256,11 +326,38 @@ panel_rows!(
 panel_rows!(
     panel_rows_avx512,
     "avx512f,avx512vl,avx2,fma",
+    f32,
     16,
     avx512_two_sets,
     _mm512_setzero_ps,
     _mm512_set1_ps,
     _mm512_loadu_ps,
+    _mm512_fmadd_ps,
+    _mm512_add_ps,
+    _mm512_storeu_ps
+);
+panel_rows!(
+    panel_rows_avx2_f16,
+    "avx2,fma,f16c",
+    f16,
+    8,
+    avx2_two_sets,
+    _mm256_setzero_ps,
+    _mm256_set1_ps,
+    load_f16x8,
+    _mm256_fmadd_ps,
+    _mm256_add_ps,
+    _mm256_storeu_ps
+);
+panel_rows!(
+    panel_rows_avx512_f16,
+    "avx512f,avx512vl,avx2,fma,f16c",
+    f16,
+    16,
+    avx512_two_sets,
+    _mm512_setzero_ps,
+    _mm512_set1_ps,
+    load_f16x16,
     _mm512_fmadd_ps,
     _mm512_add_ps,
     _mm512_storeu_ps

@@ -15,9 +15,40 @@ pub fn to_f16(x: f32) -> Option<f16> {
     (h.is_finite() || !x.is_finite()).then_some(h)
 }
 
-/// Widens `src` into the start of `dst`, which is at least as long.
+/// Widens `src` into the start of `dst`, which is at least as long: a loop of `vcvtph2ps` where the CPU has F16C
+/// (the `half` crate's slice conversion calls a function per 8 values, which measured twice as slow a decoding
+/// step), else the `half` crate's.
 pub fn widen(src: &[f16], dst: &mut [f32]) {
-    src.convert_to_f32_slice(&mut dst[..src.len()]);
+    let dst = &mut dst[..src.len()];
+    #[cfg(target_arch = "x86_64")]
+    if has_f16c() && std::is_x86_feature_detected!("avx") {
+        // SAFETY: the CPU has AVX and F16C (checked); the slices have the same length.
+        unsafe { widen_f16c(src, dst) };
+        return;
+    }
+    src.convert_to_f32_slice(dst);
+}
+
+/// # Safety
+/// The CPU has AVX and F16C; `src` and `dst` have the same length.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx,f16c")]
+unsafe fn widen_f16c(src: &[f16], dst: &mut [f32]) {
+    use std::arch::x86_64::{__m128i, _mm256_cvtph_ps, _mm256_storeu_ps, _mm_loadu_si128};
+    let whole = src.len() / 8 * 8;
+    let (s, d) = (src.as_ptr() as *const u16, dst.as_mut_ptr());
+    for i in (0..whole).step_by(8) {
+        // SAFETY: i + 8 ≤ the length of both; unaligned loads and stores; f16 is a u16 in memory.
+        unsafe {
+            _mm256_storeu_ps(
+                d.add(i),
+                _mm256_cvtph_ps(_mm_loadu_si128(s.add(i) as *const __m128i)),
+            )
+        };
+    }
+    for i in whole..src.len() {
+        dst[i] = src[i].to_f32();
+    }
 }
 
 /// Whether this CPU converts f16 in hardware (what the device report says).

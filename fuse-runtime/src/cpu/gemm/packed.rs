@@ -5,11 +5,11 @@
 //! k rows of NR floats, so it serves every blocking (kc, nc) and every column range starting at a panel.
 //!
 //! A pack may hold its panels in f16 ([`PackedB::new_f16`]): the same layout at half the bytes, widened at call
-//! time (`vcvtph2ps`) a block at a time into this thread's scratch, where the f32 tile reads them. The product is
-//! then exactly the f32 product over the f16-rounded weight: a decoding step streams half the bytes, and a
-//! product of many rows widens each block once for all its rows.
+//! time (`vcvtph2ps`): as the few-row kernel loads them, or a depth block at a time into this thread's scratch,
+//! where the f32 tile reads them. The product is then exactly the f32 product over the f16-rounded weight: a
+//! decoding step streams half the bytes, and a product of many rows widens each block once for all its rows.
 
-use super::half::{f16, to_f16, widen};
+use super::half::{f16, to_f16};
 use super::{Backend, Strided};
 use crate::error::Result;
 
@@ -129,6 +129,9 @@ impl PackedB {
         let Some((nr, len)) = Self::panel_shape(backend, source, view) else {
             return Ok(None);
         };
+        if !super::half::has_f16c() {
+            return Ok(None);
+        }
         let mut panels: Vec<f16> = super::zeroed_pack("f16 packed weights", len)?;
         let k = view.k;
         for j in 0..view.n {
@@ -252,7 +255,7 @@ impl PackedB {
                     self.nr,
                     alpha,
                     a,
-                    panels,
+                    super::gemv::Panels::F32(panels),
                     beta,
                     c,
                 );
@@ -279,9 +282,9 @@ impl PackedB {
         }
     }
 
-    /// [`PackedB::sgemm_on`] over f16 panels (`halves` from the product's first panel on). Few rows: each panel
-    /// widened into this thread's scratch, then streamed by `gemv`. Many rows: the driver widens each depth block
-    /// of a column block once, where it would have packed a strided B.
+    /// [`PackedB::sgemm_on`] over f16 panels (`halves` from the product's first panel on). Few rows: `gemv`
+    /// streams the panels, widening each load. Many rows: the driver widens each depth block of a column block once
+    /// into this thread's scratch, where it would have packed a strided B.
     ///
     /// # Safety
     /// As [`PackedB::sgemm_on`].
@@ -297,33 +300,12 @@ impl PackedB {
         beta: f32,
         c: Strided<*mut f32>,
     ) {
-        let nr = self.nr;
         if m <= super::GEMV_MAX_ROWS && k > 0 {
-            crate::cpu::scratch::with_buffer(&crate::cpu::scratch::GEMM_B, k * nr, |wide| {
-                for (p, panel) in halves.chunks(k * nr).take(n.div_ceil(nr)).enumerate() {
-                    widen(panel, wide);
-                    let cols = nr.min(n - p * nr);
-                    let c = Strided {
-                        ptr: c.ptr.wrapping_offset((p * nr) as isize * c.cs),
-                        ..c
-                    };
-                    // SAFETY: `wide` holds this panel's k rows of nr floats; A and C as the caller's contract,
-                    // C shifted to the panel's first column.
-                    unsafe {
-                        super::gemv::gemv_packed_on(
-                            gemv,
-                            (m, k, cols),
-                            nr,
-                            alpha,
-                            a,
-                            wide.as_ptr(),
-                            beta,
-                            c,
-                        )
-                    };
-                }
-            });
-            return;
+            let panels = super::gemv::Panels::F16(halves.as_ptr());
+            // SAFETY: forwarded; f16 packs are only made where the CPU has F16C.
+            return unsafe {
+                super::gemv::gemv_packed_on(gemv, (m, k, n), self.nr, alpha, a, panels, beta, c)
+            };
         }
         let b = super::driver::Prepacked::F16(halves.as_ptr());
         // SAFETY: forwarded; the halves hold the product's panels over the whole depth.
