@@ -11,7 +11,11 @@ logits of the last position at a few steps, computed again without a cache over 
 test runs). `min_margin` is the smallest gap between the best and second-best logit over every step: the f32
 rounding differences between two implementations are far below it, so the tokens must agree exactly.
 
-Deps (PyPI): torch, transformers.   Usage: scripts/llama_reference.py [--out tests/data/llama_greedy.json]
+With `--llama3` the configuration adds Llama 3.1's rope scaling (`rope_type: "llama3"`) with an original context of
+32 positions, so that the continuations (up to 41 positions) cross all three of its bands: frequencies kept, divided
+by the factor, and interpolated between the two; it writes `tests/data/llama3_greedy.json`.
+
+Deps (PyPI): torch, transformers.   Usage: scripts/llama_reference.py [--llama3] [--out FILE]
 """
 
 import argparse
@@ -35,6 +39,14 @@ CONFIG = dict(
     attention_bias=False,
     mlp_bias=False,
     hidden_act="silu",
+)
+# Llama 3.1's rope scaling (its own factors; the original context shrunk from 8192 to fit the test's positions).
+LLAMA3_ROPE_SCALING = dict(
+    rope_type="llama3",
+    factor=8.0,
+    low_freq_factor=1.0,
+    high_freq_factor=4.0,
+    original_max_position_embeddings=32,
 )
 PROMPTS = [[1, 17, 42, 99, 7], [1, 5], [3, 64, 64, 12, 90, 33, 2, 118, 71]]
 NEW_TOKENS = 32
@@ -84,10 +96,15 @@ def init_weights(model):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="tests/data/llama_greedy.json")
+    ap.add_argument("--llama3", action="store_true", help="with Llama 3.1's rope scaling")
+    ap.add_argument("--out")
     args = ap.parse_args()
+    config_args = dict(CONFIG)
+    if args.llama3:
+        config_args["rope_scaling"] = LLAMA3_ROPE_SCALING
+    out_path = args.out or ("tests/data/llama3_greedy.json" if args.llama3 else "tests/data/llama_greedy.json")
     torch.manual_seed(0)
-    config = LlamaConfig(**CONFIG)
+    config = LlamaConfig(**config_args)
     model = LlamaForCausalLM(config).eval()
     init_weights(model)
     cases = []
@@ -120,14 +137,14 @@ def main():
         "made_by": "scripts/llama_reference.py",
         "transformers": __import__("transformers").__version__,
         "torch": torch.__version__,
-        "config": CONFIG,
+        "config": config_args,
         "min_margin": round(min_margin, 6),
         "cases": cases,
     }
-    with open(args.out, "w") as f:
+    with open(out_path, "w") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")
-    print(f"wrote {args.out}: {len(cases)} prompts x {NEW_TOKENS} tokens, min top-2 margin {min_margin:.4f}")
+    print(f"wrote {out_path}: {len(cases)} prompts x {NEW_TOKENS} tokens, min top-2 margin {min_margin:.4f}")
 
 
 if __name__ == "__main__":

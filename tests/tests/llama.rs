@@ -3,7 +3,8 @@
 //! `LlamaForCausalLM` on the same weights: the greedy continuation of each prompt, token for token, and the
 //! logits at several steps.
 //!
-//! The reference is `tests/data/llama_greedy.json`, made by `scripts/llama_reference.py` (which says how); the
+//! The reference is `tests/data/llama_greedy.json` (and `llama3_greedy.json` for Llama 3.1's rope scaling, in the
+//! `tiny_llama3` configuration), made by `scripts/llama_reference.py` (which says how); the
 //! weights come from the generator that script uses, repeated in [`weight`], so no checkpoint is committed. The
 //! uncached model runs the whole prefix again at each step (the ids and the padding mask are its inputs; the
 //! positions, the rotary tables and the causal mask are made inside the model); the cached one (`TinyLlamaCached`, same weights) prefills once and then
@@ -36,8 +37,15 @@ struct Case {
 }
 
 fn reference() -> Reference {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/llama_greedy.json");
-    let text = std::fs::read_to_string(&path).expect("tests/data/llama_greedy.json is committed");
+    reference_in("llama_greedy.json")
+}
+
+/// A reference file of `tests/data/`, made by `scripts/llama_reference.py`.
+fn reference_in(file: &str) -> Reference {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("data")
+        .join(file);
+    let text = std::fs::read_to_string(&path).expect("the reference is committed in tests/data");
     let doc: serde_json::Value = serde_json::from_str(&text).expect("the reference parses");
     let ints = |v: &serde_json::Value| -> Vec<i64> {
         v.as_array()
@@ -258,52 +266,118 @@ fn cached(uncached: &TinyLlama) -> TinyLlamaCached {
         .expect("the same weights fit")
 }
 
-/// The transformers check through the KV cache: the prompts prefilled once as a left-padded batch, then one token
-/// per step per sequence, fused and eager plans: the same tokens and the same logits at the recorded steps.
-#[test]
-fn cached_greedy_continuation_matches_transformers() {
-    let r = reference();
-    let model = cached(&model());
+/// `model` (a cached configuration) decoding the reference's prompts through its KV cache, prefilled once as a
+/// left-padded batch, then one token per step per sequence, greedily for 32 tokens: whether each prompt's tokens are
+/// the reference's, and the largest error of a logit at the recorded steps, relative to `2e-4 + 2e-4·|logit|` (the
+/// tolerance: 1 is at its edge).
+fn cached_greedy_against(
+    model: &fuse_runtime::CompiledModel,
+    r: &Reference,
+    mode: PlanMode,
+) -> (Vec<bool>, f64) {
     let prompts: Vec<Vec<i64>> = r.cases.iter().map(|c| c.prompt.clone()).collect();
     let options = GenerateOptions {
         decoding: Decoding::Greedy,
         max_new_tokens: 32,
         stop_tokens: vec![],
     };
-    for mode in [PlanMode::Fused, PlanMode::Eager] {
-        let mut decoder =
-            CachedDecoder::new(model.compiled(), mode, prompts.len(), VOCAB).expect("a session");
-        let generated = generate_batch_indexed(
-            &prompts,
-            &options,
-            |running, sequences| {
-                let rows = decoder.next_logits(running, sequences)?;
-                for (&i, (seq, logits)) in running.iter().zip(sequences.iter().zip(&rows)) {
-                    let case = &r.cases[i];
-                    let step = seq.len() - case.prompt.len();
-                    if let Some((_, reference)) = case.logits.iter().find(|(s, _)| *s == step) {
-                        for (j, (&got, &want)) in logits.iter().zip(reference).enumerate() {
-                            assert!(
-                                (f64::from(got) - want).abs() <= 2e-4 + 2e-4 * want.abs(),
-                                "{mode:?} cached, prompt {:?} step {step} logit {j}: {got} vs transformers {want}",
-                                case.prompt
-                            );
-                        }
+    let mut decoder = CachedDecoder::new(model, mode, prompts.len(), VOCAB).expect("a session");
+    let mut worst = 0f64;
+    let generated = generate_batch_indexed(
+        &prompts,
+        &options,
+        |running, sequences| {
+            let rows = decoder.next_logits(running, sequences)?;
+            for (&i, (seq, logits)) in running.iter().zip(sequences.iter().zip(&rows)) {
+                let case = &r.cases[i];
+                let step = seq.len() - case.prompt.len();
+                if let Some((_, reference)) = case.logits.iter().find(|(s, _)| *s == step) {
+                    for (&got, &want) in logits.iter().zip(reference) {
+                        let error = (f64::from(got) - want).abs() / (2e-4 + 2e-4 * want.abs());
+                        worst = worst.max(error);
                     }
                 }
-                Ok(rows)
-            },
-            |_, _| ControlFlow::Continue(()),
-        )
-        .expect("cached generation runs");
-        for (case, g) in r.cases.iter().zip(&generated) {
-            assert_eq!(
-                g.tokens, case.tokens,
-                "{mode:?} cached, prompt {:?}",
-                case.prompt
-            );
-        }
+            }
+            Ok(rows)
+        },
+        |_, _| ControlFlow::Continue(()),
+    )
+    .expect("cached generation runs");
+    let same = r
+        .cases
+        .iter()
+        .zip(&generated)
+        .map(|(case, g)| g.tokens == case.tokens)
+        .collect();
+    (same, worst)
+}
+
+/// The transformers check through the KV cache, fused and eager plans: the same tokens and the same logits at the
+/// recorded steps.
+#[test]
+fn cached_greedy_continuation_matches_transformers() {
+    let r = reference();
+    let model = cached(&model());
+    for mode in [PlanMode::Fused, PlanMode::Eager] {
+        let (same, worst) = cached_greedy_against(model.compiled(), &r, mode);
+        assert!(
+            worst <= 1.0,
+            "{mode:?}: a logit is {worst:.2} tolerances from transformers'"
+        );
+        assert_eq!(
+            same,
+            vec![true; r.cases.len()],
+            "{mode:?}: which prompts' tokens are transformers'"
+        );
     }
+}
+
+/// Llama 3.1's rope scaling (`tiny_llama3`: `tiny`'s weights, `Llama3Rotary`) against transformers'
+/// `LlamaForCausalLM` with `rope_scaling: {rope_type: llama3, ..}` (`tests/data/llama3_greedy.json`): every
+/// prompt's 32 greedy tokens and the logits at the recorded steps, fused and eager plans. The unscaled model on the
+/// same weights misses that reference, so it is the scaling that is checked.
+#[test]
+fn llama3_rope_scaling_matches_transformers() {
+    use fuse_examples::models::llama::tiny_llama3::{self, TinyLlama3Cached};
+    let r = reference_in("llama3_greedy.json");
+    let scaling = &r.config["rope_scaling"];
+    assert_eq!(scaling["rope_type"], "llama3");
+    let number = |key: &str| scaling[key].as_f64().expect("a number");
+    assert_eq!(
+        [
+            number("factor"),
+            number("low_freq_factor"),
+            number("high_freq_factor"),
+            number("original_max_position_embeddings")
+        ],
+        [
+            tiny_llama3::FACTOR,
+            tiny_llama3::LOW_FREQ_FACTOR,
+            tiny_llama3::HIGH_FREQ_FACTOR,
+            tiny_llama3::ORIGINAL_CONTEXT
+        ]
+        .map(|v| v as f64)
+    );
+    let weights = model().weights().expect("f32 weights").to_vec();
+    let scaled = TinyLlama3Cached::from_weights(weights.clone()).expect("tiny's weights fit");
+    for mode in [PlanMode::Fused, PlanMode::Eager] {
+        let (same, worst) = cached_greedy_against(scaled.compiled(), &r, mode);
+        assert!(
+            worst <= 1.0,
+            "{mode:?}: a logit is {worst:.2} tolerances from transformers'"
+        );
+        assert_eq!(
+            same,
+            vec![true; r.cases.len()],
+            "{mode:?}: which prompts' tokens are transformers'"
+        );
+    }
+    let unscaled = TinyLlamaCached::from_weights(weights).expect("the weights fit");
+    let (same, worst) = cached_greedy_against(unscaled.compiled(), &r, PlanMode::Fused);
+    assert!(
+        worst > 100.0 && same.contains(&false),
+        "without the scaling: {worst:.1} tolerances, tokens {same:?}"
+    );
 }
 
 /// Random weights and prompts: each cached step's logits equal those of running the whole prefix again, in both

@@ -3,8 +3,8 @@
 //! `lm_head.weight`), so a `LlamaForCausalLM` checkpoint loads as it is.
 //!
 //! The blocks are one library, generic over the sizes; each configuration is a model of its own: `tiny` (the
-//! configuration `tests/tests/llama.rs` checks token for token against transformers) and `smollm` (SmolLM-135M's
-//! shape, benchmark W5). `TinyLlama` and `SmolLm` run the whole sequence on each call; `TinyLlamaCached` and
+//! configuration `tests/tests/llama.rs` checks token for token against transformers), `tiny_llama3` (the same with
+//! Llama 3.1's rope scaling, `Llama3Rotary`) and `smollm` (SmolLM-135M's shape, benchmark W5). `TinyLlama` and `SmolLm` run the whole sequence on each call; `TinyLlamaCached` and
 //! `SmolLmCached` (the same parameters) keep a KV cache in the caller's session and run only the new positions
 //! (`CachedDecoder` drives them). A call takes the token ids and Hugging Face's `attention_mask` (1 for a real
 //! token, 0 for padding; `inputs` builds both for a left-padded batch, `step_inputs` for one cached step); the
@@ -64,6 +64,12 @@ pub mod llama_blocks {
 
     impl<const D: usize, const THETA: usize> Rotary<D, THETA> {
         pub fn forward(&self, attention_mask: Tensor, past: usize, seq: usize) -> (Tensor, Tensor) {
+            let positions = self.positions(attention_mask, past, seq);
+            self.tables(positions, self.inv_freq())
+        }
+
+        /// `[batch, seq, 1]`: each new token's position, the real tokens before it.
+        pub fn positions(&self, attention_mask: Tensor, past: usize, seq: usize) -> Tensor {
             let b = attention_mask.dim(0);
             let t = past + seq;
             let upto = arange(0, t)
@@ -71,17 +77,65 @@ pub mod llama_blocks {
                 .to_f32()
                 .le(&arange(past, seq).reshape([1, seq, 1]).to_f32());
             let real_so_far = where_(upto, attention_mask.reshape([b, 1, t]), 0.0).sum(-1, false);
-            let positions = (real_so_far - 1.0).relu().reshape([b, seq, 1]);
-            // Column j of the table has frequency i = j mod D/2 (no concat of two halves), computed as
-            // exp(−2i·ln THETA / D) where transformers takes 1 / THETA^(2i/D) (the same to an ulp).
+            (real_so_far - 1.0).relu().reshape([b, seq, 1])
+        }
+
+        /// `[1, 1, D]`: column j's frequency, of i = j mod D/2 (no concat of two halves), computed as
+        /// exp(−2i·ln THETA / D) where transformers takes 1 / THETA^(2i/D) (the same to an ulp).
+        pub fn inv_freq(&self) -> Tensor {
             let j = arange(0, D).to_f32();
             let i = j - where_(j.ge((D / 2) as f64), (D / 2) as f64, 0.0);
-            let inv_freq = (i * (-2.0 * (THETA as f64).ln() / D as f64))
+            (i * (-2.0 * (THETA as f64).ln() / D as f64))
                 .exp()
-                .reshape([1, 1, D]);
+                .reshape([1, 1, D])
+        }
+
+        /// `(cos, sin)` of the positions times the frequencies.
+        pub fn tables(&self, positions: Tensor, inv_freq: Tensor) -> (Tensor, Tensor) {
             // The angles read the positions, a tensor: written out for each of their two readers, so that the
             // cosines' kernel and the sines' compute them rather than a third kernel storing them.
             ((positions * &inv_freq).cos(), (positions * &inv_freq).sin())
+        }
+    }
+
+    /// [`Rotary`] with Llama 3.1's rope scaling (`rope_scaling: {rope_type: "llama3", factor, low_freq_factor,
+    /// high_freq_factor, original_max_position_embeddings}`, as transformers' `_compute_llama3_parameters`): a
+    /// frequency whose wavelength 2π/f is longer than `OLD_CONTEXT / LOW` is divided by `FACTOR`, one shorter than
+    /// `OLD_CONTEXT / HIGH` is kept, and one between is interpolated, `(1 − s)·f/FACTOR + s·f` with
+    /// `s = (OLD_CONTEXT/wavelength − LOW) / (HIGH − LOW)`. The wavelength is compared through the frequency, so
+    /// no division by a tensor is needed. Llama 3.1 and 3.2 use 8 (3.2: 32), 1, 4 and 8192.
+    pub struct Llama3Rotary<
+        const D: usize,
+        const THETA: usize,
+        const FACTOR: usize,
+        const LOW: usize,
+        const HIGH: usize,
+        const OLD_CONTEXT: usize,
+    > {
+        rotary: Rotary<D, THETA>,
+    }
+
+    impl<
+            const D: usize,
+            const THETA: usize,
+            const FACTOR: usize,
+            const LOW: usize,
+            const HIGH: usize,
+            const OLD_CONTEXT: usize,
+        > Llama3Rotary<D, THETA, FACTOR, LOW, HIGH, OLD_CONTEXT>
+    {
+        pub fn forward(&self, attention_mask: Tensor, past: usize, seq: usize) -> (Tensor, Tensor) {
+            let two_pi = 6.283_185_307_179_586; // 2π (the model sees only its own names)
+            let f = self.rotary.inv_freq();
+            let divided = f * (1.0 / FACTOR as f64);
+            let s = (f * (OLD_CONTEXT as f64 / two_pi) - LOW as f64) * (1.0 / (HIGH - LOW) as f64);
+            let smoothed = (s * -1.0 + 1.0) * &divided + s * &f;
+            // 2π/f > OLD_CONTEXT/LOW ⟺ f < 2π·LOW/OLD_CONTEXT; 2π/f < OLD_CONTEXT/HIGH ⟺ f > 2π·HIGH/OLD_CONTEXT.
+            let long = f.lt(two_pi * LOW as f64 / OLD_CONTEXT as f64);
+            let short = f.gt(two_pi * HIGH as f64 / OLD_CONTEXT as f64);
+            let scaled = where_(long, divided, where_(short, f, smoothed));
+            let positions = self.rotary.positions(attention_mask, past, seq);
+            self.rotary.tables(positions, scaled)
         }
     }
 
@@ -379,6 +433,67 @@ pub mod tiny {
 
     impl TinyLlamaCached {
         /// The logits `[batch, seq, VOCAB]` of the new positions.
+        pub fn forward(
+            &self,
+            #[shape(batch, seq)] ids: Tensor<i64>,
+            #[shape(batch, past + seq)] attention_mask: Tensor,
+            #[dim] past: usize,
+        ) -> Tensor {
+            let mask = self.causal_mask.forward(attention_mask, past, ids.dim(1));
+            let (cos, sin) = self.rotary.forward(attention_mask, past, ids.dim(1));
+            let mut x = self.model.embed_tokens.forward(ids);
+            for layer in &self.model.layers {
+                x = layer.forward(x, cos, sin, mask, past);
+            }
+            self.lm_head.forward(self.model.norm.forward(x))
+        }
+    }
+}
+
+/// The `tiny` configuration with Llama 3.1's rope scaling (`Llama3Rotary`: factor 8, frequency factors 1 and 4,
+/// an original context of 32 positions so that a short test crosses all three bands), checked against
+/// `tests/data/llama3_greedy.json` (`scripts/llama_reference.py --llama3`). The same parameters as `tiny`'s.
+#[fused_model(uses(llama_blocks))]
+pub mod tiny_llama3 {
+    // A model's sizes are constants of its own module (the macro sees only the module): `tiny`'s, again.
+    pub const VOCAB: usize = 128;
+    pub const HIDDEN: usize = 64;
+    pub const FFN: usize = 160;
+    pub const LAYERS: usize = 2;
+    pub const HEADS: usize = 4;
+    pub const KV_HEADS: usize = 2;
+    pub const HEAD_DIM: usize = HIDDEN / HEADS;
+    pub const KV_DIM: usize = KV_HEADS * HEAD_DIM;
+    pub const THETA: usize = 10_000;
+    pub const MAX_SEQ: usize = 64;
+    pub const FACTOR: usize = 8;
+    pub const LOW_FREQ_FACTOR: usize = 1;
+    pub const HIGH_FREQ_FACTOR: usize = 4;
+    pub const ORIGINAL_CONTEXT: usize = 32;
+
+    pub struct Tiny3CachedModel {
+        embed_tokens: Embedding<VOCAB, HIDDEN>,
+        layers:
+            [CachedDecoderLayer<HIDDEN, HEADS, KV_HEADS, HEAD_DIM, KV_DIM, FFN, MAX_SEQ>; LAYERS],
+        norm: RmsNorm<HIDDEN>,
+    }
+
+    pub struct TinyLlama3Cached {
+        model: Tiny3CachedModel,
+        lm_head: Linear<HIDDEN, VOCAB>,
+        causal_mask: CausalMask,
+        rotary: Llama3Rotary<
+            HEAD_DIM,
+            THETA,
+            FACTOR,
+            LOW_FREQ_FACTOR,
+            HIGH_FREQ_FACTOR,
+            ORIGINAL_CONTEXT,
+        >,
+    }
+
+    impl TinyLlama3Cached {
+        /// The logits `[batch, seq, VOCAB]` of the new positions `[past, past + seq)`.
         pub fn forward(
             &self,
             #[shape(batch, seq)] ids: Tensor<i64>,
