@@ -312,14 +312,10 @@ fn cached_greedy_against(
     (same, worst)
 }
 
-/// The transformers check through the KV cache, fused and eager plans: the same tokens and the same logits at the
-/// recorded steps.
-#[test]
-fn cached_greedy_continuation_matches_transformers() {
-    let r = reference();
-    let model = cached(&model());
+/// [`cached_greedy_against`] in both plans: every prompt's tokens, and every recorded logit within tolerance.
+fn matches_in_both_plans(model: &fuse_runtime::CompiledModel, r: &Reference) {
     for mode in [PlanMode::Fused, PlanMode::Eager] {
-        let (same, worst) = cached_greedy_against(model.compiled(), &r, mode);
+        let (same, worst) = cached_greedy_against(model, r, mode);
         assert!(
             worst <= 1.0,
             "{mode:?}: a logit is {worst:.2} tolerances from transformers'"
@@ -330,6 +326,15 @@ fn cached_greedy_continuation_matches_transformers() {
             "{mode:?}: which prompts' tokens are transformers'"
         );
     }
+}
+
+/// The transformers check through the KV cache, fused and eager plans: the same tokens and the same logits at the
+/// recorded steps.
+#[test]
+fn cached_greedy_continuation_matches_transformers() {
+    let r = reference();
+    let model = cached(&model());
+    matches_in_both_plans(model.compiled(), &r);
 }
 
 /// Llama 3.1's rope scaling (`tiny_llama3`: `tiny`'s weights, `Llama3Rotary`) against transformers'
@@ -360,18 +365,7 @@ fn llama3_rope_scaling_matches_transformers() {
     );
     let weights = model().weights().expect("f32 weights").to_vec();
     let scaled = TinyLlama3Cached::from_weights(weights.clone()).expect("tiny's weights fit");
-    for mode in [PlanMode::Fused, PlanMode::Eager] {
-        let (same, worst) = cached_greedy_against(scaled.compiled(), &r, mode);
-        assert!(
-            worst <= 1.0,
-            "{mode:?}: a logit is {worst:.2} tolerances from transformers'"
-        );
-        assert_eq!(
-            same,
-            vec![true; r.cases.len()],
-            "{mode:?}: which prompts' tokens are transformers'"
-        );
-    }
+    matches_in_both_plans(scaled.compiled(), &r);
     let unscaled = TinyLlamaCached::from_weights(weights).expect("the weights fit");
     let (same, worst) = cached_greedy_against(unscaled.compiled(), &r, PlanMode::Fused);
     assert!(
