@@ -2,10 +2,9 @@
 //! ([`enqueue`]: a generated kernel or a cuBLAS GEMM), and CUDA graphs: captured, instantiated, updated, launched.
 
 use std::ffi::c_void;
-
-use cudarc::cublas::{result as cublas, sys as cublas_sys, CudaBlas};
 use std::sync::Arc;
 
+use cudarc::cublas::{result as cublas, sys as cublas_sys, CudaBlas};
 use cudarc::driver::sys::{self, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{result, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
@@ -190,13 +189,14 @@ pub fn capture(
         .map_err(|e| failed("beginning capture", e))?;
     let enqueued = steps.iter().try_for_each(|s| enqueue(stream, blas, s));
     // SAFETY: the stream is live and was put in capture mode above, on this thread.
-    let graph = unsafe { result::stream::end_capture(stream.cu_stream()) };
-    enqueued?;
-    match graph {
+    let graph = match unsafe { result::stream::end_capture(stream.cu_stream()) } {
         Ok(g) if g.is_null() => Err(failed("ending capture", "no graph was captured")),
         Ok(g) => Ok(Captured(g)),
         Err(e) => Err(failed("ending capture", e)),
-    }
+    };
+    // A graph captured from a failed enqueue is destroyed here, by its drop.
+    enqueued?;
+    graph
 }
 
 /// An instantiated CUDA graph, launched as one unit on its stream.
@@ -211,6 +211,8 @@ unsafe impl Send for Replay {}
 
 impl Drop for Replay {
     fn drop(&mut self) {
+        // The handle belongs to the stream's context (a failure to bind shows in the call below).
+        let _ = self.stream.context().bind_to_thread();
         // SAFETY: made by `cuGraphInstantiate` and destroyed only here. Launches already enqueued finish first:
         // the driver defers the release of an instantiation that is still running.
         if let Err(e) = unsafe { result::graph::exec_destroy(self.exec) } {
@@ -231,8 +233,14 @@ impl Replay {
     }
 
     pub fn launch(&self) -> Result<()> {
+        self.stream
+            .context()
+            .bind_to_thread()
+            .map_err(|e| failed("binding the CUDA context", e))?;
         // SAFETY: a live instantiation whose launches point into buffers alive until the stream drains (see
-        // [`enqueue`]: it was captured from such steps).
+        // [`enqueue`]: it was captured from such steps). A shape's own graph holds its own steps; a family's is
+        // launched only right after it was made from, or updated to, the launching shape's steps
+        // (`shape::Family::update_to`), never with an earlier shape's pointers.
         unsafe { result::graph::launch(self.exec, self.stream.cu_stream()) }
             .map_err(|e| failed("replaying the CUDA graph", e))
     }

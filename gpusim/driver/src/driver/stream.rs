@@ -303,6 +303,7 @@ pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
 /// the same number of nodes of the same kinds, each kernel the same function, and each GEMM the same problem
 /// (cuBLAS picks its kernels by the sizes, so a different problem may be different kernels). Parameters,
 /// pointers, grids and strides may all change.
+///
 /// With `GPUSIM_REFUSE_GRAPH_UPDATES=1` every update is refused, as a driver may refuse one the simulator would
 /// accept (cuBLAS choosing other kernels for other strides): the path that instantiates again is tested.
 fn update_refused(exec: &[Op], graph: &[Op]) -> Option<(CUgraphExecUpdateResult, String)> {
