@@ -631,7 +631,7 @@ impl Executor {
         readers > 0
     }
 
-    /// How many of the program's GEMMs read a weight packed in a reduced precision (int8 or bf16), of how many
+    /// How many of the program's GEMMs read a weight packed in a reduced precision (int8, bf16 or f16), of how many
     /// read a packed weight.
     pub fn reduced_gemms(&self) -> (usize, usize) {
         let packed = self.packs_read_by(false);

@@ -218,10 +218,11 @@ impl CompiledModel {
     /// with unless it was made in another (`from_weights_in`, `load_in`, `try_random_in`). Only the CPU
     /// executors change; a GPU placement keeps its own precision.
     ///
-    /// In int8 and bf16 the model then holds each matrix that only GEMMs read once, in that precision: the f32
+    /// In int8, bf16 and f16 the model then holds each matrix that only GEMMs read once, in that precision: the f32
     /// weight of a parameter that no kernel of either plan reads other than through its pack is released (a tied
-    /// embedding table too, its rows gathered from the output layer's pack, and in bf16 any embedding table; norm
-    /// weights, biases, an int8 model's untied tables and a matrix read otherwise stay in f32). A quarter (int8) or half (bf16) of those bytes stays resident;
+    /// embedding table too, its rows gathered from the output layer's pack, and in bf16 and f16 any embedding
+    /// table; norm weights, biases, an int8 model's untied tables and a matrix read otherwise stay in f32). A
+    /// quarter (int8) or half (bf16, f16) of those bytes stays resident;
     /// see [`CompiledModel::weight_bytes`]. Afterwards the f32 weights are
     /// gone: [`CompiledModel::weights`], moving the model to a GPU and another `with_cpu_precision` are
     /// [`Error::WeightsReleased`] (load the model again for those).
@@ -282,7 +283,7 @@ impl CompiledModel {
     /// Bytes of the weight copies packed at load for the CPU GEMMs (each distinct weight view once, shared by
     /// both plans). In a model made by `from_weights`, `load` or `random` they sit beside
     /// [`CompiledModel::weights`]: about one more copy of every matrix a GEMM reads as B. In a model made in a
-    /// precision (`*_in`) or given int8 or bf16 they replace the f32 copies they stand for.
+    /// precision (`*_in`) or given int8, bf16 or f16 they replace the f32 copies they stand for.
     pub fn packed_weight_bytes(&self) -> usize {
         self.packed_bytes
     }
@@ -333,7 +334,7 @@ impl CompiledModel {
     /// A CPU model with [`CompiledModel::try_random`]'s values and its GEMMs whose B is a weight in `precision`
     /// (f32 too) from the start, each weight packed (and dropped where only packs read it) as it is made; as for
     /// [`CompiledModel::from_weights_in`], the matrices are then held only packed. In f32 all the weights are
-    /// checked against the memory left before any is made (their packs are as large); in int8 and bf16 each
+    /// checked against the memory left before any is made (their packs are as large); in int8, bf16 and f16 each
     /// weight and pack is checked as it is allocated.
     pub fn try_random_in(
         spec: &'static ModelSpec,
@@ -353,7 +354,7 @@ impl CompiledModel {
     }
 
     /// The f32 weights in declaration order, or [`Error::WeightsReleased`] when the model holds some only packed
-    /// (made with `*_in`, or given int8 or bf16: see [`CompiledModel::with_cpu_precision`]).
+    /// (made with `*_in`, or given int8, bf16 or f16: see [`CompiledModel::with_cpu_precision`]).
     pub fn weights(&self) -> Result<&[Tensor]> {
         self.dense_weights("reading the weights")
     }
