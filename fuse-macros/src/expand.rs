@@ -377,7 +377,7 @@ fn expand_model(
             }
 
             /// Loads the weights with the CPU GEMMs whose B is a weight in `precision` from the start: each is
-            /// packed (and in int8 or bf16 its f32 copy dropped) before the next is read; see
+            /// packed (and its f32 copy dropped where only packs read it) before the next is read; see
             /// `CompiledModel::load_in`.
             pub fn load_in(path: impl ::std::convert::AsRef<::std::path::Path>, precision: ::fuse_runtime::CpuPrecision) -> ::fuse_runtime::Result<Self> {
                 ::fuse_runtime::CompiledModel::load_in(&#private::SPEC, path.as_ref(), precision).map(|core| Self { core })
@@ -444,7 +444,8 @@ fn expand_model(
                 &#private::SPEC
             }
 
-            /// The f32 weights in declaration order; `Error::WeightsReleased` after `with_cpu_precision` in int8 or bf16.
+            /// The f32 weights in declaration order; `Error::WeightsReleased` for a model holding some only packed
+            /// (made with `*_in`, or after `with_cpu_precision` in int8, bf16 or f16).
             pub fn weights(&self) -> ::fuse_runtime::Result<&[::fuse_runtime::Tensor]> {
                 self.core.weights()
             }

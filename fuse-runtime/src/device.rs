@@ -310,15 +310,11 @@ fn cpu_line(model: &CompiledModel) -> String {
                  rounded to bf16, f32 sums; every other op in f32"
             );
         }
+        // f16 packs exist only where the CPU has F16C (`PackedB::new_f16`); elsewhere `reduced` is 0.
         crate::CpuPrecision::F16 => {
-            let how = if crate::cpu::gemm::half::has_f16c() {
-                "widened by F16C"
-            } else {
-                "widened in software"
-            };
             line += &format!(
-                "; f16 GEMMs (weights in f16 {how} into the f32 tile) for {reduced} of the {packed} whose B is a \
-                 weight, f32 activations and sums; every other op in f32"
+                "; f16 GEMMs (weights in f16 widened by F16C into the f32 tile) for {reduced} of the {packed} \
+                 whose B is a weight, f32 activations and sums; every other op in f32"
             );
         }
         crate::CpuPrecision::F32 => {}

@@ -579,26 +579,19 @@ impl Executor {
                 Some(pack) => Some(pack.clone()),
                 // A table only gathered gets a pack of its own in bf16 and f16, where a model's weights are in
                 // that precision (as in a half-precision PyTorch model); in int8 it stays f32, as ONNX Runtime
-                // keeps a Gather's table.
-                None if entry.gather => {
-                    let pack = match precision {
-                        CpuPrecision::Bf16 => Bf16B::new(source, view)?.map(WeightPack::Bf16),
-                        CpuPrecision::F16 => {
-                            PackedB::new_f16(backend, source, view)?.map(WeightPack::F16)
-                        }
-                        CpuPrecision::Int8 | CpuPrecision::F32 => None,
+                // keeps a Gather's table. A gather reads rows from a reduced pack only.
+                None => {
+                    let made = match (entry.gather, precision) {
+                        (true, CpuPrecision::Int8 | CpuPrecision::F32) => None,
+                        _ => pack_one(backend, precision, source, view)?,
                     };
-                    pack.map(|pack| {
-                        let pack = Arc::new(pack);
-                        cache.packs.insert((param, view), pack.clone());
-                        pack
-                    })
+                    made.filter(|p| !entry.gather || p.is_reduced())
+                        .map(|pack| {
+                            let pack = Arc::new(pack);
+                            cache.packs.insert((param, view), pack.clone());
+                            pack
+                        })
                 }
-                None => pack_one(backend, precision, source, view)?.map(|pack| {
-                    let pack = Arc::new(pack);
-                    cache.packs.insert((param, view), pack.clone());
-                    pack
-                }),
             };
             if let Some(slot) = self.packs.get_mut(entry.kernel) {
                 *slot = pack;

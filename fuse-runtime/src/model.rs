@@ -290,20 +290,25 @@ impl CompiledModel {
 
     /// Loads every parameter from a safetensors file by its checkpoint name.
     pub fn load(spec: &'static ModelSpec, path: &Path) -> Result<Self> {
-        let checkpoint = Checkpoint::open(path, spec.params)?;
-        Self::assemble(spec, CpuPrecision::F32, Holding::F32Beside, |i| {
-            checkpoint.read(&spec.params[i])
-        })
+        Self::load_holding(spec, path, CpuPrecision::F32, Holding::F32Beside)
     }
 
     /// A CPU model loaded as by [`CompiledModel::load`], with its GEMMs whose B is a weight in `precision` (f32
-    /// too) from the start: each parameter is read, widened to f32, packed and dropped where only packs read it,
-    /// before the next is read. A bf16 checkpoint of a model run in bf16 needs the file's bytes and the packs,
-    /// never all the f32 weights. As for [`CompiledModel::from_weights_in`], the matrices are then held only
-    /// packed.
+    /// too) from the start: each parameter is read from the file, widened to f32, packed and dropped where only
+    /// packs read it, before the next is read, so neither the file's bytes nor all the f32 weights are ever held.
+    /// As for [`CompiledModel::from_weights_in`], the matrices are then held only packed.
     pub fn load_in(spec: &'static ModelSpec, path: &Path, precision: CpuPrecision) -> Result<Self> {
+        Self::load_holding(spec, path, precision, Holding::PacksOnly)
+    }
+
+    fn load_holding(
+        spec: &'static ModelSpec,
+        path: &Path,
+        precision: CpuPrecision,
+        holding: Holding,
+    ) -> Result<Self> {
         let checkpoint = Checkpoint::open(path, spec.params)?;
-        Self::assemble(spec, precision, Holding::PacksOnly, |i| {
+        Self::assemble(spec, precision, holding, |i| {
             checkpoint.read(&spec.params[i])
         })
     }
@@ -325,10 +330,7 @@ impl CompiledModel {
     /// [`CompiledModel::random`], or [`Error::OutOfMemory`] when the weights do not fit in what the process may
     /// still use (checked for all of them before any is allocated) or the allocator refuses them.
     pub fn try_random(spec: &'static ModelSpec, seed: u64) -> Result<Self> {
-        crate::weights::check_random_weights_fit(spec.params)?;
-        Self::assemble(spec, CpuPrecision::F32, Holding::F32Beside, |i| {
-            crate::weights::random_weight(spec.params, i, seed)
-        })
+        Self::random_holding(spec, seed, CpuPrecision::F32, Holding::F32Beside)
     }
 
     /// A CPU model with [`CompiledModel::try_random`]'s values and its GEMMs whose B is a weight in `precision`
@@ -341,10 +343,19 @@ impl CompiledModel {
         seed: u64,
         precision: CpuPrecision,
     ) -> Result<Self> {
+        Self::random_holding(spec, seed, precision, Holding::PacksOnly)
+    }
+
+    fn random_holding(
+        spec: &'static ModelSpec,
+        seed: u64,
+        precision: CpuPrecision,
+        holding: Holding,
+    ) -> Result<Self> {
         if precision == CpuPrecision::F32 {
             crate::weights::check_random_weights_fit(spec.params)?;
         }
-        Self::assemble(spec, precision, Holding::PacksOnly, |i| {
+        Self::assemble(spec, precision, holding, |i| {
             crate::weights::random_weight(spec.params, i, seed)
         })
     }

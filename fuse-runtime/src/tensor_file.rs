@@ -193,16 +193,16 @@ fn parse_header(path: &Path, head: &[u8], len: usize) -> Result<(usize, Vec<Tens
     let header_len = usize::try_from(u64::from_le_bytes(*prefix)).unwrap_or(usize::MAX);
     if header_len > MAX_HEADER_BYTES {
         return Err(invalid(format!(
-                "its header length is {header_len} bytes, more than the format's {MAX_HEADER_BYTES}; this is \
-                 not a safetensors file or its first 8 bytes are damaged"
-            )));
+            "its header length is {header_len} bytes, more than the format's {MAX_HEADER_BYTES}; this is not a \
+             safetensors file or its first 8 bytes are damaged"
+        )));
     }
     let after_prefix = len - 8;
     if header_len > after_prefix || 8 + header_len > head.len() {
         return Err(invalid(format!(
-                "the file looks truncated: its header is {header_len} bytes, but only {after_prefix} bytes follow \
-                 the header length"
-            )));
+            "the file looks truncated: its header is {header_len} bytes, but only {after_prefix} bytes follow the \
+             header length"
+        )));
     }
     let data_start = 8 + header_len;
     let header: Header = serde_json::from_slice(&head[8..data_start])

@@ -49,8 +49,8 @@ struct Loaded {
 
 /// The configuration `name`, with a KV cache when `cached` (the cached models take the uncached ones' parameters,
 /// in the same order, so a checkpoint or a seed gives both the same weights), its products with a weight run in
-/// `precision` from the start: each weight is packed as it is read or made, and in int8 or bf16 its f32 copy
-/// dropped before the next.
+/// `precision` from the start: each weight is packed as it is read or made, and its f32 copy dropped where only
+/// packs read it, before the next.
 fn load(
     name: &str,
     weights: Option<&str>,

@@ -51,7 +51,7 @@ unsafe fn widen_f16c(src: &[f16], dst: &mut [f32]) {
     }
 }
 
-/// Whether this CPU converts f16 in hardware (what the device report says).
+/// Whether this CPU converts f16 in hardware: f16 packs are made only where it does.
 pub fn has_f16c() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
