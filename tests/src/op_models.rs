@@ -232,6 +232,53 @@ pub mod ops {
         }
     }
 
+    /// Attentions whose Q is computed from the input rather than read: rotated halves (RoPE's rotate-half, a
+    /// concat), a plain elementwise chain, rotated heads shared by two query heads each (grouped-query), and two
+    /// the planner must leave reading Q from memory (Q is also an output; Q is a permuted view of what is
+    /// computed, so its rows are not the computed rows).
+    pub struct ComputedQueries {}
+    impl ComputedQueries {
+        pub fn forward(
+            &self,
+            #[shape(batch, seq, D)] x: Tensor,
+            #[shape(batch, keys, D)] k: Tensor,
+            #[shape(batch, seq, 6)] cos: Tensor,
+            #[shape(batch, seq, 6)] sin: Tensor,
+        ) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) {
+            let (b, s, t) = (x.dim(0), x.dim(1), k.dim(1));
+            let q = x.reshape([b, s, 4, 6]).permute([0, 2, 1, 3]);
+            let kh = k.reshape([b, t, 4, 6]).permute([0, 2, 1, 3]);
+            let (cos, sin) = (cos.reshape([b, 1, s, 6]), sin.reshape([b, 1, s, 6]));
+            let rotated = self.rotate(q, cos, sin);
+            let roped = (rotated.matmul(&kh.t()) * 0.4).softmax(-1).matmul(&kh);
+            let squashed = (q * 0.5).tanh().matmul(&kh.t()).softmax(-1).matmul(&kh);
+            // Two key heads (the first 12 columns), each shared by two query heads through a broadcast dim.
+            let kv = k
+                .slice(2, 0, 12)
+                .reshape([b, t, 2, 6])
+                .permute([0, 2, 1, 3])
+                .reshape([b, 2, 1, t, 6]);
+            let grouped = self
+                .rotate(q, cos, sin)
+                .reshape([b, 2, 2, s, 6])
+                .matmul(&kv.transpose(3, 4))
+                .softmax(-1)
+                .matmul(&kv)
+                .reshape([b, 4, s, 6]);
+            let seen = (q * 0.3).exp();
+            let kept = seen.matmul(&kh.t()).softmax(-1).matmul(&kh);
+            let heads = (x * 2.0).reshape([b, s, 4, 6]).permute([0, 2, 1, 3]);
+            let permuted = heads.matmul(&kh.t()).softmax(-1).matmul(&kh);
+            (roped, squashed, grouped, kept, seen, permuted)
+        }
+
+        /// RoPE's `x * cos + rotate_half(x) * sin` over heads of 6.
+        pub fn rotate(&self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor {
+            let (x1, x2) = (x.slice(3, 0, 3), x.slice(3, 3, 6));
+            x * &cos + concat([x2.neg(), x1], 3) * &sin
+        }
+    }
+
     pub struct Views {}
     impl Views {
         pub fn forward(

@@ -813,6 +813,26 @@ fn attentions_on_gpu() {
     );
 }
 
+/// Q computed in the attention kernel (RoPE's rotate-half, an elementwise chain, grouped heads), and read where
+/// it must stay in memory.
+#[test]
+fn computed_queries_on_gpu() {
+    ops_on_gpu(
+        ComputedQueries::random(12).into_compiled(),
+        "computed queries",
+        1e-5,
+        1e-5,
+        |b, q, s| {
+            vec![
+                Tensor::randn(&[b, q, D], s),
+                Tensor::randn(&[b, q + 2, D], s + 1),
+                Tensor::randn(&[b, q, 6], s + 2),
+                Tensor::randn(&[b, q, 6], s + 3),
+            ]
+        },
+    );
+}
+
 #[test]
 fn stale_kernels_are_refused() {
     let Some(device) = gpu() else { return };

@@ -217,10 +217,11 @@ fn greedy_continuation_matches_transformers() {
 }
 
 /// RoPE's rotate-half (`slice`, `neg`, `concat`) is computed inside the kernel that applies the rotation to q
-/// and to k: no concat or negation kernel of its own in any layer. The causal mask is one kernel, and the rotary
-/// tables four.
+/// and to k: no concat or negation kernel of its own in any layer. The rotation of q is computed by the attention
+/// kernel as it reads q, so it is no kernel either: one piecewise kernel per layer is left, k's. The causal mask
+/// is one kernel, and the rotary tables four.
 #[test]
-fn rotary_embeddings_cost_one_kernel_for_q_and_one_for_k() {
+fn rotary_embeddings_cost_one_kernel_for_k_and_none_for_q() {
     use fuse_kernels::ir::Op;
     use fuse_kernels::plan::{plan, KernelKind, Mode};
     use fuse_tests::harness::graph_of;
@@ -236,13 +237,23 @@ fn rotary_embeddings_cost_one_kernel_for_q_and_one_for_k() {
         .iter()
         .filter(|k| matches!(k.kind, KernelKind::Piecewise(_)))
         .count();
-    assert_eq!((concats, rotations), (0, 2 * LAYERS), "{dump}");
-    // 41 kernels when the rotation cost a negation, a concat and the rotation itself, for q and for k. Five are
+    let computing_q = fused
+        .kernels
+        .iter()
+        .filter(|k| matches!(&k.kind, KernelKind::Attention(a) if a.query.is_some()))
+        .count();
+    assert_eq!(
+        (concats, rotations, computing_q),
+        (0, LAYERS, LAYERS),
+        "{dump}"
+    );
+    // 41 kernels when the rotation cost a negation, a concat and the rotation itself, for q and for k; 34 when it
+    // was one kernel for each; 32 with q's computed in attention. Five are
     // made once per call from the attention mask: the causal mask, and the rotary tables (each token's position
     // as a running count of the mask, the frequencies, the cosines, the sines). The casts of the `arange`s, the
     // comparisons and the selections are cheap values broadcast into their readers and recomputed there per
     // element: no cast is a kernel of its own (the causal mask alone took six kernels when each was).
-    assert_eq!(fused.kernels.len(), 34, "{dump}");
+    assert_eq!(fused.kernels.len(), 32, "{dump}");
     let sizes_of_kernels_with_casts: Vec<usize> = fused
         .kernels
         .iter()

@@ -179,6 +179,38 @@ fn attention_kernels() {
     }
 }
 
+/// Q computed inside the attention kernel (RoPE's rotate-half, an elementwise chain, grouped heads) against the
+/// f64 reference, at sequence lengths whose attention runs in several blocks of query rows; where Q must stay in
+/// memory (also an output, or a permuted view of what is computed) it is read as before.
+#[test]
+fn attention_kernels_compute_their_queries() {
+    use fuse_kernels::plan::{plan, KernelKind, Mode};
+    use fuse_tests::harness::graph_of;
+    let fused = plan(&graph_of(ComputedQueries::spec()), Mode::Fused);
+    let queries: Vec<bool> = fused
+        .kernels
+        .iter()
+        .filter_map(|k| match &k.kind {
+            KernelKind::Attention(a) => Some(a.query.is_some()),
+            _ => None,
+        })
+        .collect();
+    let dump = fuse_kernels::plan::dump(&fused);
+    assert_eq!(queries, [true, true, true, false, false], "{dump}");
+    let m = ComputedQueries::random(12);
+    for (batch, seq, seed) in [(1, 1, 1200), (2, 7, 1201), (3, 150, 1202), (1, 300, 1203)] {
+        let keys = seq + 2;
+        let inputs = [
+            Tensor::randn(&[batch, seq, D], seed),
+            Tensor::randn(&[batch, keys, D], seed + 1),
+            Tensor::randn(&[batch, seq, 6], seed + 2),
+            Tensor::randn(&[batch, seq, 6], seed + 3),
+        ];
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        check_model("computed queries", m.compiled(), &refs, 1e-5, 1e-5);
+    }
+}
+
 #[test]
 fn permute_reshape_slice_concat() {
     let m = Views::random(8);

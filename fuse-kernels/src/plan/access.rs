@@ -150,6 +150,16 @@ pub fn view_access(
     }
 }
 
+/// The value a chain of views (permute, slice, reshape) starts from: `node` itself when it is not a view.
+pub fn view_root(g: &Graph, node: NodeId) -> NodeId {
+    match &g.node(node).op {
+        Op::Permute { input, .. } | Op::Slice { input, .. } | Op::Reshape { input, .. } => {
+            view_root(g, *input)
+        }
+        _ => node,
+    }
+}
+
 /// Broadcasts `a` (right-aligned) to `target`: new leading dims and size-1 dims get stride 0.
 pub fn broadcast_to(mut a: Access, target: &Shape) -> Access {
     let rank = target.rank();

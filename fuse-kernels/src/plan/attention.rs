@@ -25,17 +25,49 @@ pub struct Attention {
     pub softmax: NodeId,
     /// `P · V`: the kernel's output.
     pub output: NodeId,
+    /// The value Q is a view of, when this kernel computes it from an elementwise chain (RoPE) rather than reading
+    /// it from memory (see [`super::attention_query`]).
+    pub query: Option<NodeId>,
 }
 
 impl Attention {
     /// The elementwise chain between the scores and the softmax, in graph order.
-    pub fn chain(&self, k: &super::Kernel) -> Vec<NodeId> {
+    pub fn chain(&self, g: &Graph, k: &super::Kernel) -> Vec<NodeId> {
         let anchors = [self.scores, self.softmax, self.output];
+        let query = self.query_nodes(g, k);
         k.nodes
             .iter()
             .copied()
-            .filter(|n| !anchors.contains(n))
+            .filter(|n| !anchors.contains(n) && !query.contains(n))
             .collect()
+    }
+
+    /// The nodes that compute Q's rows, in graph order (empty when Q is read from memory): the query value and
+    /// what it is computed from inside the kernel.
+    pub fn query_nodes(&self, g: &Graph, k: &super::Kernel) -> Vec<NodeId> {
+        let Some(root) = self.query else {
+            return Vec::new();
+        };
+        let mut wanted = vec![root];
+        for &n in k.nodes.iter().rev() {
+            if wanted.contains(&n) {
+                wanted.extend(
+                    g.node(n)
+                        .op
+                        .operands()
+                        .into_iter()
+                        .filter(|o| k.nodes.contains(o)),
+                );
+            }
+        }
+        let mut nodes: Vec<NodeId> = k
+            .nodes
+            .iter()
+            .copied()
+            .filter(|n| wanted.contains(n))
+            .collect();
+        nodes.dedup();
+        nodes
     }
 }
 
@@ -55,11 +87,16 @@ pub fn recognise(g: &Graph, nodes: &[NodeId]) -> Option<Attention> {
         .iter()
         .copied()
         .find(|&n| matches!(g.node(n).op, Op::MatMul(..)) && n != output)?;
+    let Op::MatMul(q, _) = g.node(scores).op else {
+        return None;
+    };
+    let query = Some(super::access::view_root(g, q)).filter(|r| nodes.contains(r));
     // The chain from the scores to the softmax input is what lies between; check it reaches `input`.
     (input == scores || nodes.contains(&input)).then_some(Attention {
         scores,
         softmax: p,
         output,
+        query,
     })
 }
 

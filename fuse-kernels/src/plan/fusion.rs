@@ -308,7 +308,8 @@ pub fn reads_from_memory(g: &Graph, nodes: &[NodeId]) -> Vec<(NodeId, Shape)> {
                 None => reads,
             }
         })
-        .filter(|(operand, _)| !inside.contains(operand))
+        // A view of a value computed here (Q of an attention kernel that computes it) is not read from memory.
+        .filter(|(operand, _)| !inside.contains(&super::access::view_root(g, *operand)))
         .collect()
 }
 

@@ -4,6 +4,7 @@
 
 pub mod access;
 pub mod attention;
+pub mod attention_query;
 pub mod bounds;
 pub mod concat;
 pub mod fusion;
@@ -144,6 +145,7 @@ pub fn plan(graph: &Graph, mode: Mode) -> Plan {
     let groups = match mode {
         Mode::Fused => {
             let groups = attention::fuse(graph, groups, &mut refusals);
+            let groups = attention_query::fuse(graph, groups);
             row_region::fuse(graph, groups, &mut refusals)
         }
         Mode::Eager => groups,

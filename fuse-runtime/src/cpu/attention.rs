@@ -6,7 +6,7 @@ use rayon::prelude::*;
 
 use super::gemm::{sgemm, Strided};
 use super::par::{batch_offsets, SimdTask};
-use super::scratch::{with_buffer, SCORES};
+use super::scratch::{with_buffer, QUERIES, SCORES};
 
 /// Where a matrix operand's element `(row, col)` of one batch is: `offset + row·rs + col·cs` (plus the batch's
 /// offset), in elements.
@@ -34,6 +34,16 @@ pub struct AttentionSpec<'s> {
     pub v: Operand,
 }
 
+/// Where Q comes from.
+#[derive(Clone, Copy)]
+pub enum Query<'a> {
+    /// In memory, where the spec's `q` and `q_batch` say.
+    Memory(&'a [f32]),
+    /// Computed by the kernel (RoPE of a projection): `run(first_row, rows)` writes Q's rows `first_row..`,
+    /// counted over `[batch.., m]`, each `d` long. A block's rows go to a scratch as the block starts.
+    Computed(&'a dyn SimdTask),
+}
+
 /// Scores per block: 64 KB, so a block, its rows of Q and the output rows stay in L2 between the two GEMMs.
 pub const SCRATCH_ELEMENTS: usize = 1 << 14;
 
@@ -54,7 +64,7 @@ const FEW_ROWS: usize = 4;
 /// `first_row` counted over `[batch.., m]`) into probabilities in place.
 pub fn attention(
     spec: &AttentionSpec<'_>,
-    q: &[f32],
+    q: Query<'_>,
     k: &[f32],
     v: &[f32],
     out: &mut [f32],
@@ -65,7 +75,12 @@ pub fn attention(
     if batches == 0 || m == 0 || dv == 0 {
         return;
     }
-    let rows_per_block = (SCRATCH_ELEMENTS / n.max(1)).clamp(1, m);
+    // A computed Q's block goes to a scratch of the scores' size too.
+    let query_row = match q {
+        Query::Memory(_) => 1,
+        Query::Computed(_) => spec.d,
+    };
+    let rows_per_block = (SCRATCH_ELEMENTS / n.max(query_row).max(1)).clamp(1, m);
     let blocks_per_batch = m.div_ceil(rows_per_block);
     let mut blocks: Vec<&mut [f32]> = Vec::with_capacity(batches * blocks_per_batch);
     for batch in out.chunks_mut(m * dv).take(batches) {
@@ -100,7 +115,47 @@ pub fn attention(
 #[allow(clippy::too_many_arguments)]
 fn block_attention(
     spec: &AttentionSpec<'_>,
-    q: &[f32],
+    q: Query<'_>,
+    k: &[f32],
+    v: &[f32],
+    b: usize,
+    row0: usize,
+    block: &mut [f32],
+    scores: &dyn SimdTask,
+    probs: &mut [f32],
+) {
+    match q {
+        Query::Memory(q) => {
+            let [qb] = batch_offsets(spec.batch, [spec.q_batch], b);
+            let at = Operand {
+                offset: spec.q.offset + qb + row0 * spec.q.rs,
+                ..spec.q
+            };
+            block_attention_of(spec, (q, at), k, v, b, row0, block, scores, probs)
+        }
+        Query::Computed(task) => {
+            let rows = block.len() / spec.dv.max(1);
+            with_buffer(&QUERIES, rows * spec.d, |rows_of_q| {
+                if spec.d > 0 {
+                    task.run_simd(b * spec.m + row0, rows_of_q);
+                }
+                // The block's rows of Q, row-major from the scratch's start.
+                let at = Operand {
+                    offset: 0,
+                    rs: spec.d,
+                    cs: 1,
+                };
+                block_attention_of(spec, (rows_of_q, at), k, v, b, row0, block, scores, probs)
+            })
+        }
+    }
+}
+
+/// [`block_attention`] with the block's rows of Q in memory: its first row where `q_at` says.
+#[allow(clippy::too_many_arguments)]
+fn block_attention_of(
+    spec: &AttentionSpec<'_>,
+    (q, q_at): (&[f32], Operand),
     k: &[f32],
     v: &[f32],
     b: usize,
@@ -111,29 +166,25 @@ fn block_attention(
 ) {
     let (n, d, dv) = (spec.n, spec.d, spec.dv);
     let rows = block.len() / dv;
-    let [qb, kb, vb] = batch_offsets(spec.batch, [spec.q_batch, spec.k_batch, spec.v_batch], b);
-    let (qo, ko, vo) = (
-        spec.q.offset + qb + row0 * spec.q.rs,
-        spec.k.offset + kb,
-        spec.v.offset + vb,
-    );
+    let [kb, vb] = batch_offsets(spec.batch, [spec.k_batch, spec.v_batch], b);
+    let (qo, ko, vo) = (q_at.offset, spec.k.offset + kb, spec.v.offset + vb);
     let last = |o: usize, r: usize, rs: usize, c: usize, cs: usize| o + (r - 1) * rs + (c - 1) * cs;
     let in_bounds = n == 0
         || (last(vo, n, spec.v.rs, dv, spec.v.cs) < v.len()
             && (d == 0
-                || (last(qo, rows, spec.q.rs, d, spec.q.cs) < q.len()
+                || (last(qo, rows, q_at.rs, d, q_at.cs) < q.len()
                     && last(ko, d, spec.k.rs, n, spec.k.cs) < k.len())));
     assert!(in_bounds, "attention operand out of bounds: planner bug");
     // A key's d values and a value row's dv values each contiguous (K cached as [.., n, d] and read transposed,
     // V as [.., n, dv]): the direct path reads them as slices.
-    if rows <= FEW_ROWS && spec.q.cs == 1 && spec.k.rs == 1 && spec.v.cs == 1 {
+    if rows <= FEW_ROWS && q_at.cs == 1 && spec.k.rs == 1 && spec.v.cs == 1 {
         let operands = FewRows {
             n,
             d,
             dv,
             // Empty where nothing is read from it (d or n zero: not bounds-checked above).
             q: q.get(qo..).unwrap_or(&[]),
-            q_rs: spec.q.rs,
+            q_rs: q_at.rs,
             k: k.get(ko..).unwrap_or(&[]),
             k_cs: spec.k.cs,
             v: v.get(vo..).unwrap_or(&[]),
@@ -150,7 +201,7 @@ fn block_attention(
             sgemm(
                 (rows, d, n),
                 1.0,
-                Strided::new(q.as_ptr().add(qo), spec.q.rs as isize, spec.q.cs as isize),
+                Strided::new(q.as_ptr().add(qo), q_at.rs as isize, q_at.cs as isize),
                 Strided::new(k.as_ptr().add(ko), spec.k.rs as isize, spec.k.cs as isize),
                 0.0,
                 Strided::new(probs.as_mut_ptr(), n as isize, 1),
@@ -259,7 +310,7 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::par::RowTask;
+    use crate::cpu::par::{FnTask, RowTask};
     use crate::cpu::rows::softmax_in_place;
     use crate::tensor::Tensor;
 
@@ -291,11 +342,12 @@ mod tests {
             (4, 3, 37, 13, 5),
             (2, 4, 20, 8, 3),
             (2, 2, 50, 19, 17),
+            // Several blocks of query rows per head.
+            (2, 300, 70, 8, 4),
         ];
-        for ((heads, m, n, d, dv), v_transposed) in cases
-            .into_iter()
-            .flat_map(|case| [(case, false), (case, true)])
-        {
+        for ((heads, m, n, d, dv), v_transposed, computed) in cases.into_iter().flat_map(|case| {
+            [(false, false), (true, false), (false, true)].map(|(v, q)| (case, v, q))
+        }) {
             let qv = Tensor::randn(&[heads * m * d], 1).to_f32_vec();
             // K stored as [heads, n, d]: Kᵀ's (row = c, col = j) is at j·d + c.
             let kv = Tensor::randn(&[heads * n * d], 2).to_f32_vec();
@@ -342,7 +394,23 @@ mod tests {
             };
             let scale = 0.5f32;
             let mut out = vec![f32::NAN; heads * m * dv];
-            attention(&spec, &qv, &kv, &vv, &mut out, &ScaledSoftmax { n, scale });
+            // Q in memory, or written a block of rows at a time by a task, as a kernel computing it does.
+            let rows_of_q = FnTask(|first: usize, rows: &mut [f32]| {
+                rows.copy_from_slice(&qv[first * d..first * d + rows.len()])
+            });
+            let query = if computed {
+                Query::Computed(&rows_of_q)
+            } else {
+                Query::Memory(&qv)
+            };
+            attention(
+                &spec,
+                query,
+                &kv,
+                &vv,
+                &mut out,
+                &ScaledSoftmax { n, scale },
+            );
             for h in 0..heads {
                 for i in 0..m {
                     let s: Vec<f64> = (0..n)
@@ -363,7 +431,7 @@ mod tests {
                         let got = f64::from(out[(h * m + i) * dv + t]);
                         assert!(
                             (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
-                            "{heads}x{m}x{n}x{d}x{dv} (V transposed: {v_transposed}) at ({h}, {i}, {t}): \
+                            "{heads}x{m}x{n}x{d}x{dv} (V transposed: {v_transposed}, Q computed: {computed}) at ({h}, {i}, {t}): \
                              {got} vs {want}"
                         );
                     }

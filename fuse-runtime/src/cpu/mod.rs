@@ -42,7 +42,10 @@ impl std::fmt::Display for CpuPrecision {
 
 /// Reserves every kernel's per-thread scratch on every worker (see [`scratch`]); models call it when they load.
 pub fn reserve_scratch() {
-    let mut needs = vec![(&scratch::SCORES, attention::SCRATCH_ELEMENTS)];
+    let mut needs = vec![
+        (&scratch::SCORES, attention::SCRATCH_ELEMENTS),
+        (&scratch::QUERIES, attention::SCRATCH_ELEMENTS),
+    ];
     needs.extend(gemm::scratch_needs());
     scratch::reserve(&needs);
 }

@@ -17,6 +17,8 @@ thread_local! {
     pub static GEMM_B: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     /// Attention's block of scores.
     pub static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// Attention's block of query rows, when the kernel computes them.
+    pub static QUERIES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Runs `f` on the first `len` floats of this thread's `buffer`, growing it first if it is shorter. The

@@ -1,14 +1,17 @@
 //! The attention kernel on the CPU: the runtime's `attention` driver computes a block of scores with one GEMM,
 //! runs the generated task on it (the elementwise chain on the scores, then the softmax of each row), and
-//! multiplies the block by `V` with a second GEMM. The task is the only generated part.
+//! multiplies the block by `V` with a second GEMM. The task is the only generated part, with, when the kernel
+//! computes Q (RoPE of a projection), a second task that writes a block's rows of Q.
 
 use proc_macro2::TokenStream;
 use quote::quote;
 
 use super::expr::{dim_expr, var};
-use super::kernels::{in_place_task, out_index, setups, shape_decl, RT};
+use super::kernels::{
+    elementwise_task, in_place_task, out_index, reads_of, setups, shape_decl, RT,
+};
 use crate::ir::{NodeId, Op};
-use crate::plan::{Attention, Kernel, Plan, Read};
+use crate::plan::{concat, Attention, Kernel, Plan, Read};
 
 pub fn attention(plan: &Plan, k: &Kernel, att: &Attention) -> TokenStream {
     let rt = RT();
@@ -17,15 +20,15 @@ pub fn attention(plan: &Plan, k: &Kernel, att: &Attention) -> TokenStream {
     else {
         return quote!();
     };
-    let (Some(rq), Some(_), Some(_)) = (k.read(*q), k.read(*kt), k.read(*v)) else {
+    if k.read(*kt).is_none() || k.read(*v).is_none() {
         return quote!();
-    };
+    }
     // Iterated as the scores: `[batch.., m, n]`.
     let (shape, rank) = shape_decl(&g.ty(att.scores).shape.0);
     let batch = rank - 2;
-    let inner = dim_expr(&rq.access.shape[rank - 1]);
+    let inner = dim_expr(&g.ty(*q).shape.0[rank - 1]);
     let head = dim_expr(&g.ty(att.output).shape.0[rank - 1]);
-    let chain = att.chain(k);
+    let chain = att.chain(g, k);
     let all: Vec<&Read> = k.reads.iter().collect();
     let setup = setups(plan, k, &all);
     let out = out_index();
@@ -36,8 +39,20 @@ pub fn attention(plan: &Plan, k: &Kernel, att: &Attention) -> TokenStream {
         let s = (0..batch).map(move |i| quote!(#st[#i]));
         quote!(&[#(#s),*])
     };
-    let (q_batch, k_batch, v_batch) = (strides(&sq), strides(&sk), strides(&sv));
     let (rows, cols) = (batch, batch + 1);
+    let (k_batch, v_batch) = (strides(&sk), strides(&sv));
+    let (query, q_batch, q_at) = match att.query {
+        Some(root) => (
+            query_task(plan, k, att, root),
+            quote!(&[]),
+            quote!(#rt::Operand { offset: 0, rs: 0, cs: 0 }),
+        ),
+        None => (
+            quote!(let query = #rt::Query::Memory(#bq);),
+            strides(&sq),
+            quote!(#rt::Operand { offset: #oq, rs: #sq[#rows], cs: #sq[#cols] }),
+        ),
+    };
     let Op::Softmax { input, .. } = g.node(att.softmax).op else {
         return quote!();
     };
@@ -56,11 +71,35 @@ pub fn attention(plan: &Plan, k: &Kernel, att: &Attention) -> TokenStream {
             n: shape[#cols],
             d: #inner,
             dv: #head,
-            q: #rt::Operand { offset: #oq, rs: #sq[#rows], cs: #sq[#cols] },
+            q: #q_at,
             k: #rt::Operand { offset: #ok, rs: #sk[#rows], cs: #sk[#cols] },
             v: #rt::Operand { offset: #ov, rs: #sv[#rows], cs: #sv[#cols] },
         };
         #scores_task
-        #rt::attention(&spec, #bq, #bk, #bv, out, &task);
+        #query
+        #rt::attention(&spec, query, #bk, #bv, out, &task);
+    }
+}
+
+/// Binds `query`, Q computed by the kernel: a task writing rows of `root` (of which Q is a contiguous view, so
+/// its rows are Q's), inside a block of its own so that its names do not meet the scores' task's.
+fn query_task(plan: &Plan, k: &Kernel, att: &Attention, root: NodeId) -> TokenStream {
+    let rt = RT();
+    let g = &plan.graph;
+    let nodes = att.query_nodes(g, k);
+    let reads = reads_of(plan, k, &nodes);
+    let (shape, rank) = shape_decl(&g.ty(root).shape.0);
+    let task = match concat::recognise(g, &nodes) {
+        Some(pw) => super::piecewise::rows_task(plan, k, &pw, root, &reads),
+        None => elementwise_task(plan, k, &nodes, root, &reads),
+    };
+    quote! {
+        let query_rows = {
+            #shape
+            let len = shape[#rank - 1];
+            #task
+            task
+        };
+        let query = #rt::Query::Computed(&query_rows);
     }
 }

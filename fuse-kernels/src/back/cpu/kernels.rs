@@ -118,24 +118,47 @@ fn elementwise(plan: &Plan, k: &Kernel) -> TokenStream {
     let (shape, rank) = shape_decl(&g.ty(k.output).shape.0);
     let reads: Vec<&Read> = k.reads.iter().collect();
     let setup = setups(plan, k, &reads);
-    let binds = bind_reads(&reads, rank);
-    let decompose = decompose_row(rank - 1);
     let out = out_index();
+    let task = elementwise_task(plan, k, &k.nodes, k.output, &reads);
+    quote! {
+        #shape
+        let len = shape[#rank - 1];
+        #setup
+        let out = ctx.out_f32(#out);
+        #task
+        #rt::for_rows(out, len, &task);
+    }
+}
+
+/// Binds `task`, a `RowTask` writing rows of `root`, which the elementwise `nodes` compute from `reads` (a copy
+/// of its one read when `nodes` is empty), with `shape` (the root's), `len` (its rows' length) and the reads'
+/// set-up in scope.
+pub(super) fn elementwise_task(
+    plan: &Plan,
+    k: &Kernel,
+    nodes: &[NodeId],
+    root: NodeId,
+    reads: &[&Read],
+) -> TokenStream {
+    let g = &plan.graph;
+    let rank = g.ty(root).shape.rank().max(1);
+    let binds = bind_reads(reads, rank);
+    let decompose = decompose_row(rank - 1);
     // A copy kernel computes nothing: its value is its single read.
-    let (body, result) = if k.nodes.is_empty() {
-        let value = match k.reads.first() {
+    let (body, result) = if nodes.is_empty() {
+        let value = match reads.first() {
             Some(r) => super::expr::row_load(r, rank, g.ty(r.access.base).dtype),
             None => quote!(0.0f32),
         };
         (quote!(), value)
     } else {
-        let v = var("v", k.output);
-        (elementwise_body(plan, k, &k.nodes, rank, None), quote!(#v))
+        let v = var("v", root);
+        (elementwise_body(plan, k, nodes, rank, None), quote!(#v))
     };
-    let mut fields = read_fields(plan, &reads);
+    let mut fields = read_fields(plan, reads);
     fields.push((quote::format_ident!("shape"), quote!([usize; #rank])));
     fields.push((quote::format_ident!("len"), quote!(usize)));
-    let task = task(
+    task(
         &fields,
         quote! {
             for (r, o) in chunk.chunks_exact_mut(len).enumerate() {
@@ -148,15 +171,7 @@ fn elementwise(plan: &Plan, k: &Kernel) -> TokenStream {
                 }
             }
         },
-    );
-    quote! {
-        #shape
-        let len = shape[#rank - 1];
-        #setup
-        let out = ctx.out_f32(#out);
-        #task
-        #rt::for_rows(out, len, &task);
-    }
+    )
 }
 
 /// The prologue feeds the anchor's row input; the epilogue is everything after the anchor.

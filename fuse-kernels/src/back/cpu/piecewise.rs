@@ -21,15 +21,36 @@ pub fn piecewise(plan: &Plan, k: &Kernel, pw: &Piecewise) -> TokenStream {
     let (shape, rank) = shape_decl(&g.ty(k.output).shape.0);
     let all: Vec<&Read> = k.reads.iter().collect();
     let setup = setups(plan, k, &all);
-    let decompose = decompose_row(rank - 1);
     let out = out_index();
+    let task = rows_task(plan, k, pw, k.output, &all);
+    quote! {
+        #shape
+        let len = shape[#rank - 1];
+        #setup
+        let out = ctx.out_f32(#out);
+        #task
+        #rt::for_rows(out, len, &task);
+    }
+}
+
+/// Binds `task`, a `RowTask` writing rows of `root` (the value `pw` computes from `reads`), with `shape` (the
+/// root's), `len` (its rows' length) and the reads' set-up in scope.
+pub fn rows_task(
+    plan: &Plan,
+    k: &Kernel,
+    pw: &Piecewise,
+    root: NodeId,
+    reads: &[&Read],
+) -> TokenStream {
+    let rank = plan.graph.ty(root).shape.rank().max(1);
+    let decompose = decompose_row(rank - 1);
     let rest_binds = binds(&reads_by(plan, k, &pw.rest), rank, &quote!(len));
     let innermost = pw.axis + 1 == rank;
     let pieces: Vec<TokenStream> = pw
         .pieces
         .iter()
         .filter(|p| p.len > 0)
-        .map(|p| piece(plan, k, pw, p, rank, innermost))
+        .map(|p| piece(plan, k, pw, p, root, innermost))
         .collect();
     let per_row = if innermost {
         quote!(#(#pieces)*)
@@ -43,10 +64,10 @@ pub fn piecewise(plan: &Plan, k: &Kernel, pw: &Piecewise) -> TokenStream {
             .map(|p| p.start + p.len);
         quote!(#(if #axis_index < #ends #pieces else)* {})
     };
-    let mut fields = read_fields(plan, &all);
+    let mut fields = read_fields(plan, reads);
     fields.push((format_ident!("shape"), quote!([usize; #rank])));
     fields.push((format_ident!("len"), quote!(usize)));
-    let task = task(
+    task(
         &fields,
         quote! {
             for (r, o) in chunk.chunks_exact_mut(len).enumerate() {
@@ -56,15 +77,7 @@ pub fn piecewise(plan: &Plan, k: &Kernel, pw: &Piecewise) -> TokenStream {
                 #per_row
             }
         },
-    );
-    quote! {
-        #shape
-        let len = shape[#rank - 1];
-        #setup
-        let out = ctx.out_f32(#out);
-        #task
-        #rt::for_rows(out, len, &task);
-    }
+    )
 }
 
 /// The block that writes `p`'s span of the current row.
@@ -73,10 +86,11 @@ fn piece(
     k: &Kernel,
     pw: &Piecewise,
     p: &Piece,
-    rank: usize,
+    root: NodeId,
     innermost: bool,
 ) -> TokenStream {
     let g = &plan.graph;
+    let rank = g.ty(root).shape.rank().max(1);
     let mut reads = reads_by(plan, k, &p.branch);
     // An input read from memory is read by the concat itself.
     if let Some(read) = k.read(p.input) {
@@ -107,7 +121,7 @@ fn piece(
         let e = op_expr(g, id, &rest_value);
         quote!(let #v: f32 = #e;)
     });
-    let result = var("v", k.output);
+    let result = var("v", root);
     let element = quote! {
         #(#branch)*
         let #concat: f32 = #input;

@@ -33,17 +33,35 @@ pub fn write(w: &mut String, cx: &Ctx, symbol: &str, att: &Attention) -> fmt::Re
         return writeln!(w, "#error \"fuse: not an attention kernel\"");
     };
     let position = |n: NodeId| k.reads.iter().position(|r| r.node == n);
-    let (Some(iq), Some(ik), Some(iv)) = (position(*q), position(*kt), position(*v)) else {
+    let (Some(ik), Some(iv)) = (position(*kt), position(*v)) else {
         return writeln!(w, "#error \"fuse: attention operands are not reads\"");
     };
+    // Q is read, or computed from the query nodes (then `iq` is `None`).
+    let iq = position(*q);
+    let query_nodes = att.query_nodes(g, k);
+    if iq.is_none() && att.query.is_none() {
+        return writeln!(w, "#error \"fuse: attention reads no Q\"");
+    }
     let shape = &g.ty(att.scores).shape.0;
     let rank = shape.len();
     let head = |d: &Dim| d.as_static().unwrap_or(0);
     let (d, dv) = (
-        head(&k.reads[iq].access.shape[rank - 1]),
+        head(&g.ty(*q).shape.0[rank - 1]),
         head(&g.ty(att.output).shape.0[rank - 1]),
     );
-    let chain = att.chain(k);
+    let chain = att.chain(g, k);
+    // The reads only the query nodes use: at the query value's own indices, not the scores'.
+    let query_only: BTreeSet<usize> = (0..k.reads.len())
+        .filter(|&i| {
+            let uses = |n: &NodeId| g.node(*n).op.operands().contains(&k.reads[i].node);
+            query_nodes.iter().any(uses)
+                && !k
+                    .nodes
+                    .iter()
+                    .filter(|n| !query_nodes.contains(n))
+                    .any(uses)
+        })
+        .collect();
 
     let threads = 32 * ROWS_PER_BLOCK;
     signature(w, cx, symbol, threads)?;
@@ -69,7 +87,13 @@ pub fn write(w: &mut String, cx: &Ctx, symbol: &str, att: &Attention) -> fmt::Re
     // The row's indices over `[batch.., m]`, as far as some read moves along them.
     let outer = &shape[..rank - 1];
     let mut needed = BTreeSet::new();
-    for r in &k.reads {
+    for r in k
+        .reads
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !query_only.contains(i))
+        .map(|(_, r)| r)
+    {
         needed.extend(
             (0..rank - 1).filter(|&p| p < r.access.shape.len() && expr::moves(&r.access, p)),
         );
@@ -82,6 +106,9 @@ pub fn write(w: &mut String, cx: &Ctx, symbol: &str, att: &Attention) -> fmt::Re
         .map(|(p, name)| (p + 2 < rank).then(|| name.clone()).flatten())
         .collect();
     for (i, r) in k.reads.iter().enumerate() {
+        if query_only.contains(&i) {
+            continue;
+        }
         let at = if i == ik || i == iv {
             &batch_only
         } else {
@@ -109,11 +136,30 @@ pub fn write(w: &mut String, cx: &Ctx, symbol: &str, att: &Attention) -> fmt::Re
     writeln!(w, "#pragma unroll")?;
     writeln!(w, "    for (int t = 0; t < {qi}; ++t) {{")?;
     writeln!(w, "        const long long c = lane + 32 * t;")?;
-    writeln!(
-        w,
-        "        qr[t] = c < {d} ? fuse_to_f32(in{iq}[{}]) : 0.0f;",
-        element(iq, None, "c")
-    )?;
+    match (iq, att.query) {
+        (Some(iq), _) => writeln!(
+            w,
+            "        qr[t] = c < {d} ? fuse_to_f32(in{iq}[{}]) : 0.0f;",
+            element(iq, None, "c")
+        )?,
+        (None, Some(root)) => {
+            // Q's rows are the query value's rows: element `c` of row `row` is its element `row · d + c`.
+            writeln!(w, "        qr[t] = 0.0f;")?;
+            writeln!(w, "        if (c < {d}) {{")?;
+            writeln!(w, "            const long long qi = row * {d} + c;")?;
+            let value = super::piecewise::emit_value(
+                w,
+                "            ",
+                cx,
+                &query_nodes,
+                (root, "qi"),
+                "qv",
+            )?;
+            writeln!(w, "            qr[t] = {value};")?;
+            writeln!(w, "        }}")?;
+        }
+        (None, None) => {}
+    }
     writeln!(w, "    }}")?;
     writeln!(w, "#pragma unroll")?;
     writeln!(w, "    for (int t = 0; t < {vi}; ++t) acc[t] = 0.0f;")?;

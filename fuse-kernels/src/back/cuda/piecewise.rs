@@ -11,23 +11,65 @@ use super::expr::{self, Section};
 use super::gather::loop_head;
 use super::Ctx;
 use crate::ir::NodeId;
-use crate::plan::Piecewise;
+use crate::plan::{concat, Piecewise};
 
 pub fn write(w: &mut String, cx: &Ctx, symbol: &str, pw: &Piecewise) -> fmt::Result {
-    let (g, k) = (cx.g, cx.k);
-    let shape = &g.ty(k.output).shape.0;
     loop_head(w, cx, symbol)?;
-    let ind = "        ";
+    let value = emit_piecewise(w, "        ", cx, pw, cx.k.output, "i", "")?;
+    writeln!(w, "        out[i] = fuse_from_f32({value});")?;
+    writeln!(w, "    }}")?;
+    writeln!(w, "}}")
+}
+
+/// Emits the value of element `linear` of `root`, computed by the elementwise `nodes` of the kernel (through one
+/// concat, or none); returns its expression. `tag` prefixes the locals, so that another section can share the
+/// scope.
+pub fn emit_value(
+    w: &mut String,
+    ind: &str,
+    cx: &Ctx,
+    nodes: &[NodeId],
+    (root, linear): (NodeId, &str),
+    tag: &str,
+) -> Result<String, fmt::Error> {
+    if let Some(pw) = concat::recognise(cx.g, nodes) {
+        return emit_piecewise(w, ind, cx, &pw, root, linear, tag);
+    }
+    let shape = &cx.g.ty(root).shape.0;
+    let needed: BTreeSet<usize> = (0..shape.len()).filter(|&d| !shape[d].is_one()).collect();
+    let idx = expr::unravel(w, ind, linear, shape, &needed, &format!("{tag}x"))?;
+    let offset = |i: usize| expr::offset(&cx.k.reads[i].access, &idx);
+    let known = |_: NodeId| None;
+    let section = Section {
+        tag,
+        offset: &offset,
+        known: &known,
+    };
+    expr::emit_nodes(w, ind, cx, nodes, root, &section)
+}
+
+fn emit_piecewise(
+    w: &mut String,
+    ind: &str,
+    cx: &Ctx,
+    pw: &Piecewise,
+    root: NodeId,
+    linear: &str,
+    tag: &str,
+) -> Result<String, fmt::Error> {
+    let (g, k) = (cx.g, cx.k);
+    let shape = &g.ty(root).shape.0;
     let needed: BTreeSet<usize> = (0..shape.len())
         .filter(|&d| d == pw.axis || !shape[d].is_one())
         .collect();
-    let idx = expr::unravel(w, ind, "i", shape, &needed, "x")?;
+    let idx = expr::unravel(w, ind, linear, shape, &needed, &format!("{tag}x"))?;
     let along = idx
         .get(pw.axis)
         .cloned()
         .flatten()
         .unwrap_or_else(|| "0LL".into());
-    writeln!(w, "{ind}float vc = 0.0f;")?;
+    let vc = format!("{tag}vc");
+    writeln!(w, "{ind}float {vc} = 0.0f;")?;
     let pieces: Vec<_> = pw.pieces.iter().filter(|p| p.len > 0).collect();
     for (q, p) in pieces.iter().enumerate() {
         let els = if q == 0 { "" } else { "else " };
@@ -43,26 +85,23 @@ pub fn write(w: &mut String, cx: &Ctx, symbol: &str, pw: &Piecewise) -> fmt::Res
         }
         let offset = |i: usize| expr::offset(&k.reads[i].access, &at);
         let known = |_: NodeId| None;
-        let tag = format!("p{q}_");
+        let piece_tag = format!("{tag}p{q}_");
         let section = Section {
-            tag: &tag,
+            tag: &piece_tag,
             offset: &offset,
             known: &known,
         };
         let inner = format!("{ind}    ");
         let value = expr::emit_nodes(w, &inner, cx, &p.branch, p.input, &section)?;
-        writeln!(w, "{inner}vc = {value};")?;
+        writeln!(w, "{inner}{vc} = {value};")?;
         writeln!(w, "{ind}}}")?;
     }
     let offset = |i: usize| expr::offset(&k.reads[i].access, &idx);
-    let known = |id: NodeId| (id == pw.concat).then(|| "vc".to_string());
+    let known = |id: NodeId| (id == pw.concat).then(|| vc.clone());
     let section = Section {
-        tag: "",
+        tag,
         offset: &offset,
         known: &known,
     };
-    let result = expr::emit_nodes(w, ind, cx, &pw.rest, k.output, &section)?;
-    writeln!(w, "{ind}out[i] = fuse_from_f32({result});")?;
-    writeln!(w, "    }}")?;
-    writeln!(w, "}}")
+    expr::emit_nodes(w, ind, cx, &pw.rest, root, &section)
 }
