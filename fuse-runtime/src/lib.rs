@@ -42,6 +42,7 @@ pub mod __private {
         for_rows, gather_rows, gemm, gemm_with, strided_copy, GemmSpec, RowTask,
     };
     pub use crate::cpu::rows;
+    pub use crate::cpu::write_rows::write_rows;
     pub use crate::cuda::spec::{
         AotCode, CudaAccess, CudaGemm, CudaKernel, CudaLaunch, CudaProgram, CudaSpec, EmbeddedCuda,
         GridSpec, LaunchRole,

@@ -468,6 +468,36 @@ pub mod ops {
         }
     }
 
+    /// Writes whose values the kernel computes: RoPE of new keys (through a concat) into a `[batch, 2, MAX_POS,
+    /// 6]` cache at positions `[past, past + seq)`, and an elementwise value of a permuted view written along the
+    /// last axis of a `[batch, 4, MAX_POS]` state.
+    pub struct ComputedWrites {
+        #[state]
+        #[shape(batch, 2, MAX_POS, 6)]
+        keys: Tensor,
+        #[state]
+        #[shape(batch, 4, MAX_POS)]
+        columns: Tensor,
+    }
+    impl ComputedWrites {
+        pub fn forward(
+            &self,
+            #[shape(batch, seq, 12)] x: Tensor,
+            #[shape(batch, seq, 6)] cos: Tensor,
+            #[shape(batch, seq, 6)] sin: Tensor,
+            #[dim] past: usize,
+        ) -> (Tensor, Tensor) {
+            let (b, s) = (x.dim(0), x.dim(1));
+            let k = x.reshape([b, s, 2, 6]).permute([0, 2, 1, 3]);
+            let (cos, sin) = (cos.reshape([b, 1, s, 6]), sin.reshape([b, 1, s, 6]));
+            let rotated = k * &cos + concat([k.slice(3, 3, 6).neg(), k.slice(3, 0, 3)], 3) * &sin;
+            let keys = self.keys.write(2, past, rotated).narrow(2, 0, past + s);
+            let squashed = x.slice(2, 0, 4).permute([0, 2, 1]).tanh();
+            let columns = self.columns.write(2, past, squashed).narrow(2, 0, past + s);
+            (keys * 1.0, columns + 0.5)
+        }
+    }
+
     /// A constant slice of a dynamic axis: rows 2..5 of `seq`, which exist only when `seq >= 5`.
     pub struct SliceOfDynamicAxis {}
     impl SliceOfDynamicAxis {

@@ -903,6 +903,52 @@ fn a_broken_generated_kernel_is_caught_on_the_simulator() {
     }
 }
 
+/// Writes that compute their values (RoPE through a concat into a cache; an elementwise value along a state's
+/// last axis) on the GPU, call after call, against a CPU session: every output and the final states.
+#[test]
+fn writes_that_compute_their_values_on_the_gpu() {
+    use fuse_tests::op_models::ops::ComputedWrites;
+    let Some(device) = gpu() else { return };
+    let cpu = ComputedWrites::random(2).into_compiled();
+    let gpu = moved(&cpu, &device, GpuOptions::default());
+    let batch = 2;
+    let (mut on_cpu, mut on_gpu) = (
+        cpu.session(&[("batch", batch)]).unwrap(),
+        gpu.session(&[("batch", batch)]).unwrap(),
+    );
+    let mut past = 0;
+    for (call, seq) in [5usize, 1, 3, 1].into_iter().enumerate() {
+        let seed = 300 + 10 * call as u64;
+        let inputs = [
+            Tensor::randn(&[batch, seq, 12], seed),
+            Tensor::randn(&[batch, seq, 6], seed + 1),
+            Tensor::randn(&[batch, seq, 6], seed + 2),
+            fuse_runtime::exec::dim_arg(past).unwrap(),
+        ];
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        let want = cpu
+            .run_session(PlanMode::Fused, &mut on_cpu, &refs)
+            .unwrap();
+        let got = gpu
+            .run_session(PlanMode::Fused, &mut on_gpu, &refs)
+            .unwrap_or_else(|e| panic!("call {call}: {e}"));
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_close(
+                &format!("call {call} output {i}"),
+                g,
+                &to_ref(w),
+                1e-5,
+                1e-5,
+            );
+        }
+        past += seq;
+    }
+    let want: Vec<Tensor> = on_cpu.states().unwrap().to_vec();
+    for (g, w) in on_gpu.states().unwrap().iter().zip(&want) {
+        assert_close("final states", g, &to_ref(w), 1e-5, 1e-5);
+    }
+}
+
 /// A model with `#[state]` on the GPU: the session's cache moves to the device on its first call there and is
 /// written in place call after call; every call's outputs and the states at the end equal a CPU session's. The
 /// session's first call runs on the CPU, and one midway (its states come back from the device first); at the end

@@ -218,8 +218,9 @@ fn greedy_continuation_matches_transformers() {
 
 /// RoPE's rotate-half (`slice`, `neg`, `concat`) is computed inside the kernel that applies the rotation to q
 /// and to k: no concat or negation kernel of its own in any layer. The rotation of q is computed by the attention
-/// kernel as it reads q, so it is no kernel either: one piecewise kernel per layer is left, k's. The causal mask
-/// is one kernel, and the rotary tables four.
+/// kernel as it reads q, so it is no kernel either: one piecewise kernel per layer is left, k's. With a KV cache,
+/// k's rotation is computed by the write into the cache, so no piecewise kernel is left. The causal mask is one
+/// kernel, and the rotary tables four.
 #[test]
 fn rotary_embeddings_cost_one_kernel_for_k_and_none_for_q() {
     use fuse_kernels::ir::Op;
@@ -265,6 +266,28 @@ fn rotary_embeddings_cost_one_kernel_for_k_and_none_for_q() {
         .map(|k| k.nodes.len())
         .collect();
     assert_eq!(sizes_of_kernels_with_casts, [10, 7, 7], "{dump}");
+
+    let cached = plan(&graph_of(TinyLlamaCached::spec()), Mode::Fused);
+    let dump = fuse_kernels::plan::dump(&cached);
+    let count = |what: &dyn Fn(&KernelKind, usize) -> bool| {
+        cached
+            .kernels
+            .iter()
+            .filter(|k| what(&k.kind, k.nodes.len()))
+            .count()
+    };
+    let rotations = count(&|kind, _| matches!(kind, KernelKind::Piecewise(_)));
+    let computing_q =
+        count(&|kind, _| matches!(kind, KernelKind::Attention(a) if a.query.is_some()));
+    // A write that computes its value holds more nodes than the write.
+    let writes = count(&|kind, _| matches!(kind, KernelKind::Write { .. }));
+    let rotating_writes =
+        count(&|kind, nodes| matches!(kind, KernelKind::Write { .. }) && nodes > 1);
+    assert_eq!(
+        (rotations, computing_q, writes, rotating_writes),
+        (0, LAYERS, 2 * LAYERS, LAYERS),
+        "{dump}"
+    );
 }
 
 /// The cached model with the same weights as `uncached` (the same parameters, in the same order).

@@ -5,7 +5,7 @@ use fuse_runtime::{Error, PlanMode, Tensor};
 use fuse_tests::check::check_stateful;
 use rand::{Rng, SeedableRng};
 
-use fuse_tests::op_models::ops::{CacheWrite, D, MAX_POS};
+use fuse_tests::op_models::ops::{CacheWrite, ComputedWrites, D, MAX_POS};
 
 #[test]
 fn writes_at_random_offsets_then_reads_of_the_prefix_match_the_reference() {
@@ -38,6 +38,55 @@ fn writes_at_random_offsets_then_reads_of_the_prefix_match_the_reference() {
             .unwrap()
             .iter()
             .all(|v| *v != 0.0));
+    }
+}
+
+/// Values computed by the write kernel itself (RoPE through a concat along a cache's positions; an elementwise
+/// value along a state's last axis) land where a copy of them would, call after call.
+#[test]
+fn writes_that_compute_their_values_match_the_reference() {
+    use fuse_kernels::plan::{plan, KernelKind, Mode};
+    use fuse_tests::harness::graph_of;
+    let fused = plan(&graph_of(ComputedWrites::spec()), Mode::Fused);
+    let computing: Vec<usize> = fused
+        .kernels
+        .iter()
+        .filter(|k| matches!(k.kind, KernelKind::Write { .. }))
+        .map(|k| k.nodes.len())
+        .collect();
+    assert!(
+        computing.iter().all(|&n| n > 1),
+        "{}",
+        fuse_kernels::plan::dump(&fused)
+    );
+    let m = ComputedWrites::random(32);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(32);
+    for case in 0..3u64 {
+        let batch = rng.gen_range(1..=3);
+        let mut session = m.session(&[("batch", batch)]).unwrap();
+        let mut past = 0;
+        while past < MAX_POS {
+            let seq = rng.gen_range(1..=(MAX_POS - past).min(6));
+            let seed = case * 100 + past as u64;
+            let inputs = [
+                Tensor::randn(&[batch, seq, 12], seed),
+                Tensor::randn(&[batch, seq, 6], seed + 1),
+                Tensor::randn(&[batch, seq, 6], seed + 2),
+                fuse_runtime::exec::dim_arg(past).unwrap(),
+            ];
+            let refs: Vec<&Tensor> = inputs.iter().collect();
+            check_stateful(
+                "computed writes",
+                m.compiled(),
+                &mut session,
+                &refs,
+                1e-5,
+                1e-5,
+            );
+            m.forward(&mut session, &inputs[0], &inputs[1], &inputs[2], past)
+                .unwrap();
+            past += seq;
+        }
     }
 }
 

@@ -26,7 +26,7 @@ pub struct Attention {
     /// `P · V`: the kernel's output.
     pub output: NodeId,
     /// The value Q is a view of, when this kernel computes it from an elementwise chain (RoPE) rather than reading
-    /// it from memory (see [`super::attention_query`]).
+    /// it from memory (see [`super::computed_operand`]).
     pub query: Option<NodeId>,
 }
 

@@ -4,8 +4,8 @@
 
 pub mod access;
 pub mod attention;
-pub mod attention_query;
 pub mod bounds;
+pub mod computed_operand;
 pub mod concat;
 pub mod fusion;
 pub mod memory;
@@ -145,7 +145,7 @@ pub fn plan(graph: &Graph, mode: Mode) -> Plan {
     let groups = match mode {
         Mode::Fused => {
             let groups = attention::fuse(graph, groups, &mut refusals);
-            let groups = attention_query::fuse(graph, groups);
+            let groups = computed_operand::fuse(graph, groups);
             row_region::fuse(graph, groups, &mut refusals)
         }
         Mode::Eager => groups,

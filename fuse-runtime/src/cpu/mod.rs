@@ -8,6 +8,7 @@ pub mod processor;
 pub mod rows;
 pub mod scratch;
 mod trig;
+pub mod write_rows;
 
 /// The arithmetic of a model's CPU GEMMs whose B is a weight, chosen when the model is put together
 /// (`CompiledModel::with_cpu_precision`). Everything else (norms, softmax, attention's two products of

@@ -7,11 +7,9 @@ use proc_macro2::TokenStream;
 use quote::quote;
 
 use super::expr::{dim_expr, var};
-use super::kernels::{
-    elementwise_task, in_place_task, out_index, reads_of, setups, shape_decl, RT,
-};
+use super::kernels::{computed_rows, in_place_task, out_index, setups, shape_decl, RT};
 use crate::ir::{NodeId, Op};
-use crate::plan::{concat, Attention, Kernel, Plan, Read};
+use crate::plan::{Attention, Kernel, Plan, Read};
 
 pub fn attention(plan: &Plan, k: &Kernel, att: &Attention) -> TokenStream {
     let rt = RT();
@@ -81,25 +79,13 @@ pub fn attention(plan: &Plan, k: &Kernel, att: &Attention) -> TokenStream {
     }
 }
 
-/// Binds `query`, Q computed by the kernel: a task writing rows of `root` (of which Q is a contiguous view, so
-/// its rows are Q's), inside a block of its own so that its names do not meet the scores' task's.
+/// Binds `query`, Q computed by the kernel: a task writing rows of `root`, of which Q is a contiguous view, so
+/// its rows are Q's.
 fn query_task(plan: &Plan, k: &Kernel, att: &Attention, root: NodeId) -> TokenStream {
     let rt = RT();
-    let g = &plan.graph;
-    let nodes = att.query_nodes(g, k);
-    let reads = reads_of(plan, k, &nodes);
-    let (shape, rank) = shape_decl(&g.ty(root).shape.0);
-    let task = match concat::recognise(g, &nodes) {
-        Some(pw) => super::piecewise::rows_task(plan, k, &pw, root, &reads),
-        None => elementwise_task(plan, k, &nodes, root, &reads),
-    };
+    let rows = computed_rows(plan, k, &att.query_nodes(&plan.graph, k), root);
     quote! {
-        let query_rows = {
-            #shape
-            let len = shape[#rank - 1];
-            #task
-            task
-        };
+        let query_rows = #rows;
         let query = #rt::Query::Computed(&query_rows);
     }
 }

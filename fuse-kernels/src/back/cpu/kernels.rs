@@ -174,6 +174,30 @@ pub(super) fn elementwise_task(
     )
 }
 
+/// A block evaluating to a `RowTask` that writes rows of `root`, computed by the elementwise `nodes` of `k`
+/// (through one concat, or none) from the reads they use, whose set-up must be in scope. The block keeps the
+/// task's names from meeting another task's in the same kernel.
+pub(super) fn computed_rows(
+    plan: &Plan,
+    k: &Kernel,
+    nodes: &[NodeId],
+    root: NodeId,
+) -> TokenStream {
+    let g = &plan.graph;
+    let reads = reads_of(plan, k, nodes);
+    let (shape, rank) = shape_decl(&g.ty(root).shape.0);
+    let task = match crate::plan::concat::recognise(g, nodes) {
+        Some(pw) => super::piecewise::rows_task(plan, k, &pw, root, &reads),
+        None => elementwise_task(plan, k, nodes, root, &reads),
+    };
+    quote! {{
+        #shape
+        let len = shape[#rank - 1];
+        #task
+        task
+    }}
+}
+
 /// The prologue feeds the anchor's row input; the epilogue is everything after the anchor.
 fn split_row_nodes(plan: &Plan, k: &Kernel, anchor: NodeId) -> (Vec<NodeId>, Vec<NodeId>) {
     let g = &plan.graph;
@@ -664,16 +688,28 @@ fn write_state(plan: &Plan, k: &Kernel, node: NodeId) -> TokenStream {
     else {
         return quote!();
     };
-    let Some(read) = k.read(*value) else {
-        return quote!();
-    };
     let strides = crate::plan::access::contiguous_strides(&g.ty(*state).shape.0);
-    let setup = read_setup(plan, k, read);
-    let (buf, off, st) = (var("buf", *value), var("off", *value), var("st", *value));
-    let shape = read.access.shape.iter().map(dim_expr);
     let dst_strides = strides.iter().map(dim_expr);
     let dst_off = dim_expr(&strides[*axis].mul(start));
     let out = out_index();
+    let Some(read) = k.read(*value) else {
+        // The kernel computes the value (RoPE of the new keys): its rows go straight to their places.
+        let nodes: Vec<NodeId> = k.nodes.iter().copied().filter(|&n| n != node).collect();
+        let reads = reads_of(plan, k, &nodes);
+        let setup = setups(plan, k, &reads);
+        let root = crate::plan::access::view_root(g, *value);
+        let rows = computed_rows(plan, k, &nodes, root);
+        let shape = g.ty(*value).shape.0.iter().map(dim_expr);
+        return quote! {
+            let out = ctx.out_f32(#out);
+            #setup
+            let value_rows = #rows;
+            #rt::write_rows(&value_rows, &[#(#shape),*], out, #dst_off, &[#(#dst_strides),*]);
+        };
+    };
+    let setup = read_setup(plan, k, read);
+    let (buf, off, st) = (var("buf", *value), var("off", *value), var("st", *value));
+    let shape = read.access.shape.iter().map(dim_expr);
     quote! {
         let out = ctx.out_f32(#out);
         #setup

@@ -141,9 +141,12 @@ pub fn write_state(w: &mut String, cx: &Ctx, symbol: &str, node: NodeId) -> fmt:
     else {
         return writeln!(w, "#error \"fuse: {node} is not a state write\"");
     };
-    let Some(r) = read_of(cx, *value) else {
+    // The value is read, or computed by the kernel's other nodes (RoPE of the new keys).
+    let read = read_of(cx, *value);
+    let computed: Vec<NodeId> = cx.k.nodes.iter().copied().filter(|&n| n != node).collect();
+    if read.is_none() && computed.is_empty() {
         return writeln!(w, "#error \"fuse: write {node} does not read {value}\"");
-    };
+    }
     let shape = &g.ty(*value).shape.0;
     let strides = crate::plan::access::contiguous_strides(&g.ty(*state).shape.0);
     signature(w, cx, symbol, THREADS)?;
@@ -170,8 +173,18 @@ pub fn write_state(w: &mut String, cx: &Ctx, symbol: &str, node: NodeId) -> fmt:
             dst.push(format!("{name} * {}", expr::dim(&strides[d])));
         }
     }
-    let src = expr::offset(&cx.k.reads[r].access, &idx);
-    writeln!(w, "{ind}out[{}] = in{r}[{src}];", dst.join(" + "))?;
+    match read {
+        Some(r) => {
+            let src = expr::offset(&cx.k.reads[r].access, &idx);
+            writeln!(w, "{ind}out[{}] = in{r}[{src}];", dst.join(" + "))?;
+        }
+        None => {
+            // Element `i` of the value is element `i` of the value it is a contiguous view of.
+            let root = crate::plan::access::view_root(g, *value);
+            let v = super::piecewise::emit_value(w, ind, cx, &computed, (root, "i"), "w")?;
+            writeln!(w, "{ind}out[{}] = fuse_from_f32({v});", dst.join(" + "))?;
+        }
+    }
     writeln!(w, "    }}")?;
     writeln!(w, "}}")
 }

@@ -1,13 +1,15 @@
-//! Q computed inside the attention kernel: a decoder's queries are RoPE of a projection,
-//! `q * cos + concat([-q2, q1]) * sin`, an elementwise (piecewise) kernel whose output only the attention kernel
-//! reads. This pass merges that kernel into the attention kernel, which then computes each block of query rows
-//! (CPU) or each query row (GPU) from the chain as it starts on it, instead of reading it from memory: one kernel
-//! and one round trip of Q through memory less per layer.
+//! Operands computed by the kernel that reads them. A decoder's queries and new keys are RoPE of a projection,
+//! `x * cos + concat([-x2, x1]) * sin`, each an elementwise (piecewise) kernel whose output one kernel reads: the
+//! attention kernel reads the queries, and the KV cache's write reads the keys. This pass merges each such kernel
+//! into its reader: the attention kernel then computes each block of query rows (CPU) or each query row (GPU)
+//! from the chain as it starts on it, and the write computes each row of the keys into its place in the cache.
+//! Per layer, two kernels and two round trips through memory less.
 //!
-//! Rows must line up: the attention kernel iterates its query rows over `[batch.., m]` of the scores, the chain
-//! computes rows of its own output, so Q must be a contiguous view of that output (a head split
-//! `[b, heads, s, d] → [b, kv_heads, heads / kv_heads, s, d]` is) with the same row length. Then query row `r` of
-//! the attention is row `r` of the chain's output.
+//! Rows must line up: the reader iterates rows of the operand (the attention kernel its query rows over
+//! `[batch.., m]` of the scores, the write the value's rows), the chain computes rows of its own output, so the
+//! operand must be a contiguous view of that output (a head split `[b, heads, s, d] → [b, kv_heads,
+//! heads / kv_heads, s, d]` is) with the same row length. Then row `r` of the operand is row `r` of the chain's
+//! output.
 
 use std::collections::BTreeMap;
 
@@ -16,7 +18,8 @@ use super::concat;
 use super::fusion::{class, Class, Group};
 use crate::ir::{DType, Graph, NodeId, Op};
 
-/// Merges into each attention group the group computing its Q, where the rows line up and nothing else reads it.
+/// Merges into each attention group the group computing its Q, and into each state write the group computing its
+/// value, where the rows line up and nothing else reads it.
 pub fn fuse(g: &Graph, groups: Vec<Group>) -> Vec<Group> {
     let uses = g.use_counts();
     let mut slots: Vec<Option<Group>> = groups.into_iter().map(Some).collect();
@@ -26,13 +29,7 @@ pub fn fuse(g: &Graph, groups: Vec<Group>) -> Vec<Group> {
         .filter_map(|(i, gr)| Some((*gr.as_ref()?.nodes.last()?, i)))
         .collect();
     for i in 0..slots.len() {
-        let Some(att) = slots[i]
-            .as_ref()
-            .and_then(|gr| super::attention::recognise(g, &gr.nodes))
-        else {
-            continue;
-        };
-        let Op::MatMul(q, _) = g.node(att.scores).op else {
+        let Some(q) = slots[i].as_ref().and_then(|gr| computable_operand(g, gr)) else {
             continue;
         };
         let root = view_root(g, q);
@@ -61,8 +58,22 @@ pub fn fuse(g: &Graph, groups: Vec<Group>) -> Vec<Group> {
     slots.into_iter().flatten().collect()
 }
 
-/// Whether `producer` (whose output is `root`) can compute Q (`q`, a view of `root`) row by row inside the
-/// attention kernel.
+/// The operand of `group` that it could compute rather than read: an attention kernel's Q, a state write's value.
+fn computable_operand(g: &Graph, group: &Group) -> Option<NodeId> {
+    if let [node] = group.nodes[..] {
+        if let Op::Write { value, .. } = g.node(node).op {
+            return Some(value);
+        }
+    }
+    let att = super::attention::recognise(g, &group.nodes)?;
+    match g.node(att.scores).op {
+        Op::MatMul(q, _) => Some(q),
+        _ => None,
+    }
+}
+
+/// Whether `producer` (whose output is `root`) can compute the operand `q` (a view of `root`) row by row inside
+/// the kernel that reads it.
 fn computes_rows_of(g: &Graph, uses: &[usize], producer: &Group, root: NodeId, q: NodeId) -> bool {
     // Elementwise ops only, or elementwise ops through one concat (RoPE's rotate-half).
     let elementwise = producer
