@@ -113,13 +113,23 @@ pub(super) fn setups(plan: &Plan, k: &Kernel, reads: &[&Read]) -> TokenStream {
 }
 
 fn elementwise(plan: &Plan, k: &Kernel) -> TokenStream {
-    let rt = RT();
     let g = &plan.graph;
     let (shape, rank) = shape_decl(&g.ty(k.output).shape.0);
     let reads: Vec<&Read> = k.reads.iter().collect();
     let setup = setups(plan, k, &reads);
-    let out = out_index();
     let task = elementwise_task(plan, k, &k.nodes, k.output, &reads);
+    for_output_rows((shape, rank), setup, task)
+}
+
+/// The body of a kernel whose `task` writes rows of its output: the output's `shape` (of `rank` dims) and its
+/// rows' length `len`, the reads' `setup`, then the task run over the output's rows.
+pub(super) fn for_output_rows(
+    (shape, rank): (TokenStream, usize),
+    setup: TokenStream,
+    task: TokenStream,
+) -> TokenStream {
+    let rt = RT();
+    let out = out_index();
     quote! {
         #shape
         let len = shape[#rank - 1];

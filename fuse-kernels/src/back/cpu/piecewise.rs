@@ -11,26 +11,15 @@ use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote};
 
 use super::expr::{decompose_row, inner_kind, op_expr, row_base, var, Inner};
-use super::kernels::{out_index, read_fields, setups, shape_decl, task, RT};
+use super::kernels::{for_output_rows, read_fields, setups, shape_decl, task};
 use crate::ir::{DType, NodeId, Op};
 use crate::plan::{Kernel, Piece, Piecewise, Plan, Read};
 
 pub fn piecewise(plan: &Plan, k: &Kernel, pw: &Piecewise) -> TokenStream {
-    let rt = RT();
-    let g = &plan.graph;
-    let (shape, rank) = shape_decl(&g.ty(k.output).shape.0);
     let all: Vec<&Read> = k.reads.iter().collect();
     let setup = setups(plan, k, &all);
-    let out = out_index();
     let task = rows_task(plan, k, pw, k.output, &all);
-    quote! {
-        #shape
-        let len = shape[#rank - 1];
-        #setup
-        let out = ctx.out_f32(#out);
-        #task
-        #rt::for_rows(out, len, &task);
-    }
+    for_output_rows(shape_decl(&plan.graph.ty(k.output).shape.0), setup, task)
 }
 
 /// Binds `task`, a `RowTask` writing rows of `root` (the value `pw` computes from `reads`), with `shape` (the

@@ -7,7 +7,7 @@ use proc_macro2::TokenStream;
 use quote::quote;
 
 use super::expr::{decompose_row, op_expr, row_load, var};
-use super::kernels::{bind_reads, out_index, read_fields, setups, shape_decl, task, RT};
+use super::kernels::{bind_reads, for_output_rows, read_fields, setups, shape_decl, task, RT};
 use crate::ir::{NodeId, Op, ReduceOp};
 use crate::plan::row_region::{place, Place};
 use crate::plan::{Kernel, Plan, Read};
@@ -79,7 +79,6 @@ pub fn row_region(plan: &Plan, k: &Kernel) -> TokenStream {
     let setup = setups(plan, k, &reads);
     let binds = bind_reads(&reads, rank);
     let decompose = decompose_row(rank - 1);
-    let out = out_index();
     // Per-row work in graph order: a reduction's pass over the row, or a per-row value.
     let per_row = k.nodes.iter().filter_map(|&id| {
         if place(g, rows, id) != Some(Place::PerRow) {
@@ -133,12 +132,5 @@ pub fn row_region(plan: &Plan, k: &Kernel) -> TokenStream {
             }
         },
     );
-    quote! {
-        #shape
-        let len = shape[#rank - 1];
-        #setup
-        let out = ctx.out_f32(#out);
-        #task
-        #rt::for_rows(out, len, &task);
-    }
+    for_output_rows((shape, rank), setup, task)
 }
