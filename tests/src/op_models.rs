@@ -235,7 +235,8 @@ pub mod ops {
     /// Attentions whose Q is computed from the input rather than read: rotated halves (RoPE's rotate-half, a
     /// concat), a plain elementwise chain, rotated heads shared by two query heads each (grouped-query), and two
     /// the planner must leave reading Q from memory (Q is also an output; Q is a permuted view of what is
-    /// computed, so its rows are not the computed rows).
+    /// computed, so its rows are not the computed rows). The first and the third merge their heads back
+    /// (`[b, s, heads · d]`), which their kernels write in place.
     pub struct ComputedQueries {}
     impl ComputedQueries {
         pub fn forward(
@@ -250,7 +251,12 @@ pub mod ops {
             let kh = k.reshape([b, t, 4, 6]).permute([0, 2, 1, 3]);
             let (cos, sin) = (cos.reshape([b, 1, s, 6]), sin.reshape([b, 1, s, 6]));
             let rotated = self.rotate(q, cos, sin);
-            let roped = (rotated.matmul(&kh.t()) * 0.4).softmax(-1).matmul(&kh);
+            // Heads merged back, `[b, s, 4 · 6]`: the kernel writes them in that layout.
+            let roped = (rotated.matmul(&kh.t()) * 0.4)
+                .softmax(-1)
+                .matmul(&kh)
+                .permute([0, 2, 1, 3])
+                .reshape([b, s, D]);
             let squashed = (q * 0.5).tanh().matmul(&kh.t()).softmax(-1).matmul(&kh);
             // Two key heads (the first 12 columns), each shared by two query heads through a broadcast dim.
             let kv = k
@@ -264,7 +270,9 @@ pub mod ops {
                 .matmul(&kv.transpose(3, 4))
                 .softmax(-1)
                 .matmul(&kv)
-                .reshape([b, 4, s, 6]);
+                .reshape([b, 4, s, 6])
+                .permute([0, 2, 1, 3])
+                .reshape([b, s, D]);
             let seen = (q * 0.3).exp();
             let kept = seen.matmul(&kh.t()).softmax(-1).matmul(&kh);
             let heads = (x * 2.0).reshape([b, s, 4, 6]).permute([0, 2, 1, 3]);
@@ -276,6 +284,17 @@ pub mod ops {
         pub fn rotate(&self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor {
             let (x1, x2) = (x.slice(3, 0, 3), x.slice(3, 3, 6));
             x * &cos + concat([x2.neg(), x1], 3) * &sin
+        }
+    }
+
+    /// The output is a reshape of a permuted view that merges dims the permute separated.
+    pub struct ReshapedOutput {}
+    impl ReshapedOutput {
+        pub fn forward(&self, #[shape(batch, seq, D)] x: Tensor) -> Tensor {
+            let (b, s) = (x.dim(0), x.dim(1));
+            x.reshape([b, s, 4, 6])
+                .permute([0, 2, 1, 3])
+                .reshape([b, 4 * s, 6])
         }
     }
 

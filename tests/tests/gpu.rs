@@ -833,6 +833,18 @@ fn computed_queries_on_gpu() {
     );
 }
 
+/// A model output that is a reshape no strides can read, copied from the permuted value.
+#[test]
+fn an_output_reshaped_across_a_permute_on_gpu() {
+    ops_on_gpu(
+        ReshapedOutput::random(13).into_compiled(),
+        "reshaped output",
+        1e-6,
+        1e-6,
+        |b, q, s| vec![Tensor::randn(&[b, q, D], s)],
+    );
+}
+
 #[test]
 fn stale_kernels_are_refused() {
     let Some(device) = gpu() else { return };

@@ -197,6 +197,13 @@ fn attention_kernels_compute_their_queries() {
         .collect();
     let dump = fuse_kernels::plan::dump(&fused);
     assert_eq!(queries, [true, true, true, false, false], "{dump}");
+    let placed: Vec<bool> = fused
+        .kernels
+        .iter()
+        .filter(|k| matches!(k.kind, KernelKind::Attention(_)))
+        .map(|k| k.write.is_some())
+        .collect();
+    assert_eq!(placed, [true, false, true, false, false], "{dump}");
     let m = ComputedQueries::random(12);
     for (batch, seq, seed) in [(1, 1, 1200), (2, 7, 1201), (3, 150, 1202), (1, 300, 1203)] {
         let keys = seq + 2;
@@ -546,4 +553,15 @@ fn sums_of_dims_size_a_concat_a_narrow_and_an_input_against_the_reference() {
         ),
         "{err:?}"
     );
+}
+
+/// A model output that is a reshape no strides can read (heads permuted, then merged with the sequence) is
+/// copied from the permuted value, in both plans.
+#[test]
+fn an_output_reshaped_across_a_permute_is_copied() {
+    let m = ReshapedOutput::random(13);
+    for (batch, seq, seed) in cases(13) {
+        let x = Tensor::randn(&[batch, seq, D], seed);
+        check_model("reshaped output", m.compiled(), &[&x], 1e-6, 1e-6);
+    }
 }

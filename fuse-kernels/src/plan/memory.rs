@@ -59,9 +59,11 @@ pub struct Interval {
     pub last_use: usize,
 }
 
-/// Greedy first-fit in definition order: a value reuses a slot of the same monomial whose tenants are all dead
-/// before it is written. A kernel's output never shares a slot with a value that kernel reads (their intervals
-/// overlap at that kernel), which is what makes it safe for kernels to write while they read.
+/// Greedy best fit in definition order: a value reuses a slot of the same monomial whose tenants are all dead
+/// before it is written, the smallest that holds it, or else the largest (which grows least). First fit let a
+/// large value grow a small slot while a large one was free, and the arena then depended on the order values
+/// happened to be defined in. A kernel's output never shares a slot with a value that kernel reads (their
+/// intervals overlap at that kernel), which is what makes it safe for kernels to write while they read.
 pub fn plan(g: &Graph, intervals: &[Interval]) -> MemoryPlan {
     let mut slots: Vec<Slot> = Vec::new();
     let mut busy_until: Vec<usize> = Vec::new();
@@ -70,8 +72,14 @@ pub fn plan(g: &Graph, intervals: &[Interval]) -> MemoryPlan {
         let ty = g.ty(iv.node);
         let numel = ty.shape.numel();
         let coeff_bytes = numel.coeff * ty.dtype.size();
-        let free =
-            (0..slots.len()).find(|&s| slots[s].syms == numel.syms && busy_until[s] < iv.def);
+        let free_slots =
+            (0..slots.len()).filter(|&s| slots[s].syms == numel.syms && busy_until[s] < iv.def);
+        let fits = |s: &usize| slots[*s].coeff_bytes >= coeff_bytes;
+        let free = free_slots
+            .clone()
+            .filter(fits)
+            .min_by_key(|&s| (slots[s].coeff_bytes, s))
+            .or_else(|| free_slots.max_by_key(|&s| (slots[s].coeff_bytes, std::cmp::Reverse(s))));
         let s = match free {
             Some(s) => {
                 slots[s].coeff_bytes = slots[s].coeff_bytes.max(coeff_bytes);

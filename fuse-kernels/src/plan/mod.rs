@@ -9,6 +9,7 @@ pub mod computed_operand;
 pub mod concat;
 pub mod fusion;
 pub mod memory;
+pub mod output_layout;
 mod report;
 pub mod row_region;
 
@@ -91,10 +92,14 @@ pub struct Read {
 pub struct Kernel {
     pub name: String,
     pub kind: KernelKind,
-    /// Nodes computed here, in graph order; the last is `output`.
+    /// Nodes computed here, in graph order; the last is `output`, unless `write` says otherwise.
     pub nodes: Vec<NodeId>,
     pub output: NodeId,
     pub reads: Vec<Read>,
+    /// Where the last computed node's elements go when the kernel's output is a view of it laid out contiguously
+    /// (`base` is that node, `strides` index `output`'s buffer): an attention kernel writing its heads straight into
+    /// the `[batch, seq, heads, d]` layout its reader wants, with no copy kernel after it (see [`output_layout`]).
+    pub write: Option<Access>,
 }
 
 impl Kernel {
@@ -202,7 +207,8 @@ fn views_needing_copies(g: &Graph, roots: &BTreeSet<NodeId>) -> BTreeSet<NodeId>
         if !matches!(g.node(id).op, Op::Reshape { .. }) {
             continue;
         }
-        let in_memory = |n: NodeId| roots.contains(&n) || copies.contains(&n);
+        // Not `id` itself: a model output that is a reshape gets a copy kernel, which must read it through views.
+        let in_memory = |n: NodeId| n != id && (roots.contains(&n) || copies.contains(&n));
         if let Err(access::NeedsCopy(view)) = access::view_access(g, id, &in_memory) {
             copies.insert(view);
         }
@@ -226,6 +232,7 @@ fn build_kernels(g: &Graph, groups: Vec<fusion::Group>, copies: &BTreeSet<NodeId
         .collect();
     units.extend(copies.iter().map(|&c| (c, Vec::new(), None)));
     units.sort_by_key(|u| u.0);
+    let mut writes = output_layout::merge_copies(g, &mut units);
     let roots: BTreeSet<NodeId> = units.iter().map(|u| u.0).collect();
     let in_memory = |n: NodeId| is_materialized(g, &roots, n);
     let mut kernels = Vec::new();
@@ -253,6 +260,7 @@ fn build_kernels(g: &Graph, groups: Vec<fusion::Group>, copies: &BTreeSet<NodeId
             nodes: nodes.clone(),
             output: root,
             reads: Vec::new(),
+            write: writes.remove(&root),
         };
         // A copy kernel reads its view through the view's own access and computes nothing.
         let operands: Vec<(NodeId, Shape)> = if nodes.is_empty() {

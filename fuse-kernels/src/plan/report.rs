@@ -108,6 +108,10 @@ pub fn dump(plan: &Plan) -> String {
             g.fmt_shape(&g.ty(k.output).shape),
             ops.join(" ")
         );
+        if let Some(w) = &k.write {
+            let strides: Vec<String> = w.strides.iter().map(|s| g.fmt_dim(s)).collect();
+            let _ = writeln!(out, "  write {} strides [{}]", w.base, strides.join(", "));
+        }
         for r in &k.reads {
             let strides: Vec<String> = r.access.strides.iter().map(|s| g.fmt_dim(s)).collect();
             let _ = writeln!(

@@ -6,7 +6,7 @@ use rayon::prelude::*;
 
 use super::gemm::{sgemm, Strided};
 use super::par::{batch_offsets, SimdTask};
-use super::scratch::{with_buffer, QUERIES, SCORES};
+use super::scratch::{with_buffer, ATTENTION_ROWS, QUERIES, SCORES};
 
 /// Where a matrix operand's element `(row, col)` of one batch is: `offset + row·rs + col·cs` (plus the batch's
 /// offset), in elements.
@@ -18,7 +18,7 @@ pub struct Operand {
 }
 
 /// `out[b] = softmax(f(Q[b] · K[b])) · V[b]` with `batch` dims: Q is m×d, K (already transposed) d×n, V n×dv;
-/// `out` is contiguous `[batch.., m, dv]`. Batch strides are per operand (0 broadcasts).
+/// `out`'s rows where `out` says. Batch strides are per operand (0 broadcasts).
 #[derive(Clone, Copy, Debug)]
 pub struct AttentionSpec<'s> {
     pub batch: &'s [usize],
@@ -32,6 +32,16 @@ pub struct AttentionSpec<'s> {
     pub q: Operand,
     pub k: Operand,
     pub v: Operand,
+    pub out: Placement<'s>,
+}
+
+/// Where the output's rows go: row `r` of batch `b` at `Σ b_k · batch[k] + r · rs`, its `dv` elements
+/// contiguous. Contiguous `[batch.., m, dv]` is the usual case; a kernel writing its heads straight into a
+/// `[batch, seq, heads, dv]` buffer has `rs = heads · dv`.
+#[derive(Clone, Copy, Debug)]
+pub struct Placement<'s> {
+    pub batch: &'s [usize],
+    pub rs: usize,
 }
 
 /// Where Q comes from.
@@ -80,12 +90,13 @@ pub fn attention(
         Query::Memory(_) => 1,
         Query::Computed(_) => spec.d,
     };
-    let rows_per_block = (SCRATCH_ELEMENTS / n.max(query_row).max(1)).clamp(1, m);
+    // Rows placed elsewhere than contiguously are computed into a scratch of the scores' size first.
+    let contiguous = spec.out.rs == dv
+        && (0..spec.batch.len())
+            .all(|i| spec.out.batch[i] == spec.batch[i + 1..].iter().product::<usize>() * m * dv);
+    let out_row = if contiguous { 1 } else { dv };
+    let rows_per_block = (SCRATCH_ELEMENTS / n.max(query_row).max(out_row).max(1)).clamp(1, m);
     let blocks_per_batch = m.div_ceil(rows_per_block);
-    let mut blocks: Vec<&mut [f32]> = Vec::with_capacity(batches * blocks_per_batch);
-    for batch in out.chunks_mut(m * dv).take(batches) {
-        blocks.extend(batch.chunks_mut(rows_per_block * dv));
-    }
     // Each block's scores go to its thread's scratch (reserved at load), which the first GEMM overwrites.
     let run = |t: usize, block: &mut [f32]| {
         let (b, row0) = (
@@ -99,15 +110,73 @@ pub fn attention(
     };
     let flops = batches * m * n * (spec.d + dv);
     let streams_cache = m <= FEW_ROWS && batches > 1 && flops / m >= PARALLEL_MIN_STREAMED;
-    if (flops < PARALLEL_MIN_FLOPS && !streams_cache) || rayon::current_num_threads() == 1 {
-        for (t, block) in blocks.into_iter().enumerate() {
-            run(t, block);
+    let serial =
+        (flops < PARALLEL_MIN_FLOPS && !streams_cache) || rayon::current_num_threads() == 1;
+    if contiguous {
+        let mut blocks: Vec<&mut [f32]> = Vec::with_capacity(batches * blocks_per_batch);
+        for batch in out.chunks_mut(m * dv).take(batches) {
+            blocks.extend(batch.chunks_mut(rows_per_block * dv));
         }
+        if serial {
+            blocks.into_iter().enumerate().for_each(|(t, b)| run(t, b));
+        } else {
+            blocks
+                .into_par_iter()
+                .enumerate()
+                .for_each(|(t, b)| run(t, b));
+        }
+        return;
+    }
+    // The last element any row is placed at, so every row written below is inside `out`.
+    let last = (0..spec.batch.len())
+        .map(|i| (spec.batch[i] - 1) * spec.out.batch[i])
+        .sum::<usize>()
+        + (m - 1) * spec.out.rs
+        + dv
+        - 1;
+    assert!(
+        last < out.len(),
+        "attention output placed out of bounds: planner bug"
+    );
+    let placed = Placed(out.as_mut_ptr());
+    let run_placed = |t: usize| {
+        let (b, row0) = (
+            t / blocks_per_batch,
+            (t % blocks_per_batch) * rows_per_block,
+        );
+        let rows = rows_per_block.min(m - row0);
+        with_buffer(&ATTENTION_ROWS, rows * dv, |block| {
+            run(t, block);
+            let [base] = batch_offsets(spec.batch, [spec.out.batch], b);
+            for (r, row) in block.chunks_exact(dv).enumerate() {
+                // SAFETY: in bounds (`last` above); the planner places every output element once, so blocks,
+                // which own disjoint rows, write disjoint elements.
+                unsafe {
+                    let to = placed.at(base + (row0 + r) * spec.out.rs);
+                    std::ptr::copy_nonoverlapping(row.as_ptr(), to, dv);
+                }
+            }
+        });
+    };
+    let blocks = batches * blocks_per_batch;
+    if serial {
+        (0..blocks).for_each(run_placed);
     } else {
-        blocks
-            .into_par_iter()
-            .enumerate()
-            .for_each(|(t, block)| run(t, block));
+        (0..blocks).into_par_iter().for_each(run_placed);
+    }
+}
+
+/// The output, written by blocks of rows on several threads at disjoint places.
+struct Placed(*mut f32);
+
+// SAFETY: blocks write disjoint elements through it, and nothing else touches the output until they finish.
+unsafe impl Sync for Placed {}
+
+impl Placed {
+    /// # Safety
+    /// `offset` must be inside the output slice this pointer came from.
+    unsafe fn at(&self, offset: usize) -> *mut f32 {
+        unsafe { self.0.add(offset) }
     }
 }
 
@@ -345,14 +414,32 @@ mod tests {
             // Several blocks of query rows per head.
             (2, 300, 70, 8, 4),
         ];
-        for ((heads, m, n, d, dv), v_transposed, computed) in cases.into_iter().flat_map(|case| {
-            [(false, false), (true, false), (false, true)].map(|(v, q)| (case, v, q))
-        }) {
+        for ((heads, m, n, d, dv), v_transposed, computed, placed) in
+            cases.into_iter().flat_map(|case| {
+                [
+                    (false, false, false),
+                    (true, false, false),
+                    (false, true, false),
+                    (false, false, true),
+                ]
+                .map(|(v, q, o)| (case, v, q, o))
+            })
+        {
+            // Contiguous `[heads, m, dv]`, or placed as `[m, heads, dv]` (heads written into their columns).
+            let (out_batch, out_rs) = if placed {
+                ([dv], heads * dv)
+            } else {
+                ([m * dv], dv)
+            };
             let qv = Tensor::randn(&[heads * m * d], 1).to_f32_vec();
             // K stored as [heads, n, d]: Kᵀ's (row = c, col = j) is at j·d + c.
             let kv = Tensor::randn(&[heads * n * d], 2).to_f32_vec();
             let vv = Tensor::randn(&[n * dv], 3).to_f32_vec();
             let spec = AttentionSpec {
+                out: Placement {
+                    batch: &out_batch,
+                    rs: out_rs,
+                },
                 batch: &[heads],
                 q_batch: &[m * d],
                 k_batch: &[n * d],
@@ -428,10 +515,10 @@ mod tests {
                     let z: f64 = s.iter().map(|x| (x - top).exp()).sum();
                     for t in 0..dv {
                         let want: f64 = (0..n).map(|j| (s[j] - top).exp() / z * v_at(j, t)).sum();
-                        let got = f64::from(out[(h * m + i) * dv + t]);
+                        let got = f64::from(out[h * out_batch[0] + i * out_rs + t]);
                         assert!(
                             (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
-                            "{heads}x{m}x{n}x{d}x{dv} (V transposed: {v_transposed}, Q computed: {computed}) at ({h}, {i}, {t}): \
+                            "{heads}x{m}x{n}x{d}x{dv} (V transposed: {v_transposed}, Q computed: {computed}, placed: {placed}) at ({h}, {i}, {t}): \
                              {got} vs {want}"
                         );
                     }

@@ -46,6 +46,7 @@ pub fn reserve_scratch() {
     let mut needs = vec![
         (&scratch::SCORES, attention::SCRATCH_ELEMENTS),
         (&scratch::QUERIES, attention::SCRATCH_ELEMENTS),
+        (&scratch::ATTENTION_ROWS, attention::SCRATCH_ELEMENTS),
     ];
     needs.extend(gemm::scratch_needs());
     scratch::reserve(&needs);

@@ -19,6 +19,8 @@ thread_local! {
     pub static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     /// Attention's block of query rows, when the kernel computes them.
     pub static QUERIES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// Attention's block of output rows, when they are placed apart from each other.
+    pub static ATTENTION_ROWS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Runs `f` on the first `len` floats of this thread's `buffer`, growing it first if it is shorter. The

@@ -51,6 +51,14 @@ pub fn attention(plan: &Plan, k: &Kernel, att: &Attention) -> TokenStream {
             quote!(#rt::Operand { offset: #oq, rs: #sq[#rows], cs: #sq[#cols] }),
         ),
     };
+    // Where the output's rows go: contiguous, or where the kernel's write places them (its heads straight into
+    // the layout its reader wants).
+    let placed = match &k.write {
+        Some(w) => w.strides.clone(),
+        None => crate::plan::access::contiguous_strides(&g.ty(att.output).shape.0),
+    };
+    let out_batch = placed[..batch].iter().map(dim_expr);
+    let out_rs = dim_expr(&placed[rows]);
     let Op::Softmax { input, .. } = g.node(att.softmax).op else {
         return quote!();
     };
@@ -72,6 +80,7 @@ pub fn attention(plan: &Plan, k: &Kernel, att: &Attention) -> TokenStream {
             q: #q_at,
             k: #rt::Operand { offset: #ok, rs: #sk[#rows], cs: #sk[#cols] },
             v: #rt::Operand { offset: #ov, rs: #sv[#rows], cs: #sv[#cols] },
+            out: #rt::Placement { batch: &[#(#out_batch),*], rs: #out_rs },
         };
         #scores_task
         #query

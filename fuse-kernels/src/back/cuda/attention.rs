@@ -98,6 +98,10 @@ pub fn write(w: &mut String, cx: &Ctx, symbol: &str, att: &Attention) -> fmt::Re
             (0..rank - 1).filter(|&p| p < r.access.shape.len() && expr::moves(&r.access, p)),
         );
     }
+    // A placed output (heads written into the layout the reader wants) needs every outer index.
+    if let Some(placed) = &k.write {
+        needed.extend((0..rank - 1).filter(|&p| expr::moves(placed, p)));
+    }
     let idx = expr::unravel(w, "    ", "row", outer, &needed, "o")?;
     // Base offsets: Q and the chain's reads at this row; K and V at this row's batch only.
     let batch_only: Vec<Option<String>> = idx
@@ -214,12 +218,22 @@ pub fn write(w: &mut String, cx: &Ctx, symbol: &str, att: &Attention) -> fmt::Re
     )?;
     writeln!(w, "        }}")?;
     writeln!(w, "    }}")?;
+    // Element `c` of the row: contiguous rows, or where the kernel's write places it.
+    let placed_at = match &k.write {
+        Some(placed) => {
+            let mut at = idx.clone();
+            at.push(Some("c".to_string()));
+            expr::offset(placed, &at)
+        }
+        None => format!("row * {dv} + c"),
+    };
     writeln!(w, "#pragma unroll")?;
     writeln!(w, "    for (int t = 0; t < {vi}; ++t) {{")?;
     writeln!(w, "        const long long c = lane + 32 * t;")?;
     writeln!(
         w,
-        "        if (c < {dv}) out[row * {dv} + c] = fuse_from_f32(acc[t] / running_sum);"
+        "        if (c < {dv}) out[{}] = fuse_from_f32(acc[t] / running_sum);",
+        placed_at
     )?;
     writeln!(w, "    }}")?;
     writeln!(w, "}}")
