@@ -182,3 +182,33 @@ fn the_plan_report_shows_the_state_bytes() {
     );
     assert!(m.plan().dump().contains("write"), "{}", m.plan().dump());
 }
+
+/// On a GPU a write launches threads for the value it writes, not for the whole state (a KV cache holds every
+/// position; a decode step writes one).
+#[test]
+fn a_write_launches_over_its_value_not_the_state() {
+    use fuse_kernels::back::cuda::{launches, Grid};
+    use fuse_kernels::ir::Op;
+    use fuse_kernels::plan::{plan, KernelKind, Mode};
+    use fuse_tests::harness::graph_of;
+    for spec in [CacheWrite::spec(), ComputedWrites::spec()] {
+        let p = plan(&graph_of(spec), Mode::Fused);
+        let mut writes = 0;
+        for launch in launches(&p, "model") {
+            let KernelKind::Write { node } = p.kernels[launch.kernel].kind else {
+                continue;
+            };
+            let Op::Write { value, state, .. } = &p.graph.node(node).op else {
+                panic!("a write kernel's node is a write");
+            };
+            let (value, state) = (
+                p.graph.ty(*value).shape.numel(),
+                p.graph.ty(*state).shape.numel(),
+            );
+            assert_ne!(value, state);
+            assert_eq!(launch.grid, Grid::Elements(value));
+            writes += 1;
+        }
+        assert!(writes > 0);
+    }
+}

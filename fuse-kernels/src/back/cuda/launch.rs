@@ -3,7 +3,7 @@
 
 use super::matmul::{self, GEMM_THREADS, TILE_M, TILE_N};
 use super::{attention, elementwise, launch_symbol, row, shared_kernels};
-use crate::ir::Dim;
+use crate::ir::{Dim, Op};
 use crate::plan::{Kernel, KernelKind, Plan};
 
 pub use matmul::{GemmDesc, GemmEpilogue};
@@ -99,9 +99,16 @@ pub fn launches(plan: &Plan, model_name: &str) -> Vec<Launch> {
             KernelKind::Elementwise
             | KernelKind::Piecewise(_)
             | KernelKind::Gather { .. }
-            | KernelKind::Write { .. }
             | KernelKind::Concat { .. } => {
                 out.push(whole([elementwise::THREADS, 1, 1], elements()));
+            }
+            KernelKind::Write { node } => {
+                // The loop runs over the value written, not over the whole state (a KV cache of every position).
+                let Op::Write { value, .. } = &g.node(*node).op else {
+                    continue;
+                };
+                let grid = Grid::Elements(g.ty(*value).shape.numel());
+                out.push(whole([elementwise::THREADS, 1, 1], grid));
             }
             KernelKind::Row { anchor } => {
                 let Some((_, _, len, rows)) = row::geometry(g, *anchor) else {
