@@ -60,14 +60,11 @@ impl Attention {
                 );
             }
         }
-        let mut nodes: Vec<NodeId> = k
-            .nodes
+        k.nodes
             .iter()
             .copied()
             .filter(|n| wanted.contains(n))
-            .collect();
-        nodes.dedup();
-        nodes
+            .collect()
     }
 }
 

@@ -42,8 +42,12 @@ pub fn write_rows(
     };
     let runs: usize = shape[..outer].iter().product();
     let run_len = run * len;
+    let write = |(first_row, out): (usize, &mut [f32])| rows.run_simd(first_row, out);
+    // A small value (a decode step's keys) is written as its runs are found, without collecting them.
+    let serial =
+        runs * run_len < PARALLEL_MIN_ELEMENTS || runs == 1 || rayon::current_num_threads() == 1;
     // Each run's first row and its start in `dst`, in order; carved out of `dst` as disjoint slices.
-    let mut pieces: Vec<(usize, &mut [f32])> = Vec::with_capacity(runs);
+    let mut pieces: Vec<(usize, &mut [f32])> = Vec::new();
     let mut rest = dst;
     let mut consumed = 0usize;
     for i in 0..runs {
@@ -58,14 +62,15 @@ pub fn write_rows(
         );
         let (_, tail) = std::mem::take(&mut rest).split_at_mut(start - consumed);
         let (mine, tail) = tail.split_at_mut(run_len);
-        pieces.push((i * run, mine));
+        if serial {
+            write((i * run, mine));
+        } else {
+            pieces.push((i * run, mine));
+        }
         rest = tail;
         consumed = start + run_len;
     }
-    let write = |(first_row, out): (usize, &mut [f32])| rows.run_simd(first_row, out);
-    if runs * run_len < PARALLEL_MIN_ELEMENTS || runs == 1 || rayon::current_num_threads() == 1 {
-        pieces.into_iter().for_each(write);
-    } else {
+    if !pieces.is_empty() {
         pieces.into_par_iter().for_each(write);
     }
 }
