@@ -287,6 +287,36 @@ pub mod ops {
         }
     }
 
+    /// One tensor read both by the chain computing Q and by the chain over the scores (a per-position temperature
+    /// scaling the queries and biasing the scores), at different ranks: Q's chain runs over `[b, heads, s, d]`,
+    /// the grouped scores over `[b, kv_heads, group, s, t]`. Plain heads read it at the same rank.
+    pub struct SharedQueryReads {}
+    impl SharedQueryReads {
+        pub fn forward(
+            &self,
+            #[shape(batch, seq, D)] x: Tensor,
+            #[shape(batch, keys, D)] k: Tensor,
+            #[shape(seq, 1)] temp: Tensor,
+        ) -> (Tensor, Tensor) {
+            let (b, s, t) = (x.dim(0), x.dim(1), k.dim(1));
+            let q = x.reshape([b, s, 4, 6]).permute([0, 2, 1, 3]);
+            let kh = k.reshape([b, t, 4, 6]).permute([0, 2, 1, 3]);
+            let kv = k
+                .slice(2, 0, 12)
+                .reshape([b, t, 2, 6])
+                .permute([0, 2, 1, 3])
+                .reshape([b, 2, 1, t, 6]);
+            let scores = (q * &temp)
+                .reshape([b, 2, 2, s, 6])
+                .matmul(&kv.transpose(3, 4));
+            let grouped = (scores + &temp).softmax(-1).matmul(&kv);
+            let plain = ((q * &temp).tanh().matmul(&kh.t()) * &temp)
+                .softmax(-1)
+                .matmul(&kh);
+            (grouped, plain)
+        }
+    }
+
     /// The output is a reshape of a permuted view that merges dims the permute separated.
     pub struct ReshapedOutput {}
     impl ReshapedOutput {

@@ -833,6 +833,24 @@ fn computed_queries_on_gpu() {
     );
 }
 
+/// A tensor read by the chain computing Q and by the chain over the scores at different shapes.
+#[test]
+fn queries_and_scores_sharing_a_read_on_gpu() {
+    ops_on_gpu(
+        SharedQueryReads::random(13).into_compiled(),
+        "shared query reads",
+        1e-5,
+        1e-5,
+        |b, q, s| {
+            vec![
+                Tensor::randn(&[b, q, D], s),
+                Tensor::randn(&[b, q + 3, D], s + 1),
+                Tensor::randn(&[q, 1], s + 2),
+            ]
+        },
+    );
+}
+
 /// A model output that is a reshape no strides can read, copied from the permuted value.
 #[test]
 fn an_output_reshaped_across_a_permute_on_gpu() {

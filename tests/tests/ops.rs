@@ -218,6 +218,41 @@ fn attention_kernels_compute_their_queries() {
     }
 }
 
+/// A tensor read by both the chain that would compute Q and the chain over the scores, at different shapes
+/// (grouped heads, and plain heads whose scores are `t` wide): a kernel reads each tensor at one shape, so Q stays
+/// a kernel of its own (computing it in the attention kernel made the build panic on the grouped heads), and the
+/// results match the f64 reference.
+#[test]
+fn queries_and_scores_sharing_a_read() {
+    use fuse_kernels::plan::{plan, KernelKind, Mode};
+    use fuse_tests::harness::graph_of;
+    let fused = plan(&graph_of(SharedQueryReads::spec()), Mode::Fused);
+    let queries: Vec<bool> = fused
+        .kernels
+        .iter()
+        .filter_map(|k| match &k.kind {
+            KernelKind::Attention(a) => Some(a.query.is_some()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        queries,
+        [false, false],
+        "{}",
+        fuse_kernels::plan::dump(&fused)
+    );
+    let m = SharedQueryReads::random(13);
+    for (batch, seq, seed) in [(1, 1, 1300), (2, 7, 1301), (1, 150, 1302)] {
+        let inputs = [
+            Tensor::randn(&[batch, seq, D], seed),
+            Tensor::randn(&[batch, seq + 3, D], seed + 1),
+            Tensor::randn(&[seq, 1], seed + 2),
+        ];
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        check_model("shared query reads", m.compiled(), &refs, 1e-5, 1e-5);
+    }
+}
+
 #[test]
 fn permute_reshape_slice_concat() {
     let m = Views::random(8);

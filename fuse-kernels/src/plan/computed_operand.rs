@@ -39,7 +39,10 @@ pub fn fuse(g: &Graph, groups: Vec<Group>) -> Vec<Group> {
         let (Some(producer), Some(consumer)) = (slots[j].as_ref(), slots[i].as_ref()) else {
             continue;
         };
-        if j == i || !computes_rows_of(g, &uses, producer, root, q) {
+        if j == i
+            || !computes_rows_of(g, &uses, producer, root, q)
+            || !reads_agree(producer, consumer)
+        {
             continue;
         }
         let mut merged = consumer.clone();
@@ -56,6 +59,16 @@ pub fn fuse(g: &Graph, groups: Vec<Group>) -> Vec<Group> {
         slots[i] = Some(merged);
     }
     slots.into_iter().flatten().collect()
+}
+
+/// Whether every node both groups read is read at the same shape. A kernel reads each node once, at one shape:
+/// a tensor read by the chain computing Q over `[b, heads, s, d]` and by the chain over grouped scores
+/// `[b, kv_heads, group, s, t]` (a per-position temperature) would be read at the wrong rank by one of them.
+fn reads_agree(producer: &Group, consumer: &Group) -> bool {
+    producer
+        .reads
+        .iter()
+        .all(|(node, at)| consumer.reads.get(node).is_none_or(|there| there == at))
 }
 
 /// The operand of `group` that it could compute rather than read: an attention kernel's Q, a state write's value.
