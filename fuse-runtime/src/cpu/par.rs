@@ -5,6 +5,7 @@ use rayon::prelude::*;
 
 use super::gemm::{sgemm, BView, Backend, Strided, WeightPack, GEMV_MAX_ROWS};
 use super::math::{dispatch_avx2, dispatch_avx512};
+use super::scratch;
 
 /// Below this many elements a kernel runs on the calling thread: rayon's hand-off costs more than it saves.
 const PARALLEL_MIN_ELEMENTS: usize = 1 << 15;
@@ -193,6 +194,39 @@ pub fn gemm_with(
                     n,
                 }
     });
+    let threads = rayon::current_num_threads();
+    let flops = batches * m * n * k;
+    let row_tasks = groups * blocks_per_group;
+    // A product of a few rows over a packed B (a decoding step) streams B at memory speed, so what decides whether
+    // to share it between threads is B's size, not its FLOPs: each thread then reads its own columns of B.
+    let streams_b = packed.is_some() && streams_b_in_parallel(groups * rows_per_group, k, n);
+    let col_block_min = if streams_b {
+        GEMV_COL_BLOCK_MIN
+    } else {
+        COL_BLOCK_MIN
+    };
+    // Too few row blocks to keep every thread busy (a small batch): the columns are split too.
+    let split_columns = threads > 1
+        && (flops >= (1 << 20) || streams_b)
+        && row_tasks < 2 * threads
+        && n >= 2 * col_block_min;
+    // Column blocks of an int8 product share one quantisation of A's rows (one matrix of them: a single group),
+    // held in the calling thread's scratch until every block is done.
+    let mut quantised_rows = None;
+    let quantised = match packed {
+        Some(WeightPack::Int8(q)) if split_columns && groups == 1 => {
+            let mut buf = scratch::take(&scratch::INT8_ROWS, q.quantised_len(rows_per_group));
+            let rows = q.quantise_rows(
+                a,
+                (spec.a_offset, spec.a_rs, spec.a_cs),
+                rows_per_group,
+                &mut buf,
+            );
+            quantised_rows = Some(buf);
+            rows
+        }
+        _ => None,
+    };
     // C[rows × cols] at `dst` (row stride n) = A[group, row0.., :] · B[group, :, col0..].
     let product =
         |group: usize, row0: usize, rows: usize, col0: usize, cols: usize, dst: *mut f32| {
@@ -227,7 +261,11 @@ pub fn gemm_with(
                         WeightPack::F32(p) | WeightPack::F16(p) => {
                             p.sgemm((rows, k, cols), col0, 1.0, a_ptr, 0.0, c)
                         }
-                        WeightPack::Int8(q) => q.gemm((rows, k, cols), col0, a_ptr, c),
+                        WeightPack::Int8(q) => match quantised {
+                            // Group 0 is the only one (a condition of `quantised`).
+                            Some(pre) => q.gemm_quantised(pre, row0, (rows, k, cols), col0, c),
+                            None => q.gemm((rows, k, cols), col0, a_ptr, c),
+                        },
                         WeightPack::Bf16(h) => h.gemm((rows, k, cols), col0, a_ptr, c),
                     }
                 }
@@ -254,24 +292,8 @@ pub fn gemm_with(
                 );
             }
         };
-    let threads = rayon::current_num_threads();
-    let flops = batches * m * n * k;
-    let row_tasks = groups * blocks_per_group;
-    // A product of a few rows over a packed B (a decoding step) streams B at memory speed, so what decides whether
-    // to share it between threads is B's size, not its FLOPs: each thread then reads its own columns of B.
-    let streams_b = packed.is_some() && streams_b_in_parallel(groups * rows_per_group, k, n);
-    let col_block_min = if streams_b {
-        GEMV_COL_BLOCK_MIN
-    } else {
-        COL_BLOCK_MIN
-    };
-    if threads > 1
-        && (flops >= (1 << 20) || streams_b)
-        && row_tasks < 2 * threads
-        && n >= 2 * col_block_min
-    {
-        // Too few row blocks to keep every thread busy (a small batch): split the columns too. The epilogue then
-        // runs as a second, row-parallel pass over the just-written (cache-warm) output.
+    if split_columns {
+        // The epilogue then runs as a second, row-parallel pass over the just-written (cache-warm) output.
         let splits = (2 * threads).div_ceil(row_tasks).min(n / col_block_min);
         // Column blocks start at whole panels of a packed B.
         let unit = packed.map_or(16, |p| p.nr().max(16));
@@ -288,6 +310,9 @@ pub fn gemm_with(
             // SAFETY: `first` and the `rows × cols` block it starts lie inside `out`; blocks are disjoint.
             product(group, row0, rows, col0, cols, unsafe { dst.at(first) });
         });
+        if let Some(buf) = quantised_rows {
+            scratch::put(&scratch::INT8_ROWS, buf);
+        }
         if let Some(epi) = epilogue {
             for_rows(out, n, epi);
         }
@@ -750,6 +775,60 @@ mod tests {
         assert!(!streams_b_in_parallel(1, 64, 160));
     }
 
+    /// An int8 product whose column blocks share one quantisation of A, where A is a transposed view (its rows
+    /// gathered before they are quantised): the same numbers as one whole int8 product of the contiguous rows.
+    #[test]
+    fn int8_column_blocks_of_a_transposed_a_match_the_whole_product() {
+        // Enough elements that the rows are quantised on both threads, in chunks of 36 and 35 rows.
+        let (m, k, n) = (71, 1000, 512);
+        let at = Tensor::randn(&[k, m], 3).to_f32_vec();
+        let a: Vec<f32> = (0..m * k).map(|x| at[(x % k) * m + x / k]).collect();
+        let b = Tensor::randn(&[k, n], 4).to_f32_vec();
+        let view = BView {
+            offset: 0,
+            rs: n,
+            cs: 1,
+            k,
+            n,
+        };
+        let quant = QuantB::new(&b, view).unwrap().unwrap();
+        let mut whole = vec![f32::NAN; m * n];
+        // SAFETY: A is m×k, `whole` m×n, the pack k×n.
+        unsafe {
+            quant.gemm(
+                (m, k, n),
+                0,
+                Strided::new(a.as_ptr(), k as isize, 1),
+                Strided::new(whole.as_mut_ptr(), n as isize, 1),
+            )
+        };
+        let spec = GemmSpec {
+            batch: &[],
+            a_batch: &[],
+            b_batch: &[],
+            m,
+            k,
+            n,
+            a_offset: 0,
+            a_rs: 1,
+            a_cs: m,
+            b_offset: 0,
+            b_rs: n,
+            b_cs: 1,
+        };
+        let mut out = vec![f32::NAN; m * n];
+        let quant = Some(WeightPack::Int8(quant));
+        gemm_with(&spec, &at, &b, quant.as_ref(), &mut out, None);
+        assert_eq!(out, whole);
+        // Rows that are not all inside A are refused rather than read.
+        let Some(WeightPack::Int8(q)) = &quant else {
+            unreachable!()
+        };
+        let mut buf = vec![0.0; q.quantised_len(m)];
+        assert!(q.quantise_rows(&at, (1, 1, m), m, &mut buf).is_none());
+        assert!(q.quantise_rows(&at, (0, 1, m), m, &mut buf[1..]).is_none());
+    }
+
     /// Row blocks only (large M), and rows × column blocks (small M, wide N): both against a plain f64 product.
     /// The few-row cases over a packed B (a decoding step) split B's columns by its size, down to two panels a
     /// thread (576 × 192), or stay on one thread below the threshold (2 × 100 × 333).
@@ -763,6 +842,10 @@ mod tests {
             (1, 1537, 577),
             (2, 333, 100),
             (4, 640, 200),
+            // Two row blocks, each split into column blocks (an int8 product's second reads its rows from 256 on).
+            (300, 200, 512),
+            // A quantised on both threads before its column blocks run.
+            (64, 1100, 256),
         ];
         for (m, k, n) in cases {
             let a = Tensor::randn(&[m, k], 1).to_f32_vec();

@@ -54,6 +54,19 @@ pub fn prefetch<T>(p: *const T) {
     let _ = p;
 }
 
+/// [`prefetch`] into the second-level cache only: for data a loop needs after what it is reading now, which must
+/// not push that out of L1.
+#[inline(always)]
+pub fn prefetch_l2<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: as in `prefetch`: a hint that cannot fault.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// Sum of the row (0 for an empty row).
 #[inline(always)]
 pub fn sum(row: &[f32]) -> f32 {

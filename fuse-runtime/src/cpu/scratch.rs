@@ -21,6 +21,8 @@ thread_local! {
     pub static QUERIES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     /// Attention's block of output rows, when they are placed apart from each other.
     pub static ATTENTION_ROWS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// An int8 product's quantised rows of A, shared by the threads running its column blocks.
+    pub static INT8_ROWS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Runs `f` on the first `len` floats of this thread's `buffer`, growing it first if it is shorter. The
@@ -36,6 +38,30 @@ pub fn with_buffer<R>(buffer: &'static Buffer, len: usize, f: impl FnOnce(&mut [
         // Only reachable if a kernel re-entered itself on this thread; a temporary buffer keeps it correct.
         Err(_) => f(&mut touched(len)),
     })
+}
+
+/// This thread's `buffer`, at least `len` long, taken out of it so that other threads may read it while this one
+/// waits for them; [`put`] returns it. A buffer taken and not returned is only lost to the next user, which
+/// then grows a new one.
+pub fn take(buffer: &'static Buffer, len: usize) -> Vec<f32> {
+    let mut v = buffer.with(|cell| {
+        cell.try_borrow_mut()
+            .map(|mut b| std::mem::take(&mut *b))
+            .unwrap_or_default()
+    });
+    if v.len() < len {
+        v = touched(len);
+    }
+    v
+}
+
+/// Returns a buffer [`take`] gave out.
+pub fn put(buffer: &'static Buffer, v: Vec<f32>) {
+    buffer.with(|cell| {
+        if let Ok(mut b) = cell.try_borrow_mut() {
+            *b = v;
+        }
+    });
 }
 
 /// Gives every rayon worker and the calling thread each `(buffer, len)`, and so also starts rayon's pool:

@@ -131,7 +131,14 @@ unsafe fn drive<T: Tile>(call: &Call<'_>) {
                     }
                     for q0 in (0..pairs).step_by(KC_PAIRS) {
                         let count = KC_PAIRS.min(pairs - q0);
+                        let next = panel.wrapping_add((q0 + count) * NR * 2);
                         for (t, ir) in (0..rows).step_by(T::MR).enumerate() {
+                            super::super::prefetch_next_block(
+                                next.cast(),
+                                KC_PAIRS * NR * 2 * 2,
+                                t,
+                                rows.div_ceil(T::MR),
+                            );
                             // SAFETY: rows ir..ir + MR.min(rows − ir) of the block hold `pairs` rounded pairs,
                             // pairs q0..q0 + count of which are read; the panel holds `pairs` pairs.
                             unsafe {

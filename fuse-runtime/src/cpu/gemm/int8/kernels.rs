@@ -107,16 +107,16 @@ trait Tile {
 ///
 /// # Safety
 /// `kernel` runs on this CPU; the operands satisfy `QuantB::gemm`'s contract.
-pub(super) unsafe fn run(kernel: Int8Kernel, call: &Call<'_>) {
+pub(super) unsafe fn run(kernel: Int8Kernel, call: &Call<'_>, pre: Option<Quantised>) {
     // SAFETY (each arm): the CPU has the instruction set the function is compiled for (the caller's contract).
     match kernel {
         #[cfg(target_arch = "x86_64")]
-        Int8Kernel::Vnni512 => unsafe { x86::run_vnni512(call) },
+        Int8Kernel::Vnni512 => unsafe { x86::run_vnni512(call, pre) },
         #[cfg(target_arch = "x86_64")]
-        Int8Kernel::Vnni256 => unsafe { x86::run_vnni256(call) },
+        Int8Kernel::Vnni256 => unsafe { x86::run_vnni256(call, pre) },
         #[cfg(target_arch = "x86_64")]
-        Int8Kernel::Avx2 => unsafe { x86::run_avx2(call) },
-        _ => unsafe { drive::<Portable>(call) },
+        Int8Kernel::Avx2 => unsafe { x86::run_avx2(call, pre) },
+        _ => unsafe { drive::<Portable>(call, pre) },
     }
 }
 
@@ -179,25 +179,117 @@ unsafe fn quantize_groups<T: Tile>(
     }
 }
 
-/// The loop nest: row blocks of A quantised into this thread's scratch (per row and activation group) → panels of
-/// B → depth blocks of [`KC_GROUPS`] groups → row tiles, each tile dequantising its groups' sums into its f32
-/// sums (carried across depth blocks), which are scaled per column into C after the last block.
+/// Rows of A quantised before the product that reads them, in the cells of one kernel's width: row `r`'s cells at
+/// byte `r · stride` of `cells`, its groups' scales and zero points at `r · groups` of `scales` and `zeros`.
+/// Several column blocks of one product then share one quantisation of A instead of each making its own.
+#[derive(Clone, Copy, Debug)]
+pub struct Quantised {
+    pub(super) cells: *const u8,
+    pub(super) stride: usize,
+    pub(super) scales: *const f32,
+    pub(super) zeros: *const f32,
+    pub(super) groups: usize,
+}
+
+// SAFETY: read-only pointers into a buffer its maker keeps alive and unchanged while any product reads it.
+unsafe impl Send for Quantised {}
+// SAFETY: as above.
+unsafe impl Sync for Quantised {}
+
+impl Quantised {
+    /// The same rows from row `r` on.
+    pub(super) fn skip_rows(self, r: usize) -> Quantised {
+        Quantised {
+            cells: self.cells.wrapping_add(r * self.stride),
+            scales: self.scales.wrapping_add(r * self.groups),
+            zeros: self.zeros.wrapping_add(r * self.groups),
+            ..self
+        }
+    }
+}
+
+/// Bytes per quantised row of a k-deep A on `kernel`: depth padded to whole quads, cells of the kernel's width.
+pub(super) fn row_bytes(kernel: Int8Kernel, k: usize) -> usize {
+    let cell = if kernel == Int8Kernel::Avx2 { 2 } else { 1 };
+    k.next_multiple_of(4) * cell
+}
+
+/// Quantises `rows` rows of A (k deep) from row `row0` on, as `kernel`'s driver does, into `cells` (rows of
+/// [`row_bytes`]) and each row's group scales and zero points.
 ///
 /// # Safety
-/// As [`run`], on `T`'s instruction set.
+/// `kernel` runs on this CPU; A's rows `row0..row0 + rows` are readable over k elements; `cells` starts 2-byte
+/// aligned and holds the rows, `scales` and `zeros` a value per row and group.
+pub(super) unsafe fn quantize_rows_on(
+    kernel: Int8Kernel,
+    a: super::super::Strided<*const f32>,
+    (row0, rows, k): (usize, usize, usize),
+    cells: &mut [u8],
+    scales: &mut [f32],
+    zeros: &mut [f32],
+) {
+    let gather = if a.cs == 1 { 0 } else { k };
+    with_buffer(&GEMM_A, gather, |row| {
+        let block = (row0, rows, k);
+        // SAFETY (each arm): the caller's contract; `row` holds a row of A where it is gathered.
+        match kernel {
+            #[cfg(target_arch = "x86_64")]
+            Int8Kernel::Vnni512 | Int8Kernel::Vnni256 => unsafe {
+                quantize_block::<x86::Vnni512<12>>(a, block, row, cells, scales, zeros)
+            },
+            #[cfg(target_arch = "x86_64")]
+            Int8Kernel::Avx2 => unsafe {
+                quantize_block::<x86::Avx2<6>>(a, block, row, cells, scales, zeros)
+            },
+            _ => unsafe { quantize_block::<Portable>(a, block, row, cells, scales, zeros) },
+        }
+    })
+}
+
+/// Rows `row0..row0 + rows` of A (k deep) quantised on `T` into `cells` (rows of `k4 · T::A_BYTES` bytes) and per
+/// row and group `scales` and `zeros`; a row whose elements are not contiguous is gathered into `row` first.
+///
+/// # Safety
+/// As [`quantize_rows_on`], on `T`'s instruction set; `row` holds k floats when A's column stride is not 1.
 #[inline(always)]
-unsafe fn drive<T: Tile>(call: &Call<'_>) {
-    let &Call {
-        pack,
-        m,
-        n,
-        col0,
-        a,
-        c,
-    } = call;
+unsafe fn quantize_block<T: Tile>(
+    a: super::super::Strided<*const f32>,
+    (row0, rows, k): (usize, usize, usize),
+    row: &mut [f32],
+    cells: &mut [u8],
+    scales: &mut [f32],
+    zeros: &mut [f32],
+) {
+    let groups = k.div_ceil(A_GROUP).max(1);
+    let stride = k.next_multiple_of(4) * T::A_BYTES;
+    for r in 0..rows {
+        // SAFETY: row row0 + r of A is readable over k elements (the caller's contract).
+        let x = unsafe { super::super::strided_row(a, row0 + r, k, row) };
+        let params = r * groups..(r + 1) * groups;
+        // SAFETY: on T's instruction set; the row's cells start at an even byte (stride is a multiple of 4).
+        unsafe {
+            quantize_groups::<T>(
+                x,
+                &mut cells[r * stride..(r + 1) * stride],
+                &mut scales[params.clone()],
+                &mut zeros[params],
+            )
+        };
+    }
+}
+
+/// The loop nest: row blocks of A (quantised into this thread's scratch per row and activation group, unless
+/// `pre` holds them quantised already) → panels of B → depth blocks of [`KC_GROUPS`] groups → row tiles, each
+/// tile dequantising its groups' sums into its f32 sums (carried across depth blocks), which are scaled per
+/// column into C after the last block.
+///
+/// # Safety
+/// As [`run`], on `T`'s instruction set; `pre`, when given, holds the call's `m` rows quantised for this kernel.
+#[inline(always)]
+unsafe fn drive<T: Tile>(call: &Call<'_>, pre: Option<Quantised>) {
+    let &Call { pack, m, a, .. } = call;
     let (k, k4) = (pack.view.k, pack.k4);
     let groups = k.div_ceil(A_GROUP).max(1);
-    let quads = k4 / 4;
     // Quantised rows of A sit `stride` bytes apart (padding them off multiples of 1 KiB measured no faster).
     let stride = k4 * T::A_BYTES;
     let mc = (A_BLOCK_BYTES / stride.max(1))
@@ -205,6 +297,18 @@ unsafe fn drive<T: Tile>(call: &Call<'_>) {
         .div_ceil(T::MR)
         * T::MR;
     let mc = mc.min(m.next_multiple_of(T::MR));
+    let tiles = mc.div_ceil(T::MR);
+    if let Some(pre) = pre {
+        debug_assert!(pre.stride == stride && pre.groups == groups);
+        with_buffer(&GEMM_B, tiles * MAX_MR * NR, |sums_buf| {
+            let (all_sums, _) = sums_buf.as_chunks_mut::<{ MAX_MR * NR }>();
+            for ic in (0..m).step_by(mc) {
+                // SAFETY: forwarded; `pre` holds rows ic.. (the caller's contract).
+                unsafe { panels::<T>(call, ic, mc.min(m - ic), pre.skip_rows(ic), all_sums) };
+            }
+        });
+        return;
+    }
     // The scratch holds mc · groups scales, as many zero points (exact in f32), then mc rows of `stride` bytes, and,
     // when A's rows are not contiguous, one row of A gathered before it is quantised.
     let row_floats = if a.cs == 1 { 0 } else { k };
@@ -212,85 +316,109 @@ unsafe fn drive<T: Tile>(call: &Call<'_>) {
     with_buffer(&GEMM_A, 2 * mc * groups + cell_floats + row_floats, |buf| {
         let (scales, rest) = buf.split_at_mut(mc * groups);
         let (zeros, rest) = rest.split_at_mut(mc * groups);
-        let (bytes, row) = rest.split_at_mut(cell_floats);
+        let (cells, row) = rest.split_at_mut(cell_floats);
         // SAFETY: the f32 buffer viewed as bytes (alignment 1, same memory, within its length).
         let bytes =
-            unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr() as *mut u8, mc * stride) };
-        let tiles = mc.div_ceil(T::MR);
+            unsafe { std::slice::from_raw_parts_mut(cells.as_mut_ptr() as *mut u8, mc * stride) };
         // Each row tile's f32 sums for the current panel, across depth blocks.
         with_buffer(&GEMM_B, tiles * MAX_MR * NR, |sums_buf| {
             let (all_sums, _) = sums_buf.as_chunks_mut::<{ MAX_MR * NR }>();
             for ic in (0..m).step_by(mc) {
                 let rows = mc.min(m - ic);
-                for r in 0..rows {
-                    // SAFETY: row ic + r of A is readable over k elements (the caller's contract).
-                    let x = unsafe { super::super::strided_row(a, ic + r, k, row) };
-                    let params = r * groups..(r + 1) * groups;
-                    // SAFETY: `drive` runs on T's instruction set; the row's cells start at an even byte.
-                    unsafe {
-                        quantize_groups::<T>(
-                            x,
-                            &mut bytes[r * stride..(r + 1) * stride],
-                            &mut scales[params.clone()],
-                            &mut zeros[params],
-                        )
-                    };
-                }
-                for p0 in (0..n).step_by(NR) {
-                    let cols = NR.min(n - p0);
-                    let first = col0 + p0;
-                    let panel = pack.panels[first / NR * k4 * NR..].as_ptr();
-                    for g0 in (0..groups).step_by(KC_GROUPS) {
-                        let count = KC_GROUPS.min(groups - g0);
-                        let q0 = g0 * GROUP_QUADS;
-                        let last_quads = (quads - q0) - (count - 1) * GROUP_QUADS;
-                        for (t, ir) in (0..rows).step_by(T::MR).enumerate() {
-                            let tr = T::MR.min(rows - ir);
-                            let block = Groups {
-                                count,
-                                last_quads: last_quads.min(GROUP_QUADS),
-                                scales: scales[ir * groups + g0..].as_ptr(),
-                                zeros: zeros[ir * groups + g0..].as_ptr(),
-                                row_stride: groups,
-                                col_sums: pack.col_sums[g0 * pack.width + first..].as_ptr(),
-                                sums_stride: pack.width,
-                            };
-                            // SAFETY: rows ir..ir + tr of the block hold k4 quantised elements each, quads
-                            // q0.. of groups g0..g0 + count of which are read; the panel holds k4 / 4 quads;
-                            // the scales, zero points and column sums cover those rows and groups.
-                            unsafe {
-                                T::tile(
-                                    &block,
-                                    bytes[ir * stride + T::A_BYTES * 4 * q0..].as_ptr(),
-                                    stride,
-                                    tr,
-                                    panel.add(q0 * NR * 4),
-                                    &mut all_sums[t],
-                                    g0 > 0,
-                                )
-                            };
-                        }
-                    }
-                    let sb = &pack.scales[first..first + cols];
-                    for (t, ir) in (0..rows).step_by(T::MR).enumerate() {
-                        // SAFETY: rows ic + ir.., columns p0..p0 + cols lie inside C.
-                        unsafe {
-                            super::super::store_tile(
-                                &all_sums[t],
-                                NR,
-                                c,
-                                ic + ir,
-                                T::MR.min(rows - ir),
-                                p0,
-                                cols,
-                                Some(sb),
-                            )
-                        };
-                    }
-                }
+                // SAFETY: rows ic.. of A are readable (the caller's contract); the scratch holds `rows` rows.
+                unsafe { quantize_block::<T>(a, (ic, rows, k), row, bytes, scales, zeros) };
+                let quantised = Quantised {
+                    cells: bytes.as_ptr(),
+                    stride,
+                    scales: scales.as_ptr(),
+                    zeros: zeros.as_ptr(),
+                    groups,
+                };
+                // SAFETY: forwarded; the block's rows were quantised just above.
+                unsafe { panels::<T>(call, ic, rows, quantised, all_sums) };
             }
         })
     })
+}
+
+/// Rows `ic..ic + rows` of C from those rows of A, quantised in `a`: every panel of B in the call's columns, in
+/// depth blocks, through the row tiles' f32 sums in `all_sums` (one per tile), scaled per column into C.
+///
+/// # Safety
+/// As [`drive`]; `a` holds the `rows` rows quantised for `T`, `all_sums` a sum block per row tile.
+#[inline(always)]
+unsafe fn panels<T: Tile>(
+    call: &Call<'_>,
+    ic: usize,
+    rows: usize,
+    a: Quantised,
+    all_sums: &mut [[f32; MAX_MR * NR]],
+) {
+    let &Call {
+        pack, n, col0, c, ..
+    } = call;
+    let (k, k4) = (pack.view.k, pack.k4);
+    let groups = k.div_ceil(A_GROUP).max(1);
+    let quads = k4 / 4;
+    for p0 in (0..n).step_by(NR) {
+        let cols = NR.min(n - p0);
+        let first = col0 + p0;
+        let panel = pack.panels[first / NR * k4 * NR..].as_ptr();
+        for g0 in (0..groups).step_by(KC_GROUPS) {
+            let count = KC_GROUPS.min(groups - g0);
+            let q0 = g0 * GROUP_QUADS;
+            let last_quads = (quads - q0) - (count - 1) * GROUP_QUADS;
+            let next = panel.wrapping_add((q0 + count * GROUP_QUADS).min(quads) * NR * 4);
+            for (t, ir) in (0..rows).step_by(T::MR).enumerate() {
+                let tr = T::MR.min(rows - ir);
+                super::super::prefetch_next_block(
+                    next.cast(),
+                    KC_GROUPS * GROUP_QUADS * NR * 4,
+                    t,
+                    rows.div_ceil(T::MR),
+                );
+                let block = Groups {
+                    count,
+                    last_quads: last_quads.min(GROUP_QUADS),
+                    scales: a.scales.wrapping_add(ir * groups + g0),
+                    zeros: a.zeros.wrapping_add(ir * groups + g0),
+                    row_stride: groups,
+                    col_sums: pack.col_sums[g0 * pack.width + first..].as_ptr(),
+                    sums_stride: pack.width,
+                };
+                // SAFETY: rows ir..ir + tr of `a` hold k4 quantised elements each, quads q0.. of groups
+                // g0..g0 + count of which are read; the panel holds k4 / 4 quads; the scales, zero points and
+                // column sums cover those rows and groups.
+                unsafe {
+                    T::tile(
+                        &block,
+                        a.cells.add(ir * a.stride + T::A_BYTES * 4 * q0),
+                        a.stride,
+                        tr,
+                        panel.add(q0 * NR * 4),
+                        &mut all_sums[t],
+                        g0 > 0,
+                    )
+                };
+            }
+        }
+        let sb = &pack.scales[first..first + cols];
+        for (t, ir) in (0..rows).step_by(T::MR).enumerate() {
+            // SAFETY: rows ic + ir.., columns p0..p0 + cols lie inside C.
+            unsafe {
+                super::super::store_tile(
+                    &all_sums[t],
+                    NR,
+                    c,
+                    ic + ir,
+                    T::MR.min(rows - ir),
+                    p0,
+                    cols,
+                    Some(sb),
+                )
+            };
+        }
+    }
 }
 
 /// The scalar tile, for every target.
@@ -349,7 +477,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::super::quantize_x86::{quantize_u16_avx2, quantize_u8_avx512};
-    use super::{drive, Call, Groups, Tile, MAX_MR, NR};
+    use super::{drive, Call, Groups, Quantised, Tile, MAX_MR, NR};
 
     /// 4 bytes of row `r` at group `g`, as one i32 to broadcast.
     #[inline(always)]
@@ -606,41 +734,41 @@ mod x86 {
     }
 
     #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma")]
-    pub unsafe fn run_vnni512(call: &Call<'_>) {
+    pub unsafe fn run_vnni512(call: &Call<'_>, pre: Option<Quantised>) {
         // SAFETY (each arm): forwarded.
         match call.m {
-            1 => unsafe { drive::<Vnni512<1>>(call) },
-            2 => unsafe { drive::<Vnni512<2>>(call) },
+            1 => unsafe { drive::<Vnni512<1>>(call, pre) },
+            2 => unsafe { drive::<Vnni512<2>>(call, pre) },
             // Up to eight rows are one tile of 4 or 8, where a tile of 12 would compute 12.
-            3 | 4 => unsafe { drive::<Vnni512<4>>(call) },
-            5..=8 => unsafe { drive::<Vnni512<8>>(call) },
-            _ => unsafe { drive::<Vnni512<12>>(call) },
+            3 | 4 => unsafe { drive::<Vnni512<4>>(call, pre) },
+            5..=8 => unsafe { drive::<Vnni512<8>>(call, pre) },
+            _ => unsafe { drive::<Vnni512<12>>(call, pre) },
         }
     }
 
     #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma")]
-    pub unsafe fn run_vnni256(call: &Call<'_>) {
+    pub unsafe fn run_vnni256(call: &Call<'_>, pre: Option<Quantised>) {
         // SAFETY (each arm): forwarded.
         match call.m {
-            1 => unsafe { drive::<Vnni256<1>>(call) },
-            2 => unsafe { drive::<Vnni256<2>>(call) },
-            3 | 4 => unsafe { drive::<Vnni256<4>>(call) },
+            1 => unsafe { drive::<Vnni256<1>>(call, pre) },
+            2 => unsafe { drive::<Vnni256<2>>(call, pre) },
+            3 | 4 => unsafe { drive::<Vnni256<4>>(call, pre) },
             // Seven or eight rows (a decoding step of 8) take the 512-bit tile of 8: one pass over each panel
             // where 256-bit tiles of 4 would make two.
-            7 | 8 => unsafe { drive::<Vnni512<8>>(call) },
-            _ => unsafe { drive::<Vnni256<6>>(call) },
+            7 | 8 => unsafe { drive::<Vnni512<8>>(call, pre) },
+            _ => unsafe { drive::<Vnni256<6>>(call, pre) },
         }
     }
 
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn run_avx2(call: &Call<'_>) {
+    pub unsafe fn run_avx2(call: &Call<'_>, pre: Option<Quantised>) {
         // SAFETY (each arm): forwarded.
         match call.m {
-            1 => unsafe { drive::<Avx2<1>>(call) },
-            2 => unsafe { drive::<Avx2<2>>(call) },
+            1 => unsafe { drive::<Avx2<1>>(call, pre) },
+            2 => unsafe { drive::<Avx2<2>>(call, pre) },
             // Eight rows (a batch-8 decoding step) are two tiles of 4, where tiles of 6 would compute 12.
-            3 | 4 | 7 | 8 => unsafe { drive::<Avx2<4>>(call) },
-            _ => unsafe { drive::<Avx2<6>>(call) },
+            3 | 4 | 7 | 8 => unsafe { drive::<Avx2<4>>(call, pre) },
+            _ => unsafe { drive::<Avx2<6>>(call, pre) },
         }
     }
 }

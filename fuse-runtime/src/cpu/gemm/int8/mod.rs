@@ -38,9 +38,12 @@ mod tests;
 
 use std::sync::OnceLock;
 
+use rayon::prelude::*;
+
 use super::{BView, Strided};
 use crate::error::{Error, Result};
 
+pub use kernels::Quantised;
 pub use quantize::{quantize_column_scale, quantize_row};
 
 /// Columns per panel of a packed B (the widest tile's).
@@ -55,6 +58,10 @@ pub const MAX_DEPTH: usize = 65_536;
 /// 128 took the mean cosine to f32 from 0.9987 to 0.9992 and the worst sentence from 0.9947 to 0.9960. A multiple
 /// of 4 (the `vpdpbusd` group).
 pub const A_GROUP: usize = 128;
+
+/// Elements of A below which [`QuantB::quantise_rows`] quantises on the calling thread alone: about 15 µs of
+/// quantising, the order of a fork and join of the pool.
+const QUANTISE_PARALLEL_MIN: usize = 1 << 16;
 
 /// Which int8 kernel runs a product. Each kernel's tile has the rows named below for a block of rows; a product
 /// of 1, 2 or 3–4 rows (a decoding step) runs on the same kernel's tile of 1, 2 or 4 rows instead, and one of 7–8
@@ -277,6 +284,109 @@ impl QuantB {
             c,
         };
         // SAFETY: forwarded contract, on a kernel this CPU runs.
-        unsafe { kernels::run(kernel, &call) }
+        unsafe { kernels::run(kernel, &call, None) }
+    }
+
+    /// Floats of scratch that [`QuantB::quantise_rows`] fills for `m` rows of A.
+    pub fn quantised_len(&self, m: usize) -> usize {
+        let cells = m * kernels::row_bytes(Int8Kernel::best(), self.view.k);
+        2 * m * self.groups() + cells.div_ceil(4)
+    }
+
+    /// A's `m` rows (row `i` at `a[offset + i·rs + l·cs]`) quantised once, on the pool's threads, into `buf` (at
+    /// least [`QuantB::quantised_len`] floats), for [`QuantB::gemm_quantised`]: the column blocks of one product
+    /// then share one quantisation of A. W2's last layer spent 16 % of each of its four column blocks
+    /// quantising the same 64 rows (`gemm_bench`). `None` when A's rows are not all inside `a` or `buf` is short.
+    pub fn quantise_rows(
+        &self,
+        a: &[f32],
+        (offset, rs, cs): (usize, usize, usize),
+        m: usize,
+        buf: &mut [f32],
+    ) -> Option<Quantised> {
+        let (k, groups, kernel) = (self.view.k, self.groups(), Int8Kernel::best());
+        let stride = kernels::row_bytes(kernel, k);
+        let last = offset + (m.max(1) - 1) * rs + (k.max(1) - 1) * cs;
+        if m == 0 || last >= a.len() || buf.len() < self.quantised_len(m) {
+            return None;
+        }
+        let (params, cells) = buf.split_at_mut(2 * m * groups);
+        let (scales, zeros) = params.split_at_mut(m * groups);
+        // SAFETY: the f32 buffer viewed as bytes (alignment 1, same memory, within its length).
+        let bytes =
+            unsafe { std::slice::from_raw_parts_mut(cells.as_mut_ptr() as *mut u8, m * stride) };
+        let quantise = |row0: usize, scales: &mut [f32], zeros: &mut [f32], cells: &mut [u8]| {
+            let a0 = super::Strided::new(a[offset..].as_ptr(), rs as isize, cs as isize);
+            // SAFETY: `best` runs here; rows row0.. of A lie inside `a` (checked above); the chunk holds its
+            // rows' cells (from a multiple of `stride`, itself a multiple of 4 bytes), scales and zeros.
+            unsafe {
+                kernels::quantize_rows_on(
+                    kernel,
+                    a0,
+                    (row0, scales.len() / groups, k),
+                    cells,
+                    scales,
+                    zeros,
+                )
+            }
+        };
+        if m * k < QUANTISE_PARALLEL_MIN {
+            // A decoding step's few rows: a fork and join would cost more than the rows.
+            quantise(0, scales, zeros, bytes);
+        } else {
+            let chunk = m.div_ceil(rayon::current_num_threads());
+            scales
+                .par_chunks_mut(chunk * groups)
+                .zip(zeros.par_chunks_mut(chunk * groups))
+                .zip(bytes.par_chunks_mut(chunk * stride))
+                .enumerate()
+                .for_each(|(i, ((scales, zeros), cells))| {
+                    quantise(i * chunk, scales, zeros, cells)
+                });
+        }
+        Some(Quantised {
+            cells: bytes.as_ptr(),
+            stride,
+            scales: scales.as_ptr(),
+            zeros: zeros.as_ptr(),
+            groups,
+        })
+    }
+
+    /// [`QuantB::gemm`] reading A's rows `row0..row0 + m` from `a`, quantised by [`QuantB::quantise_rows`].
+    ///
+    /// # Safety
+    /// As [`QuantB::gemm`], with `a` made by this pack's `quantise_rows` over at least `row0 + m` rows, its
+    /// buffer alive and unchanged.
+    pub unsafe fn gemm_quantised(
+        &self,
+        a: Quantised,
+        row0: usize,
+        (m, k, n): (usize, usize, usize),
+        col0: usize,
+        c: Strided<*mut f32>,
+    ) {
+        debug_assert!(
+            k == self.view.k && col0.is_multiple_of(NR) && col0 + n <= self.view.n && c.cs == 1
+        );
+        if m == 0 || n == 0 {
+            return;
+        }
+        let call = super::PackCall {
+            pack: self,
+            m,
+            n,
+            col0,
+            // Never read: the rows come quantised.
+            a: Strided::new(std::ptr::null(), 0, 0),
+            c,
+        };
+        // SAFETY: forwarded contract, on the kernel that quantised `a` (`best`).
+        unsafe { kernels::run(Int8Kernel::best(), &call, Some(a.skip_rows(row0))) }
+    }
+
+    /// Activation groups over the depth.
+    fn groups(&self) -> usize {
+        self.view.k.div_ceil(A_GROUP).max(1)
     }
 }
