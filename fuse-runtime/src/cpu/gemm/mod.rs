@@ -202,9 +202,14 @@ fn tile_rows<const MR: usize>(a: *const u8, a_rs: usize, rows: usize) -> [*const
 /// panels likewise, so the next block is always the bytes that follow the current block. Spread over the tiles,
 /// the first tile of the next block finds its lines in L2 instead of waiting on L3 for each: W2's int8 middle
 /// layer (a 4 MiB block of B) went from 270–332 to 339–362 GOP/s per thread with both cores busy
-/// (BENCHMARKS.md, twenty-first run).
+/// (BENCHMARKS.md, twenty-first run). A block of one row tile (a decoding step) asks for nothing: no later tile
+/// would give the lines time to arrive, the hardware's stream prefetcher already follows a lone tile, and asking
+/// made W5's int8 batch-1 step slower.
 #[inline(always)]
 fn prefetch_next_block(next: *const u8, bytes: usize, tile: usize, tiles: usize) {
+    if tiles < 2 {
+        return;
+    }
     let lines = bytes / 64;
     let per_tile = lines.div_ceil(tiles.max(1));
     for line in tile * per_tile..((tile + 1) * per_tile).min(lines) {
