@@ -179,15 +179,11 @@ fn attention_kernels() {
     }
 }
 
-/// Q computed inside the attention kernel (RoPE's rotate-half, an elementwise chain, grouped heads) against the
-/// f64 reference, at sequence lengths whose attention runs in several blocks of query rows; where Q must stay in
-/// memory (also an output, or a permuted view of what is computed) it is read as before.
-#[test]
-fn attention_kernels_compute_their_queries() {
+/// The fused plan of a model, and for each of its attention kernels whether it computes Q.
+fn computed_queries(spec: &fuse_runtime::ModelSpec) -> (fuse_kernels::plan::Plan, Vec<bool>) {
     use fuse_kernels::plan::{plan, KernelKind, Mode};
-    use fuse_tests::harness::graph_of;
-    let fused = plan(&graph_of(ComputedQueries::spec()), Mode::Fused);
-    let queries: Vec<bool> = fused
+    let fused = plan(&fuse_tests::harness::graph_of(spec), Mode::Fused);
+    let queries = fused
         .kernels
         .iter()
         .filter_map(|k| match &k.kind {
@@ -195,6 +191,16 @@ fn attention_kernels_compute_their_queries() {
             _ => None,
         })
         .collect();
+    (fused, queries)
+}
+
+/// Q computed inside the attention kernel (RoPE's rotate-half, an elementwise chain, grouped heads) against the
+/// f64 reference, at sequence lengths whose attention runs in several blocks of query rows; where Q must stay in
+/// memory (also an output, or a permuted view of what is computed) it is read as before.
+#[test]
+fn attention_kernels_compute_their_queries() {
+    use fuse_kernels::plan::KernelKind;
+    let (fused, queries) = computed_queries(ComputedQueries::spec());
     let dump = fuse_kernels::plan::dump(&fused);
     assert_eq!(queries, [true, true, true, false, false], "{dump}");
     let placed: Vec<bool> = fused
@@ -224,17 +230,7 @@ fn attention_kernels_compute_their_queries() {
 /// results match the f64 reference.
 #[test]
 fn queries_and_scores_sharing_a_read() {
-    use fuse_kernels::plan::{plan, KernelKind, Mode};
-    use fuse_tests::harness::graph_of;
-    let fused = plan(&graph_of(SharedQueryReads::spec()), Mode::Fused);
-    let queries: Vec<bool> = fused
-        .kernels
-        .iter()
-        .filter_map(|k| match &k.kind {
-            KernelKind::Attention(a) => Some(a.query.is_some()),
-            _ => None,
-        })
-        .collect();
+    let (fused, queries) = computed_queries(SharedQueryReads::spec());
     assert_eq!(
         queries,
         [false, false],

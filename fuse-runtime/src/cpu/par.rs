@@ -775,6 +775,22 @@ mod tests {
         assert!(!streams_b_in_parallel(1, 64, 160));
     }
 
+    /// A (m×k, contiguous) times `quant` as one int8 product on this thread.
+    fn whole_int8_product(quant: &QuantB, a: &[f32], (m, k, n): (usize, usize, usize)) -> Vec<f32> {
+        assert_eq!(a.len(), m * k);
+        let mut whole = vec![f32::NAN; m * n];
+        // SAFETY: A is m×k (checked), `whole` m×n; the pack's k×n is the caller's.
+        unsafe {
+            quant.gemm(
+                (m, k, n),
+                0,
+                Strided::new(a.as_ptr(), k as isize, 1),
+                Strided::new(whole.as_mut_ptr(), n as isize, 1),
+            )
+        };
+        whole
+    }
+
     /// An int8 product whose column blocks share one quantisation of A, where A is a transposed view (its rows
     /// gathered before they are quantised): the same numbers as one whole int8 product of the contiguous rows.
     #[test]
@@ -792,16 +808,7 @@ mod tests {
             n,
         };
         let quant = QuantB::new(&b, view).unwrap().unwrap();
-        let mut whole = vec![f32::NAN; m * n];
-        // SAFETY: A is m×k, `whole` m×n, the pack k×n.
-        unsafe {
-            quant.gemm(
-                (m, k, n),
-                0,
-                Strided::new(a.as_ptr(), k as isize, 1),
-                Strided::new(whole.as_mut_ptr(), n as isize, 1),
-            )
-        };
+        let whole = whole_int8_product(&quant, &a, (m, k, n));
         let spec = GemmSpec {
             batch: &[],
             a_batch: &[],
@@ -911,16 +918,7 @@ mod tests {
             // An int8 pack: every block and column split computes what one whole int8 product does, plus the
             // epilogue.
             let quant = QuantB::new(&b, view).unwrap().unwrap();
-            let mut whole = vec![f32::NAN; m * n];
-            // SAFETY: A is m×k, `whole` m×n, the pack k×n.
-            unsafe {
-                quant.gemm(
-                    (m, k, n),
-                    0,
-                    Strided::new(a.as_ptr(), k as isize, 1),
-                    Strided::new(whole.as_mut_ptr(), n as isize, 1),
-                )
-            };
+            let whole = whole_int8_product(&quant, &a, (m, k, n));
             let mut out = vec![f32::NAN; m * n];
             let quant = Some(WeightPack::Int8(quant));
             gemm_with(&spec, &a, &b, quant.as_ref(), &mut out, Some(&PlusOne));

@@ -269,6 +269,23 @@ impl QuantB {
         a: Strided<*const f32>,
         c: Strided<*mut f32>,
     ) {
+        // SAFETY: forwarded contract, on a kernel this CPU runs.
+        unsafe { self.run_on(kernel, (m, k, n), col0, a, c, None) }
+    }
+
+    /// The product on `kernel`, A read from `a` or, when `pre` is given, already quantised there.
+    ///
+    /// # Safety
+    /// As [`QuantB::gemm_on`]; `pre`, when given, holds the m rows quantised on `kernel`.
+    unsafe fn run_on(
+        &self,
+        kernel: Int8Kernel,
+        (m, k, n): (usize, usize, usize),
+        col0: usize,
+        a: Strided<*const f32>,
+        c: Strided<*mut f32>,
+        pre: Option<Quantised>,
+    ) {
         debug_assert!(
             k == self.view.k && col0.is_multiple_of(NR) && col0 + n <= self.view.n && c.cs == 1
         );
@@ -283,8 +300,8 @@ impl QuantB {
             a,
             c,
         };
-        // SAFETY: forwarded contract, on a kernel this CPU runs.
-        unsafe { kernels::run(kernel, &call, None) }
+        // SAFETY: forwarded contract.
+        unsafe { kernels::run(kernel, &call, pre) }
     }
 
     /// Floats of scratch that [`QuantB::quantise_rows`] fills for `m` rows of A.
@@ -366,23 +383,19 @@ impl QuantB {
         col0: usize,
         c: Strided<*mut f32>,
     ) {
-        debug_assert!(
-            k == self.view.k && col0.is_multiple_of(NR) && col0 + n <= self.view.n && c.cs == 1
-        );
-        if m == 0 || n == 0 {
-            return;
-        }
-        let call = super::PackCall {
-            pack: self,
-            m,
-            n,
-            col0,
-            // Never read: the rows come quantised.
-            a: Strided::new(std::ptr::null(), 0, 0),
-            c,
-        };
+        // A's pointer is never read: the rows come quantised.
+        let unread = Strided::new(std::ptr::null(), 0, 0);
         // SAFETY: forwarded contract, on the kernel that quantised `a` (`best`).
-        unsafe { kernels::run(Int8Kernel::best(), &call, Some(a.skip_rows(row0))) }
+        unsafe {
+            self.run_on(
+                Int8Kernel::best(),
+                (m, k, n),
+                col0,
+                unread,
+                c,
+                Some(a.skip_rows(row0)),
+            )
+        }
     }
 
     /// Activation groups over the depth.
