@@ -29,7 +29,9 @@ pub fn expand(
     let models = cap.models.iter().map(|m| {
         // Capture ran once for the module; each model's line repeats it.
         let mut timings = timings.clone();
-        let tokens = expand_model(module, m, &source, contract, &mut timings, report);
+        let tokens = crate::fallback::guarded(module, &m.name, || {
+            expand_model(module, m, &source, contract, &mut timings, report)
+        });
         if report {
             timings.size("tokens", count_tokens(&tokens));
             timings.size("bytes", tokens.to_string().len());

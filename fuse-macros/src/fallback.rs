@@ -201,6 +201,38 @@ fn has_state_field(module: &syn::ItemMod) -> bool {
     })
 }
 
+/// `expand` (one model's expansion), or, if it panics, an error at the model's name and the model's stub. A panic
+/// there is a bug of fuse's (a planner or writer assertion), never the model's: rustc would show it as "custom
+/// attribute panicked" at the attribute, with the message of an index or an assertion deep in the compiler. The
+/// user gets the model it happened in, the message, and what to do.
+pub fn guarded(
+    module: &syn::ItemMod,
+    model: &syn::Ident,
+    expand: impl FnOnce() -> TokenStream,
+) -> TokenStream {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(expand)) {
+        Ok(tokens) => tokens,
+        Err(payload) => {
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "no message".into());
+            let error = syn::Error::new(
+                model.span(),
+                format!(
+                    "fuse: internal error while compiling model `{model}`: {message}\n\
+                     This is a bug in fuse, not in the model: please report it with the model's source \
+                     (the panic's place in fuse is printed above)."
+                ),
+            )
+            .into_compile_error();
+            let stub = stub_model(module, model);
+            quote!(#error #stub)
+        }
+    }
+}
+
 pub fn stub(module: &syn::ItemMod, roots: &[syn::Ident], errors: syn::Error) -> TokenStream {
     let errors = errors.into_compile_error();
     let consts = crate::expand::kept_items(module);
@@ -208,4 +240,48 @@ pub fn stub(module: &syn::ItemMod, roots: &[syn::Ident], errors: syn::Error) -> 
         .into_iter()
         .map(|name| stub_model(module, &name));
     crate::expand::replace_module(module, quote!(#errors #(#consts)* #(#models)*))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A panic in a model's expansion becomes a compile error naming the model and carrying the message, beside
+    /// the model's stub; an expansion that does not panic passes through untouched.
+    #[test]
+    fn a_panicking_expansion_becomes_a_compile_error_and_a_stub() {
+        let module: syn::ItemMod = syn::parse_quote! {
+            mod m {
+                pub struct Tiny {}
+                impl Tiny {
+                    pub fn forward(&self, #[shape(batch, 4)] x: Tensor) -> Tensor { x * 2.0 }
+                }
+            }
+        };
+        let name: syn::Ident = syn::parse_quote!(Tiny);
+        let passed = guarded(&module, &name, || {
+            quote!(
+                struct Fine;
+            )
+        });
+        assert_eq!(
+            passed.to_string(),
+            quote!(
+                struct Fine;
+            )
+            .to_string()
+        );
+        let caught = guarded(&module, &name, || {
+            panic!("index out of bounds: the len is 4")
+        });
+        let formatted = guarded(&module, &name, || panic!("{} kernels", 3));
+        let text = caught.to_string();
+        assert!(text.contains("compile_error"), "{text}");
+        assert!(
+            text.contains("internal error while compiling model `Tiny`: index out of bounds"),
+            "{text}"
+        );
+        assert!(text.contains("struct Tiny"), "no stub: {text}");
+        assert!(formatted.to_string().contains("3 kernels"));
+    }
 }
