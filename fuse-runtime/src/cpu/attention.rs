@@ -5,7 +5,7 @@
 use rayon::prelude::*;
 
 use super::gemm::{sgemm, Strided};
-use super::par::{batch_offsets, SimdTask};
+use super::par::{batch_offsets, SharedOut, SimdTask};
 use super::scratch::{with_buffer, ATTENTION_ROWS, QUERIES, SCORES};
 
 /// Where a matrix operand's element `(row, col)` of one batch is: `offset + row·rs + col·cs` (plus the batch's
@@ -138,7 +138,7 @@ pub fn attention(
         last < out.len(),
         "attention output placed out of bounds: planner bug"
     );
-    let placed = Placed(out.as_mut_ptr());
+    let placed = SharedOut(out.as_mut_ptr());
     let run_placed = |t: usize| {
         let (b, row0) = (
             t / blocks_per_batch,
@@ -163,20 +163,6 @@ pub fn attention(
         (0..blocks).for_each(run_placed);
     } else {
         (0..blocks).into_par_iter().for_each(run_placed);
-    }
-}
-
-/// The output, written by blocks of rows on several threads at disjoint places.
-struct Placed(*mut f32);
-
-// SAFETY: blocks write disjoint elements through it, and nothing else touches the output until they finish.
-unsafe impl Sync for Placed {}
-
-impl Placed {
-    /// # Safety
-    /// `offset` must be inside the output slice this pointer came from.
-    unsafe fn at(&self, offset: usize) -> *mut f32 {
-        unsafe { self.0.add(offset) }
     }
 }
 

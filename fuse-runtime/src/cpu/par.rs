@@ -380,16 +380,18 @@ const GEMV_COL_BLOCK_MIN: usize = 32;
 /// streams B in less time than handing half of it to another takes.
 const GEMV_PARALLEL_MIN_FLOATS: usize = 1 << 16;
 
-/// The output pointer shared by column-split GEMM tasks, each writing its own disjoint block.
-struct SharedOut(*mut f32);
+/// An output pointer shared by parallel tasks, each writing its own disjoint elements: column-split GEMM blocks,
+/// attention blocks whose rows are placed apart.
+pub(super) struct SharedOut(pub(super) *mut f32);
 
-// SAFETY: tasks write disjoint blocks through it, and `gemm` does not touch `out` otherwise until they finish.
+// SAFETY: tasks write disjoint elements through it, and their caller does not touch the output otherwise until
+// they finish.
 unsafe impl Sync for SharedOut {}
 
 impl SharedOut {
     /// # Safety
     /// `offset` must be inside the output slice this pointer came from.
-    unsafe fn at(&self, offset: usize) -> *mut f32 {
+    pub(super) unsafe fn at(&self, offset: usize) -> *mut f32 {
         unsafe { self.0.add(offset) }
     }
 }

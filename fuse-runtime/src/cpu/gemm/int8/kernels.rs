@@ -120,8 +120,8 @@ pub(super) unsafe fn run(kernel: Int8Kernel, call: &Call<'_>, pre: Option<Quanti
     }
 }
 
-/// [`quantize_groups`] on `kernel`'s quantiser, as the driver runs it (for measuring its cost), into `out.len()`
-/// cells of the kernel's width (bytes in the first half of `out`).
+/// [`quantize_rows_on`] for the one row `x` (for measuring what quantising costs), into the first
+/// [`row_bytes`] of `out` seen as bytes: u16 cells on the AVX2 tile, bytes in the first half of `out` otherwise.
 ///
 /// # Safety
 /// `kernel` runs on this CPU; `scales` and `zeros` hold a value per group of `x`; `out` holds `x`'s cells.
@@ -135,16 +135,10 @@ pub(super) unsafe fn quantize_on(
     let len = out.len();
     // SAFETY: `out`'s memory as bytes: 2·len of them, 2-byte aligned.
     let bytes = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut u8, 2 * len) };
-    // SAFETY (each arm): the caller's contract; the byte kernels get `len` bytes, the AVX2 tile 2·len.
-    match kernel {
-        #[cfg(target_arch = "x86_64")]
-        Int8Kernel::Vnni512 | Int8Kernel::Vnni256 => unsafe {
-            quantize_groups::<x86::Vnni512<12>>(x, &mut bytes[..len], scales, zeros)
-        },
-        #[cfg(target_arch = "x86_64")]
-        Int8Kernel::Avx2 => unsafe { quantize_groups::<x86::Avx2<6>>(x, bytes, scales, zeros) },
-        _ => unsafe { quantize_groups::<Portable>(x, &mut bytes[..len], scales, zeros) },
-    }
+    let row = super::super::Strided::new(x.as_ptr(), x.len() as isize, 1);
+    let cells = &mut bytes[..row_bytes(kernel, x.len())];
+    // SAFETY: the caller's contract; the row is `x`, its cells fit in `out` (k rounded to 4 cells of the width).
+    unsafe { quantize_rows_on(kernel, row, (0, 1, x.len()), cells, scales, zeros) }
 }
 
 /// Quantises row `x` of A as the driver does: each group of [`A_GROUP`] depths on its own, into `cells` (the
