@@ -399,7 +399,9 @@ pub fn slice_fits(g: &Graph, start: &Dim, len: &Dim, size: &Dim) -> Option<bool>
         return Some(false);
     }
     // `narrow(axis, past, seq)` of a `past + seq` axis ends exactly at its end, whatever the dims.
-    if start.as_static() != Some(0) && g.sum_terms(&[start, len]) == g.sum_terms(&[size]) {
+    // So does `narrow(axis, seq - 1, 1)` of a `seq` axis.
+    let end = g.sum_terms(&[start, len], &[]);
+    if start.as_static() != Some(0) && end.is_some() && end == g.sum_terms(&[size], &[]) {
         return Some(true);
     }
     match (start.as_static(), len.as_static(), size.as_static()) {
@@ -530,18 +532,17 @@ fn concat(g: &Graph, inputs: &[NodeId], axis: usize) -> Result<TensorType, TypeE
         lens.push(t.shape.0[axis].clone());
     }
     let refs: Vec<&Dim> = lens.iter().collect();
-    let terms = g.sum_terms(&refs);
-    let total = match g.find_sum(&terms) {
+    let total = match g.sum_terms(&refs, &[]).and_then(|t| g.find_sum(&t)) {
         Some(d) if d.coeff <= MAX_ELEMENTS => d,
         Some(_) => return err("concat: the result is too large"),
         None => {
             return err(format!(
-                "internal: the concat length {} was not interned",
-                lens.iter()
-                    .map(|d| g.fmt_dim(d))
-                    .collect::<Vec<_>>()
-                    .join(" + ")
-            ))
+            "concat: the length {} is not a sum of dims less a constant, which is all a dim can be",
+            lens.iter()
+                .map(|d| g.fmt_dim(d))
+                .collect::<Vec<_>>()
+                .join(" + ")
+        ))
         }
     };
     let mut dims = first.shape.0.clone();

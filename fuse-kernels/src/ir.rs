@@ -520,16 +520,28 @@ pub struct Graph {
     pub derived: Vec<DerivedDim>,
 }
 
-/// A dynamic dim defined as a sum of monomials over the free symbols (`past + seq`). A `Dim` stays a monomial, so
-/// a sum is a symbol of its own, named by its definition: slot sizes, offsets and kernels treat it like any symbol,
-/// and the runtime computes its value from the free ones after binding them. Sums are interned with their terms in
-/// a canonical order, so `past + seq` written twice, or made by a concat of a `past`-long and a `seq`-long
-/// tensor, is the same symbol and inference compares it structurally.
+/// A dynamic dim defined as a sum of monomials over the free symbols, less a constant (`past + seq`, `seq - 1`). A
+/// `Dim` stays a monomial, so a sum is a symbol of its own, named by its definition: slot sizes, offsets and kernels
+/// treat it like any symbol, and the runtime computes its value from the free ones after binding them (refusing a
+/// call where the constant exceeds the sum). Sums are interned in the canonical form of [`Terms`], so `past + seq`
+/// written twice, or made by a concat of a `past`-long and a `seq`-long tensor, is the same symbol and inference
+/// compares it structurally.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct DerivedDim {
     pub sym: u16,
-    /// At least two monomials over free symbols only, sorted by symbols, each symbol set once.
+    /// Monomials over free symbols only, sorted by symbols, each symbol set once: at least two, or one with a
+    /// `less`.
     pub terms: Vec<Dim>,
+    /// The constant subtracted (`seq - 1`: 1); 0 for a plain sum.
+    pub less: usize,
+}
+
+/// `Σ terms − less` in canonical form: monomials over free symbols with like ones merged, sorted by their symbols
+/// (a positive constant first), and a negative constant kept apart as `less`.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Terms {
+    pub terms: Vec<Dim>,
+    pub less: usize,
 }
 
 /// `expr.fused()`: every computing op the front end added while evaluating `expr` (the nodes `first..end`) must
@@ -606,7 +618,8 @@ impl Graph {
                 .collect();
             if lens.len() == inputs.len() && lens.iter().any(|d| d.as_static().is_none()) {
                 let refs: Vec<&Dim> = lens.iter().collect();
-                self.sum(&refs);
+                // A length no dim can stand for is left to inference, which reports it.
+                let _ = self.sum(&refs);
             }
         }
         let ty = crate::infer::infer(self, &op)?;
@@ -634,82 +647,123 @@ impl Graph {
         self.derived.iter().find(|d| d.sym == sym)
     }
 
-    /// `dim` as a sum of monomials over free symbols: a derived symbol in it is replaced by its definition
+    /// `dim` as signed monomials over free symbols: a derived symbol in it is replaced by its definition
     /// (multiplied out), so sums of sums flatten.
-    fn expand(&self, dim: &Dim) -> Vec<Dim> {
-        let mut terms = vec![Dim::fixed(dim.coeff)];
+    fn expand(&self, dim: &Dim) -> Vec<(i128, Vec<u16>)> {
+        let mut terms = vec![(dim.coeff as i128, Vec::new())];
         for &s in &dim.syms {
-            let factor = match self.derived_of(s) {
-                Some(d) => d.terms.clone(),
-                None => vec![Dim::symbol(s)],
+            let factor: Vec<(i128, Vec<u16>)> = match self.derived_of(s) {
+                Some(d) => d
+                    .terms
+                    .iter()
+                    .map(|t| (t.coeff as i128, t.syms.clone()))
+                    .chain((d.less > 0).then(|| (-(d.less as i128), Vec::new())))
+                    .collect(),
+                None => vec![(1, vec![s])],
             };
             terms = terms
                 .iter()
-                .flat_map(|t| factor.iter().map(move |f| t.mul(f)))
+                .flat_map(|(c, syms)| {
+                    factor.iter().map(move |(f, fs)| {
+                        let mut syms = syms.clone();
+                        syms.extend_from_slice(fs);
+                        syms.sort_unstable();
+                        (c.saturating_mul(*f), syms)
+                    })
+                })
                 .collect();
         }
         terms
     }
 
-    /// `a + b` in canonical form: like monomials merged, sorted by their symbols (the constant first).
-    pub fn sum_terms(&self, dims: &[&Dim]) -> Vec<Dim> {
-        let mut terms: Vec<Dim> = Vec::new();
-        for d in dims {
-            for t in self.expand(d) {
-                match terms.iter_mut().find(|u| u.syms == t.syms) {
-                    Some(u) => u.coeff = u.coeff.saturating_add(t.coeff),
-                    None => terms.push(t),
+    /// `Σ plus − Σ minus` in canonical form; `None` when a monomial over dims is left negative (`seq - past`),
+    /// which no dim can stand for.
+    pub fn sum_terms(&self, plus: &[&Dim], minus: &[&Dim]) -> Option<Terms> {
+        let mut merged: Vec<(i128, Vec<u16>)> = Vec::new();
+        for (sign, dims) in [(1i128, plus), (-1, minus)] {
+            for (c, syms) in dims.iter().flat_map(|d| self.expand(d)) {
+                match merged.iter_mut().find(|(_, s)| *s == syms) {
+                    Some(m) => m.0 = m.0.saturating_add(sign * c),
+                    None => merged.push((sign * c, syms)),
                 }
             }
         }
-        terms.retain(|t| t.coeff != 0);
-        terms.sort_by(|a, b| a.syms.cmp(&b.syms));
-        terms
+        merged.retain(|(c, _)| *c != 0);
+        merged.sort_by(|a, b| a.1.cmp(&b.1));
+        let mut out = Terms::default();
+        for (c, syms) in merged {
+            if c > 0 {
+                let coeff = usize::try_from(c).unwrap_or(usize::MAX);
+                out.terms.push(Dim { coeff, syms });
+            } else if syms.is_empty() {
+                out.less = usize::try_from(-c).unwrap_or(usize::MAX);
+            } else {
+                return None;
+            }
+        }
+        Some(out)
     }
 
-    /// The dim equal to the sum of `terms` (canonical, from [`Graph::sum_terms`]) if it exists without a new
-    /// symbol: a monomial, or a sum interned before. Inference uses this; [`Graph::sum`] makes the symbol.
-    pub fn find_sum(&self, terms: &[Dim]) -> Option<Dim> {
-        match terms {
-            [] => Some(Dim::fixed(0)),
-            [one] => Some(one.clone()),
+    /// The dim equal to `t` if it exists without a new symbol: a monomial, or a sum interned before. `None` also
+    /// for a negative constant. Inference uses this; [`Graph::sum`] and [`Graph::difference`] make the symbol.
+    pub fn find_sum(&self, t: &Terms) -> Option<Dim> {
+        match (t.terms.as_slice(), t.less) {
+            ([], 0) => Some(Dim::fixed(0)),
+            ([one], 0) => Some(one.clone()),
+            ([], _) => None,
             _ => self
                 .derived
                 .iter()
-                .find(|d| d.terms == terms)
+                .find(|d| d.terms == t.terms && d.less == t.less)
                 .map(|d| Dim::symbol(d.sym)),
         }
     }
 
-    /// `a + b + ..` as a dim, interning a derived symbol for it when it is not a monomial.
-    pub fn sum(&mut self, dims: &[&Dim]) -> Dim {
-        let terms = self.sum_terms(dims);
+    /// `a + b + ..` as a dim, interning a derived symbol for it when it is not a monomial; `None` when it cannot
+    /// be one (see [`Graph::sum_terms`]).
+    pub fn sum(&mut self, dims: &[&Dim]) -> Option<Dim> {
+        let terms = self.sum_terms(dims, &[])?;
+        self.intern(terms)
+    }
+
+    /// `a - b` as a dim (`seq - 1`, `past + seq - past`), interned like [`Graph::sum`]; `None` when no dim can
+    /// stand for it: a monomial left negative (`seq - past`) or a negative constant (`seq - seq - 1`).
+    pub fn difference(&mut self, a: &Dim, b: &Dim) -> Option<Dim> {
+        let terms = self.sum_terms(&[a], &[b])?;
+        self.intern(terms)
+    }
+
+    fn intern(&mut self, terms: Terms) -> Option<Dim> {
         if let Some(d) = self.find_sum(&terms) {
-            return d;
+            return Some(d);
         }
-        let name = terms
+        if terms.terms.is_empty() {
+            return None;
+        }
+        let mut name = terms
+            .terms
             .iter()
             .map(|t| self.fmt_dim(t))
             .collect::<Vec<_>>()
             .join(" + ");
+        if terms.less > 0 {
+            name = format!("{name} - {}", terms.less);
+        }
         let sym = self.dyn_dim(&name);
-        self.derived.push(DerivedDim { sym, terms });
-        Dim::symbol(sym)
+        self.derived.push(DerivedDim {
+            sym,
+            terms: terms.terms,
+            less: terms.less,
+        });
+        Some(Dim::symbol(sym))
     }
 
-    /// Values of every symbol from those of the free ones (`values[s]` for a derived `s` is overwritten), in the
-    /// order the sums were made; saturating, so an absurd sum fails a bound check rather than wrapping.
-    pub fn derive_values(&self, values: &mut [usize]) {
-        for d in &self.derived {
-            let v = d.terms.iter().fold(0usize, |acc, t| {
-                let term = t
-                    .syms
-                    .iter()
-                    .fold(t.coeff, |p, &s| p.saturating_mul(values[s as usize]));
-                acc.saturating_add(term)
-            });
-            values[d.sym as usize] = v;
-        }
+    /// Whether the dim `sym` sizes some value (then 0 would make it empty, which kernels do not support) rather
+    /// than only offsetting views.
+    pub fn sizes_a_value(&self, sym: u16) -> bool {
+        self.nodes
+            .iter()
+            .any(|n| n.ty.shape.0.iter().any(|d| d.syms.contains(&sym)))
     }
 
     /// Number of nodes that read each node, outputs counted as readers.
@@ -747,5 +801,55 @@ impl Graph {
             }
         }));
         parts.join("*")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sums and differences of dims: canonical, interned once, and refused where no dim can stand for them.
+    #[test]
+    fn differences_of_dims_are_sums_less_a_constant() {
+        let mut g = Graph::new();
+        let (seq, past) = (
+            Dim::symbol(g.dyn_dim("seq")),
+            Dim::symbol(g.dyn_dim("past")),
+        );
+        let one = Dim::fixed(1);
+        let last = g.difference(&seq, &one).expect("seq - 1");
+        assert_eq!(g.fmt_dim(&last), "seq - 1");
+        assert_eq!(
+            g.difference(&seq, &one),
+            Some(last.clone()),
+            "interned once"
+        );
+        // Back to a monomial: no new symbol.
+        assert_eq!(g.sum(&[&last, &one]), Some(seq.clone()));
+        let total = g.sum(&[&past, &seq]).expect("past + seq");
+        assert_eq!(g.difference(&total, &past), Some(seq.clone()));
+        // A sum less a constant flattens into one symbol: `past + seq - 1`, whichever way it is made.
+        let a = g.difference(&total, &one).expect("past + seq - 1");
+        assert_eq!(g.sum(&[&past, &last]), Some(a.clone()));
+        assert_eq!(g.derived_of(a.syms[0]).map(|d| d.less), Some(1));
+        // A monomial left negative, or a negative constant: no dim.
+        assert_eq!(g.difference(&seq, &past), None);
+        assert_eq!(g.difference(&last, &seq), None);
+        // `2 * (seq - 1)` multiplies out to `2*seq - 2`.
+        let twice = Dim {
+            coeff: 2,
+            syms: last.syms.clone(),
+        };
+        let expanded = g.sum_terms(&[&twice], &[]).expect("a sum");
+        assert_eq!(
+            (expanded.terms, expanded.less),
+            (
+                vec![Dim {
+                    coeff: 2,
+                    syms: seq.syms.clone()
+                }],
+                2
+            )
+        );
     }
 }

@@ -151,14 +151,6 @@ fn table_name(g: &Graph, mut node: NodeId) -> String {
     }
 }
 
-/// Whether the dim `sym` sizes some value (then 0 would make it empty, which kernels do not support) rather than
-/// only offsetting views.
-fn sizes_a_value(g: &Graph, sym: u16) -> bool {
-    g.nodes
-        .iter()
-        .any(|n| n.ty.shape.0.iter().any(|d| d.syms.contains(&sym)))
-}
-
 fn dtype(d: DType) -> TokenStream {
     match d {
         DType::I64 => quote!(::fuse_runtime::DType::I64),
@@ -240,7 +232,7 @@ fn expand_model(
         let binds = match input.binds {
             Some(sym) => {
                 let dim = sym as usize;
-                let may_be_zero = !sizes_a_value(g, sym);
+                let may_be_zero = !g.sizes_a_value(sym);
                 quote!(Some(#rt::DimArg { dim: #dim, may_be_zero: #may_be_zero }))
             }
             None => quote!(None),

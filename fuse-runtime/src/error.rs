@@ -59,6 +59,12 @@ pub enum Error {
     NegativeDim { dim: String, value: i64 },
 
     #[error(
+        "the dim `{dim}` is {value} for this call's sizes; it must be at least 1, or at least 0 where it only \
+         offsets a view (a `narrow` start)"
+    )]
+    DimOutOfRange { dim: String, value: i64 },
+
+    #[error(
         "a dimension argument of {value} is past i64::MAX, the largest the untyped API carries"
     )]
     DimArgTooLarge { value: usize },

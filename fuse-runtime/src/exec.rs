@@ -346,7 +346,7 @@ pub fn bind_inputs_with(
     inputs: &[&Tensor],
 ) -> Result<Vec<usize>> {
     let mut dims = bind_dims(specs, dyn_dims, &|s| program.is_sum_dim(s), inputs)?;
-    program.derive_dims(&mut dims);
+    derive_dims(program, dyn_dims, &mut dims)?;
     for (spec, t) in specs.iter().zip(inputs) {
         for (d, &n) in spec.dims.iter().zip(t.shape()) {
             if let DimSpec::Dyn(s) = *d {
@@ -363,6 +363,14 @@ pub fn bind_inputs_with(
         }
     }
     Ok(dims)
+}
+
+/// Fills in `program`'s sums of dims from the free ones; one out of range (`seq - 2` at `seq` 1) is an error.
+pub(crate) fn derive_dims(program: &Program, names: &[&str], dims: &mut [usize]) -> Result<()> {
+    program.derive_dims(dims).map_err(|e| Error::DimOutOfRange {
+        dim: names.get(e.sym).copied().unwrap_or("?").into(),
+        value: e.value,
+    })
 }
 
 /// Binds every free dim from the shapes and `#[dim]` arguments; `is_sum` dims are left for the caller.

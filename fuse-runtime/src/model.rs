@@ -398,7 +398,7 @@ impl CompiledModel {
                 None => Ok(1),
             })
             .collect::<Result<Vec<usize>>>()?;
-        program.derive_dims(&mut dims);
+        crate::exec::derive_dims(program, known, &mut dims)?;
         Ok(dims)
     }
 

@@ -94,25 +94,46 @@ pub struct StateSpec {
     pub dims: Vec<Mono>,
 }
 
-/// A dynamic dim defined as a sum: `dims[sym] = Σ terms`, each term over free dims only.
+/// A dynamic dim defined as a sum: `dims[sym] = Σ terms − less`, each term over free dims only.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SumDim {
     pub sym: usize,
     pub terms: Vec<Mono>,
+    /// The constant subtracted (`seq - 1`: 1).
+    #[serde(default)]
+    pub less: usize,
+    /// Whether 0 is a valid value: true when the dim only offsets views (a `narrow` start) and sizes no value.
+    #[serde(default)]
+    pub may_be_zero: bool,
+}
+
+/// A call whose free dims make a sum dim negative, or 0 where it sizes a value (`x.narrow(1, 0, seq - 1)` at
+/// `seq` 1): the call is refused before any kernel runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SumDimOutOfRange {
+    pub sym: usize,
+    pub value: i64,
 }
 
 impl ProgramTables {
-    /// Fills in the sum dims from the free ones (saturating: an absurd sum fails a bound check, never wraps).
-    pub fn derive_dims(&self, dims: &mut [usize]) {
+    /// Fills in the sum dims from the free ones (the sum saturating: an absurd one fails a bound check, never
+    /// wraps). One out of range is set to 0 and the first such is the error.
+    pub fn derive_dims(&self, dims: &mut [usize]) -> Result<(), SumDimOutOfRange> {
+        let mut first = Ok(());
         for d in &self.sum_dims {
-            let v = d
+            let sum = d
                 .terms
                 .iter()
                 .fold(0usize, |acc, t| acc.saturating_add(t.eval(dims)));
+            let value = i64::try_from(sum as i128 - d.less as i128).unwrap_or(i64::MAX);
+            if first.is_ok() && (value < 0 || (value == 0 && !d.may_be_zero)) {
+                first = Err(SumDimOutOfRange { sym: d.sym, value });
+            }
             if let Some(slot) = dims.get_mut(d.sym) {
-                *slot = v;
+                *slot = usize::try_from(value).unwrap_or(0);
             }
         }
+        first
     }
 
     /// Whether dim `sym` is a sum of others (computed, never bound by an input).

@@ -13,7 +13,7 @@ mod cuda;
 
 pub use cpu::{
     BufferKind, BufferSpec, KernelCall, KernelInfo, OutputSpec, PackedB, ProgramTables, SliceBound,
-    StateSpec, SumDim,
+    StateSpec, SumDim, SumDimOutOfRange,
 };
 pub use cuda::{CudaAccess, CudaGemm, CudaKernel, CudaLaunch, CudaTables, GridSpec, LaunchRole};
 
@@ -177,6 +177,8 @@ mod tests {
                         syms: vec![1],
                     },
                 ],
+                less: 0,
+                may_be_zero: false,
             }],
             states: vec![],
             aranges: vec![Mono {
@@ -192,10 +194,21 @@ mod tests {
             }],
         }];
         let mut dims = [3, 4, 1];
-        tables.derive_dims(&mut dims);
+        tables.derive_dims(&mut dims).unwrap();
         assert_eq!(dims, [3, 4, 7]);
         let back: ProgramTables = decode(&encode(&tables)).unwrap();
         assert_eq!(back, tables);
+        // A difference (`dims[2] = dims[0] + dims[1] - 8`): negative, or 0 where it sizes a value, is refused.
+        tables.sum_dims[0].less = 8;
+        let back: ProgramTables = decode(&encode(&tables)).unwrap();
+        assert_eq!(back, tables);
+        let refused = |dims: &mut [usize; 3]| tables.derive_dims(dims).unwrap_err().value;
+        assert_eq!(refused(&mut [3, 4, 1]), -1);
+        assert_eq!(refused(&mut [3, 5, 1]), 0);
+        tables.sum_dims[0].may_be_zero = true;
+        let mut dims = [3, 5, 1];
+        tables.derive_dims(&mut dims).unwrap();
+        assert_eq!(dims, [3, 5, 0]);
     }
 
     #[test]

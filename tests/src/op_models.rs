@@ -472,6 +472,36 @@ pub mod ops {
         }
     }
 
+    /// The last position of a `seq`-long axis, as a language model's head reads it: PyTorch's negative start
+    /// (`narrow(1, -1, 1)`) into a matmul, and `narrow(1, seq - 1, 1)` (a difference of dims, proved in range at
+    /// build time) into an elementwise kernel with the first position. Runs at every `seq`, 1 included.
+    pub struct LastPosition {
+        #[shape(D, 6)]
+        head: Tensor,
+    }
+    impl LastPosition {
+        pub fn forward(&self, #[shape(batch, seq, D)] x: Tensor) -> (Tensor, Tensor) {
+            let s = x.dim(1);
+            let logits = x.narrow(1, -1, 1).matmul(&self.head);
+            let ends = x.narrow(1, s - 1, 1) * 2.0 + x.narrow(1, 0, 1).exp();
+            (logits, ends)
+        }
+    }
+
+    /// Differences of dims the runtime checks: every position but the first (a length of `seq - 1`, which sizes a
+    /// value and so must be at least 1) beside the table rows from `past - 2` on (a start, which may be 0 but not
+    /// negative).
+    pub struct AllButFirst {
+        #[shape(MAX_POS, D)]
+        table: Tensor,
+    }
+    impl AllButFirst {
+        pub fn forward(&self, #[shape(batch, seq, D)] x: Tensor, #[dim] past: usize) -> Tensor {
+            let rest = x.dim(1) - 1;
+            x.narrow(1, 1, rest).tanh() + self.table.narrow(0, past - 2, rest)
+        }
+    }
+
     /// Sums of dims: the concat of a `past`-long and a `seq`-long tensor is `past + seq` long, which a narrow of a
     /// cache to `past + seq` rows and a `[batch, seq, past + seq]` mask input match structurally; a narrow at
     /// `past` of the concat takes back its `seq` new rows.

@@ -87,6 +87,8 @@ pub enum RefError {
         second: usize,
         input: usize,
     },
+    #[error("dynamic dim `{name}` is negative at these inputs")]
+    NegativeDim { name: String },
     #[error("dynamic dim `{name}` is not determined by the input shapes")]
     UnboundDim { name: String },
     #[error("{node} ({op}): id {id} is not a row of the {vocab}-row table")]
@@ -417,7 +419,12 @@ fn bind_dyn_dims(graph: &Graph, inputs: &[RefTensor]) -> Result<Vec<Option<usize
         for t in &d.terms {
             sum += eval_dim(graph, &vals, t)?;
         }
-        vals[d.sym as usize] = Some(sum);
+        let value = sum
+            .checked_sub(d.less)
+            .ok_or_else(|| RefError::NegativeDim {
+                name: graph.dyn_dims[d.sym as usize].clone(),
+            })?;
+        vals[d.sym as usize] = Some(value);
     }
     for (index, (info, t)) in graph.inputs.iter().zip(inputs).enumerate() {
         if eval_shape(graph, &vals, &info.ty.shape)? != t.shape {

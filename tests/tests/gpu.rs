@@ -277,6 +277,8 @@ fn specs() -> Vec<&'static ModelSpec> {
         Attentions::spec(),
         NarrowRope::spec(),
         NarrowCache::spec(),
+        LastPosition::spec(),
+        AllButFirst::spec(),
         Positions::spec(),
     ]
 }
@@ -757,6 +759,31 @@ fn narrows_at_run_time_offsets_on_gpu() {
                 dim(past),
                 dim(MAX_POS - s as usize),
             ]
+        },
+    );
+}
+
+/// Differences of dims: the last position (a negative narrow start, `seq - 1`) into a matmul and an elementwise
+/// kernel, and a length of `seq - 1` beside table rows from `past - 2`.
+#[test]
+fn differences_of_dims_on_gpu() {
+    let dim = |n: usize| fuse_runtime::exec::dim_arg(n).expect("dim argument");
+    ops_on_gpu(
+        LastPosition::random(30).into_compiled(),
+        "last position",
+        2e-5,
+        2e-5,
+        |b, q, s| vec![Tensor::randn(&[b, q, D], s)],
+    );
+    ops_on_gpu(
+        AllButFirst::random(32).into_compiled(),
+        "all but first",
+        2e-5,
+        2e-5,
+        |b, q, s| {
+            let seq = q + 1;
+            let past = 2 + (s as usize * 5) % (MAX_POS + 2 - seq);
+            vec![Tensor::randn(&[b, seq, D], s), dim(past)]
         },
     );
 }

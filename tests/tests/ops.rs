@@ -406,6 +406,53 @@ fn narrow_with_run_time_lengths_feeds_matmuls_attention_and_elementwise_kernels(
 }
 
 #[test]
+fn the_last_position_read_by_a_negative_start_or_a_difference_of_dims() {
+    let m = LastPosition::random(30);
+    for (batch, seq, seed) in cases(30).chain([(2, 1, 31)]) {
+        let x = Tensor::randn(&[batch, seq, D], seed);
+        check_model("last position", m.compiled(), &[&x], 1e-5, 1e-5);
+    }
+}
+
+#[test]
+fn differences_of_dims_are_checked_when_the_call_binds_its_dims() {
+    let m = AllButFirst::random(32);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(32);
+    for (batch, _, seed) in cases(32) {
+        let seq = rng.gen_range(2..=6);
+        // Starts from 0 (`past` 2) to the last that fits.
+        for past in [2, rng.gen_range(2..=MAX_POS + 3 - seq), MAX_POS + 3 - seq] {
+            let x = Tensor::randn(&[batch, seq, D], seed);
+            let past = fuse_runtime::exec::dim_arg(past).unwrap();
+            check_model("all but first", m.compiled(), &[&x, &past], 1e-5, 1e-5);
+        }
+    }
+    let run = |seq: usize, past: usize| {
+        let x = Tensor::randn(&[1, seq, D], 33);
+        let past = fuse_runtime::exec::dim_arg(past).unwrap();
+        m.compiled()
+            .run(fuse_runtime::PlanMode::Fused, &[&x, &past])
+            .map(drop)
+    };
+    // `seq - 1` sizes the result: 0 would make it empty.
+    match run(1, 4) {
+        Err(fuse_runtime::Error::DimOutOfRange { dim, value: 0 }) => assert_eq!(dim, "seq - 1"),
+        other => panic!("seq 1: {other:?}"),
+    }
+    // `past - 2` only offsets a view: 0 is a start, -1 is not.
+    match run(3, 1) {
+        Err(fuse_runtime::Error::DimOutOfRange { dim, value: -1 }) => assert_eq!(dim, "past - 2"),
+        other => panic!("past 1: {other:?}"),
+    }
+    assert!(run(3, 2).is_ok());
+    // Past the table's end: the narrow's own check.
+    assert!(matches!(
+        run(3, MAX_POS + 2),
+        Err(fuse_runtime::Error::NarrowOutOfRange { .. })
+    ));
+}
+
+#[test]
 fn a_narrow_past_its_axis_is_a_typed_error_before_any_kernel_runs() {
     let m = NarrowRope::random(16);
     let x = Tensor::randn(&[2, 3, 4, R], 1);

@@ -17,6 +17,15 @@ fn fmt_sum(g: &Graph, terms: &[Dim]) -> String {
         .join(" + ")
 }
 
+/// The constant a derived dim subtracts, as the dumps write it: nothing for a plain sum.
+fn less(n: usize) -> String {
+    if n > 0 {
+        format!(" - {n}")
+    } else {
+        String::new()
+    }
+}
+
 /// The IR as text: one line per node with its type.
 pub fn dump_graph(g: &Graph) -> String {
     let mut out = String::new();
@@ -27,7 +36,13 @@ pub fn dump_graph(g: &Graph) -> String {
             .iter()
             .map(|t| format!("{}{:?}", t.coeff, t.syms))
             .collect();
-        let _ = writeln!(out, "sum dim {}: {}", d.sym, terms.join(" + "));
+        let _ = writeln!(
+            out,
+            "sum dim {}: {}{}",
+            d.sym,
+            terms.join(" + "),
+            less(d.less)
+        );
     }
     for (i, input) in g.inputs.iter().enumerate() {
         let _ = writeln!(
@@ -85,13 +100,14 @@ pub fn dump(plan: &Plan) -> String {
     for d in &g.derived {
         let _ = writeln!(
             out,
-            "sum dim {} = {}",
+            "sum dim {} = {}{}",
             g.dyn_dims[d.sym as usize],
             d.terms
                 .iter()
                 .map(|t| format!("{}{:?}", t.coeff, t.syms))
                 .collect::<Vec<_>>()
-                .join(" + ")
+                .join(" + "),
+            less(d.less)
         );
     }
     for k in &plan.kernels {

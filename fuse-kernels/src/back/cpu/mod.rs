@@ -192,6 +192,8 @@ fn tables(plan: &Plan, function_of: &[usize]) -> ProgramTables {
         .map(|d| SumDim {
             sym: d.sym as usize,
             terms: d.terms.iter().map(mono).collect(),
+            less: d.less,
+            may_be_zero: !g.sizes_a_value(d.sym),
         })
         .collect();
     let states = g

@@ -340,7 +340,7 @@ impl Lowerer<'_> {
                 let (l, r) = (self.input_dim(&b.left), self.input_dim(&b.right));
                 let (l, r) = (l?, r?);
                 if l.as_static().is_none() || r.as_static().is_none() {
-                    return Some(self.g.sum(&[&l, &r]));
+                    return self.g.sum(&[&l, &r]);
                 }
             }
         }

@@ -351,8 +351,9 @@ impl Lowerer<'_> {
         }
     }
 
-    /// Arithmetic on shape dims where one side is dynamic: products (`batch * seq`) and sums (`past + seq`, a
-    /// derived symbol, see [`crate::ir::DerivedDim`]) stay a dim.
+    /// Arithmetic on shape dims where one side is dynamic: products (`batch * seq`), sums (`past + seq`, a
+    /// derived symbol, see [`crate::ir::DerivedDim`]) and differences that leave a sum less a constant
+    /// (`seq - 1`, the start of the last position) stay a dim.
     fn dim_arith(&mut self, op: &syn::BinOp, b: &syn::ExprBinary, l: &Value, r: &Value) -> Value {
         let dims = (super::dim_of(l), super::dim_of(r));
         // A term of a sum may be 0 (`past + seq` with a constant `past` of 0): the sum drops it.
@@ -360,14 +361,31 @@ impl Lowerer<'_> {
             Value::Const(ConstVal::Int(0)) => Some(Dim::fixed(0)),
             other => super::dim_of(other),
         };
-        if let (syn::BinOp::Add(_), (Some(x), Some(y))) = (op, (term(l), term(r))) {
-            let sum = self.g.sum(&[&x, &y]);
-            if sum.coeff > crate::infer::MAX_ELEMENTS {
+        let (sum, what) = match (op, (term(l), term(r))) {
+            (syn::BinOp::Add(_), (Some(x), Some(y))) => (self.g.sum(&[&x, &y]), "sum"),
+            (syn::BinOp::Sub(_), (Some(x), Some(y))) => (self.g.difference(&x, &y), "difference"),
+            _ => (None, ""),
+        };
+        match sum {
+            Some(d) if d.coeff > crate::infer::MAX_ELEMENTS => {
                 self.diags
-                    .error_at(b, "this dim sum is too large for any tensor");
+                    .error_at(b, format!("this dim {what} is too large for any tensor"));
                 return Value::Poison;
             }
-            return dim_value(&sum);
+            Some(d) => return dim_value(&d),
+            None if !what.is_empty() => {
+                let (x, y) = (self.describe(l), self.describe(r));
+                self.diags.error_at(
+                    b,
+                    format!(
+                        "this dim {what} ({x} and {y}) is not a sum of dims less a constant, which is all a dim can \
+                         be: `seq - 1` and `past + seq - past` are, `seq - past` is not (it could be negative for \
+                         some inputs)"
+                    ),
+                );
+                return Value::Poison;
+            }
+            None => {}
         }
         if let (syn::BinOp::Mul(_), (Some(x), Some(y))) = (op, &dims) {
             return match crate::infer::mul_dims(x, y) {
@@ -398,8 +416,8 @@ impl Lowerer<'_> {
             ),
             _ => format!(
                 "`{dynamic}` is a dynamic dim: a shape dim can only be a product or a sum of dynamic dims and \
-                 constants (`batch * seq`, `2 * seq`, `past + seq`); other arithmetic on it is not known until \
-                 run time"
+                 constants, less a constant (`batch * seq`, `2 * seq`, `past + seq`, `seq - 1`); other arithmetic on \
+                 it is not known until run time"
             ),
         };
         self.diags.error_at(b, message);

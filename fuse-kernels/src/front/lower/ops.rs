@@ -294,7 +294,12 @@ impl Lowerer<'_> {
     /// `x.dim(1)`, `past * 2`); a bound the build cannot prove is checked at run time.
     fn narrow(&mut self, x: NodeId, args: &[Value], arg_at: &[At], at: At) -> Value {
         let axis = self.axis(&args[0], arg_at[0], x);
-        let start = self.dim_bound(&args[1], arg_at[1], "a narrow start", 0);
+        let start = match (&args[1], axis) {
+            (Value::Const(ConstVal::Int(n)), Some(axis)) if *n < 0 => {
+                self.start_before_end(x, axis, n.unsigned_abs(), arg_at[1])
+            }
+            _ => self.dim_bound(&args[1], arg_at[1], "a narrow start", 0),
+        };
         let len = self.dim_bound(&args[2], arg_at[2], "a narrow length", 1);
         let (Some(axis), Some(start), Some(len)) = (axis, start, len) else {
             return Value::Poison;
@@ -308,6 +313,28 @@ impl Lowerer<'_> {
             },
             at,
         )
+    }
+
+    /// A negative narrow start, PyTorch's: `back` elements before the end of the axis (`narrow(1, -1, 1)` is the
+    /// last position, at `seq - 1` of a `seq`-long axis).
+    fn start_before_end(&mut self, x: NodeId, axis: usize, back: u64, at: At) -> Option<Dim> {
+        let size = self.g.ty(x).shape.0[axis].clone();
+        let back = usize::try_from(back).unwrap_or(usize::MAX);
+        let start = match size.as_static() {
+            Some(n) => n.checked_sub(back).map(Dim::fixed),
+            None => self.g.difference(&size, &Dim::fixed(back)),
+        };
+        if start.is_none() {
+            let size = self.g.fmt_dim(&size);
+            self.diags.error(
+                at,
+                format!(
+                    "a narrow start of -{back} counts from the end of axis {axis}, of length {size}, and would start \
+                     before it"
+                ),
+            );
+        }
+        start
     }
 
     /// `self.cache.write(axis, start, value)`: the state with `[start, start + len)` of `axis` replaced by
