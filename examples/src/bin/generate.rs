@@ -14,9 +14,10 @@
 //!                                whether the machine itself is slow right after a prefill: R pairs of runs
 //!                                (a prefill, then 8 decode steps), alternately with and without a read of the
 //!                                weights' bytes between the prefill and the first step
-//! generate --bench --profile [--batch N] [--precision f32|int8|bf16|f16]
-//!                                where one decode step (batch 1 or N, after a 128-token prefill) spends its
-//!                                time: each kernel name's summed ms, and the call's time outside kernels
+//! generate --bench --profile [--prefill] [--batch N] [--precision f32|int8|bf16|f16]
+//!                                where one decode step (batch 1 or N, after a 128-token prefill), or with
+//!                                `--prefill` the prefill itself, spends its time: each kernel name's summed ms,
+//!                                and the call's time outside kernels
 //! ```
 //! Without `--weights` the model has seeded random weights (`--seed`), so the tokens are a demonstration of the
 //! loop, not of language. With no sampling option, decoding is greedy. There is no tokenizer: prompts and output
@@ -325,26 +326,34 @@ fn bench(json: bool, precision: CpuPrecision) -> Result<(), Box<dyn std::error::
     Ok(())
 }
 
-/// The per-kernel profile of one batch-1 decode step of SmolLM-135M's shape: a 128-token prompt prefilled into the
-/// session, then the step at position 128 run `runs` times (each run writes the same cache row again).
+/// The per-kernel profile of one decode step of SmolLM-135M's shape: a 128-token prompt prefilled into the session,
+/// then the step at position 128 run `runs` times (each run writes the same cache row again); or, with `prefill`,
+/// of the prefill itself (each run writes the same 128 rows again).
 fn profile_decode(
     runs: usize,
     batch: usize,
     precision: CpuPrecision,
+    prefill: bool,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let m = load("smollm", None, 1, true, precision)?;
     let mut session = m.model.session(&[("batch", batch)])?;
     let prompts = bench_prompts(m.vocab, batch);
     let prompt_refs: Vec<&[i64]> = prompts.iter().map(Vec::as_slice).collect();
-    let prefill = inputs(&prompt_refs)?;
+    let prompt_inputs = inputs(&prompt_refs)?;
     let past = fuse_runtime::exec::dim_arg(0)?;
-    let mut refs: Vec<&Tensor> = prefill.iter().collect();
-    refs.push(&past);
-    m.model.run_session(PlanMode::Fused, &mut session, &refs)?;
+    let mut prefill_refs: Vec<&Tensor> = prompt_inputs.iter().collect();
+    prefill_refs.push(&past);
+    m.model
+        .run_session(PlanMode::Fused, &mut session, &prefill_refs)?;
     let step = fuse_examples::models::llama::step_inputs(&vec![17; batch], &vec![0; batch], 128)?;
-    let past = fuse_runtime::exec::dim_arg(128)?;
+    let step_past = fuse_runtime::exec::dim_arg(128)?;
     let mut refs: Vec<&Tensor> = step.iter().collect();
-    refs.push(&past);
+    refs.push(&step_past);
+    let (refs, what) = if prefill {
+        (prefill_refs, "prefill (128 tokens)")
+    } else {
+        (refs, "decode step (past 128)")
+    };
     let whole = sample_ms(runs, || {
         m.model
             .run_session(PlanMode::Fused, &mut session, &refs)
@@ -369,8 +378,7 @@ fn profile_decode(
     by_name.sort_by(|a, b| b.2.total_cmp(&a.2));
     let kernels_ms: f64 = profile.kernels.iter().map(|k| k.ms).sum();
     println!(
-        "W5 decode step profile {precision} (SmolLM-135M shape, batch {batch}, past 128, {runs} runs, {} threads): \
-         {} kernels",
+        "W5 {what} profile {precision} (SmolLM-135M shape, batch {batch}, {runs} runs, {} threads): {} kernels",
         threads(),
         profile.kernels.len()
     );
@@ -386,7 +394,12 @@ fn profile_decode(
         whole.median - profile.call_ms
     );
     if std::env::var_os("FUSE_PROFILE").is_some() {
-        for (i, k) in profile.kernels.iter().enumerate().take(40) {
+        // The slowest kernels one by one, in plan order.
+        let mut slowest: Vec<usize> = (0..profile.kernels.len()).collect();
+        slowest.sort_by(|&a, &b| profile.kernels[b].ms.total_cmp(&profile.kernels[a].ms));
+        slowest.truncate(40);
+        slowest.sort_unstable();
+        for (i, k) in slowest.into_iter().map(|i| (i, &profile.kernels[i])) {
             println!(
                 "  #{i:<4} {:8.3} ms  {} ({})",
                 k.ms,
@@ -413,7 +426,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     if args.iter().any(|a| a == "--bench") && args.iter().any(|a| a == "--profile") {
-        return profile_decode(20, positive("--batch", 1)?, precision);
+        let prefill = args.iter().any(|a| a == "--prefill");
+        let runs = if prefill { 5 } else { 20 };
+        return profile_decode(runs, positive("--batch", 1)?, precision, prefill);
     }
     if args.iter().any(|a| a == "--bench") && args.iter().any(|a| a == "--first-step") {
         return first_step_probe(positive("--batch", 8)?, positive("--runs", 3)?, precision);

@@ -432,7 +432,8 @@ pub mod tiny {
     }
 
     impl TinyLlamaCached {
-        /// The logits `[batch, seq, VOCAB]` of the new positions.
+        /// The logits `[batch, 1, VOCAB]` of the last new position, the one generation reads (as transformers'
+        /// `generate` asks with `logits_to_keep=1`): a prefill's other positions skip the final norm and `lm_head`.
         pub fn forward(
             &self,
             #[shape(batch, seq)] ids: Tensor<i64>,
@@ -445,7 +446,8 @@ pub mod tiny {
             for layer in &self.model.layers {
                 x = layer.forward(x, cos, sin, mask, past);
             }
-            self.lm_head.forward(self.model.norm.forward(x))
+            self.lm_head
+                .forward(self.model.norm.forward(x.narrow(1, -1, 1)))
         }
     }
 }
@@ -493,7 +495,7 @@ pub mod tiny_llama3 {
     }
 
     impl TinyLlama3Cached {
-        /// The logits `[batch, seq, VOCAB]` of the new positions `[past, past + seq)`.
+        /// The logits `[batch, 1, VOCAB]` of the last new position, as [`super::tiny::TinyLlamaCached`]'s.
         pub fn forward(
             &self,
             #[shape(batch, seq)] ids: Tensor<i64>,
@@ -506,7 +508,8 @@ pub mod tiny_llama3 {
             for layer in &self.model.layers {
                 x = layer.forward(x, cos, sin, mask, past);
             }
-            self.lm_head.forward(self.model.norm.forward(x))
+            self.lm_head
+                .forward(self.model.norm.forward(x.narrow(1, -1, 1)))
         }
     }
 }
@@ -573,7 +576,7 @@ pub mod smollm {
     }
 
     impl SmolLmCached {
-        /// The logits `[batch, seq, VOCAB]` of the new positions `[past, past + seq)`.
+        /// The logits `[batch, 1, VOCAB]` of the last new position, as [`super::tiny::TinyLlamaCached`]'s.
         pub fn forward(
             &self,
             #[shape(batch, seq)] ids: Tensor<i64>,
@@ -586,7 +589,9 @@ pub mod smollm {
             for layer in &self.model.layers {
                 x = layer.forward(x, cos, sin, mask, past);
             }
-            self.model.embed_tokens.logits(self.model.norm.forward(x))
+            self.model
+                .embed_tokens
+                .logits(self.model.norm.forward(x.narrow(1, -1, 1)))
         }
     }
 }
@@ -610,7 +615,7 @@ pub fn inputs(sequences: &[&[i64]]) -> Result<[Tensor; 2]> {
 }
 
 /// Each sequence's next-token logits (`vocab` wide) from a run of the whole left-padded batch, whose output is
-/// `[batch, seq, vocab]`.
+/// `[batch, seq, vocab]` (every position, the uncached models) or `[batch, 1, vocab]` (the last, the cached ones).
 pub fn last_logits(logits: &Tensor, vocab: usize) -> Vec<Vec<f32>> {
     let (batch, seq) = (logits.shape()[0], logits.shape()[1]);
     let all = logits.to_f32_vec();
