@@ -490,15 +490,21 @@ pub mod ops {
 
     /// Differences of dims the runtime checks: every position but the first (a length of `seq - 1`, which sizes a
     /// value and so must be at least 1) beside the table rows from `past - 2` on (a start, which may be 0 but not
-    /// negative).
+    /// negative); and the positions rolled by one, a concat of `1 + (seq - 1)` rows, which is `seq` again.
     pub struct AllButFirst {
         #[shape(MAX_POS, D)]
         table: Tensor,
     }
     impl AllButFirst {
-        pub fn forward(&self, #[shape(batch, seq, D)] x: Tensor, #[dim] past: usize) -> Tensor {
+        pub fn forward(
+            &self,
+            #[shape(batch, seq, D)] x: Tensor,
+            #[dim] past: usize,
+        ) -> (Tensor, Tensor) {
             let rest = x.dim(1) - 1;
-            x.narrow(1, 1, rest).tanh() + self.table.narrow(0, past - 2, rest)
+            let shifted = x.narrow(1, 1, rest).tanh() + self.table.narrow(0, past - 2, rest);
+            let rolled = concat([x.narrow(1, -1, 1), x.narrow(1, 0, rest)], 1) * 3.0 + &x;
+            (shifted, rolled)
         }
     }
 

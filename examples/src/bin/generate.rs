@@ -394,10 +394,12 @@ fn profile_decode(
         whole.median - profile.call_ms
     );
     if std::env::var_os("FUSE_PROFILE").is_some() {
-        // The slowest kernels one by one, in plan order.
+        // The slowest kernels one by one (every kernel with `FUSE_PROFILE=all`), in plan order.
         let mut slowest: Vec<usize> = (0..profile.kernels.len()).collect();
         slowest.sort_by(|&a, &b| profile.kernels[b].ms.total_cmp(&profile.kernels[a].ms));
-        slowest.truncate(40);
+        if std::env::var("FUSE_PROFILE").as_deref() != Ok("all") {
+            slowest.truncate(40);
+        }
         slowest.sort_unstable();
         for (i, k) in slowest.into_iter().map(|i| (i, &profile.kernels[i])) {
             println!(

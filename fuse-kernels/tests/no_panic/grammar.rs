@@ -101,14 +101,15 @@ fn random_expr(rng: &mut ChaCha8Rng, depth: u32) -> String {
 
 /// An expression of shape `[batch, B]` (when `B` is a valid dim), so most programs type-check and reach the
 /// planner and the writer: elementwise ops, reductions with `keepdim`, norms, square matmuls, views that undo
-/// themselves, `where_`, `concat` + `slice`, `embedding` pooled back to two axes, loops and static branches.
+/// themselves, `where_`, `concat` + `slice`, narrows at differences of dims, `embedding` pooled back to two axes,
+/// loops and static branches.
 fn typed_expr(rng: &mut ChaCha8Rng, depth: u32) -> String {
     if depth == 0 || rng.gen_bool(0.15) {
         return pick(rng, &["x", "h", "h", "(x * 0.5)", "(h + &self.b)"]).to_string();
     }
     let a = typed_expr(rng, depth - 1);
     let b = typed_expr(rng, depth - 1);
-    match rng.gen_range(0..20) {
+    match rng.gen_range(0..22) {
         0..=2 => format!("{a}.{}()", pick(rng, &["exp", "relu", "gelu", "tanh", "sigmoid", "silu", "abs", "square", "neg", "gelu_tanh", "sin", "cos"])),
         3..=5 => format!("({a} {} {b})", pick(rng, &["+", "-", "*", "/"])),
         6 => format!("{a}.{}(&{b})", pick(rng, &["max", "min", "add", "mul"])),
@@ -124,6 +125,10 @@ fn typed_expr(rng: &mut ChaCha8Rng, depth: u32) -> String {
         16 => format!("({a} + embedding(&self.table, &ids).sum(1, false))"),
         17 => format!("{{ let mut acc = {a}; for layer in &self.layers {{ acc = layer.forward(&acc); }} acc }}"),
         18 => format!("if N > 2 {{ {a} }} else {{ self.sub.forward(&{b}) }}"),
+        // Differences of dims: the last row (a negative start, `batch - 1`) and the others, concatenated back to
+        // `1 + (batch - 1)` rows, which must be `batch` again.
+        19 => format!("concat([{a}.narrow(0, -1, 1), {b}.narrow(0, 0, x.dim(0) - 1)], 0)"),
+        20 => format!("({a} + {b}.narrow(0, x.dim(0) - 1, 1))"),
         _ => format!("{a}.reshape([x.dim(0), 1, B]).reshape([x.dim(0), -1]).to_f32()"),
     }
 }
