@@ -81,10 +81,19 @@ pub fn attention(
     scores: &dyn SimdTask,
 ) {
     let batches: usize = spec.batch.iter().product();
-    let (m, n, dv) = (spec.m, spec.n, spec.dv);
-    if batches == 0 || m == 0 || dv == 0 {
+    if batches == 0 || spec.m == 0 || spec.dv == 0 {
         return;
     }
+    // Whether to split between threads is decided per head, before a group's heads become one block's rows.
+    let flops = batches * spec.m * spec.n * (spec.d + spec.dv);
+    let streams_cache =
+        spec.m <= FEW_ROWS && batches > 1 && flops / spec.m >= PARALLEL_MIN_STREAMED;
+    let serial =
+        (flops < PARALLEL_MIN_FLOPS && !streams_cache) || rayon::current_num_threads() == 1;
+    let grouped = grouped_rows(spec);
+    let spec = grouped.as_ref().unwrap_or(spec);
+    let batches: usize = spec.batch.iter().product();
+    let (m, n, dv) = (spec.m, spec.n, spec.dv);
     // A computed Q's block goes to a scratch of the scores' size too.
     let query_row = match q {
         Query::Memory(_) => 1,
@@ -95,7 +104,11 @@ pub fn attention(
         && (0..spec.batch.len())
             .all(|i| spec.out.batch[i] == spec.batch[i + 1..].iter().product::<usize>() * m * dv);
     let out_row = if contiguous { 1 } else { dv };
-    let rows_per_block = (SCRATCH_ELEMENTS / n.max(query_row).max(out_row).max(1)).clamp(1, m);
+    // A few rows (a group of heads sharing K and V) stay one block even over a long cache, whose scores then
+    // outgrow the scratch's usual size: splitting them would read K and V once per row again.
+    let rows_per_block = (SCRATCH_ELEMENTS / n.max(query_row).max(out_row).max(1))
+        .clamp(1, m)
+        .max(m.min(FEW_ROWS));
     let blocks_per_batch = m.div_ceil(rows_per_block);
     // Each block's scores go to its thread's scratch (reserved at load), which the first GEMM overwrites.
     let run = |t: usize, block: &mut [f32]| {
@@ -108,10 +121,6 @@ pub fn attention(
             block_attention(spec, q, k, v, b, row0, block, scores, probs)
         });
     };
-    let flops = batches * m * n * (spec.d + dv);
-    let streams_cache = m <= FEW_ROWS && batches > 1 && flops / m >= PARALLEL_MIN_STREAMED;
-    let serial =
-        (flops < PARALLEL_MIN_FLOPS && !streams_cache) || rayon::current_num_threads() == 1;
     if contiguous {
         let mut blocks: Vec<&mut [f32]> = Vec::with_capacity(batches * blocks_per_batch);
         for batch in out.chunks_mut(m * dv).take(batches) {
@@ -164,6 +173,32 @@ pub fn attention(
     } else {
         (0..blocks).into_par_iter().for_each(run_placed);
     }
+}
+
+/// A decoding step's grouped-query attention as one block per group: when each head has one query row and the last
+/// batch axis (the heads sharing a key-value head) broadcasts K and V, that axis becomes the rows, so the group's
+/// queries go over the keys and values together and read them once rather than once per head. With one row per
+/// head, a row's index counted over `[batch.., m]` (the tasks' and the computed Q's) is the same either way.
+fn grouped_rows<'s>(spec: &AttentionSpec<'s>) -> Option<AttentionSpec<'s>> {
+    let last = spec.batch.len().checked_sub(1)?;
+    let group = spec.batch[last];
+    let broadcast = spec.k_batch.get(last) == Some(&0) && spec.v_batch.get(last) == Some(&0);
+    let out_rs = *spec.out.batch.get(last)?;
+    // A computed Q has no strides (its rows come from its task, by index).
+    let q_rs = spec.q_batch.get(last).copied().unwrap_or(spec.q.rs);
+    (spec.m == 1 && group > 1 && broadcast).then(|| AttentionSpec {
+        batch: &spec.batch[..last],
+        q_batch: spec.q_batch.get(..last).unwrap_or(spec.q_batch),
+        k_batch: &spec.k_batch[..last],
+        v_batch: &spec.v_batch[..last],
+        m: group,
+        q: Operand { rs: q_rs, ..spec.q },
+        out: Placement {
+            batch: &spec.out.batch[..last],
+            rs: out_rs,
+        },
+        ..*spec
+    })
 }
 
 /// One block: rows `row0..` of batch `b`, written to `block` (`rows × dv`); `probs` (`rows × n`) holds its scores.
@@ -322,20 +357,26 @@ fn few_rows_body(
     let &FewRows { n, d, dv, .. } = ops;
     let rows = block.len() / dv;
     let probs = &mut probs[..rows * n];
+    // Keys and values in the outer loops: each is read once for all the rows (a group of heads sharing them).
     if n > 0 {
-        for (r, scores) in probs.chunks_exact_mut(n).enumerate() {
-            let query = &ops.q[r * ops.q_rs..][..d];
-            for (j, score) in scores.iter_mut().enumerate() {
-                *score = dot(query, &ops.k[j * ops.k_cs..][..d]);
+        let mut queries: [&[f32]; FEW_ROWS] = [&[]; FEW_ROWS];
+        for (r, query) in queries.iter_mut().enumerate().take(rows) {
+            *query = &ops.q[r * ops.q_rs..][..d];
+        }
+        for j in 0..n {
+            let key = &ops.k[j * ops.k_cs..][..d];
+            for (r, query) in queries[..rows].iter().enumerate() {
+                probs[r * n + j] = dot(query, key);
             }
         }
         softmax(probs);
     }
-    for (r, out) in block.chunks_exact_mut(dv).enumerate() {
-        out.fill(0.0);
-        for j in 0..n {
+    block.fill(0.0);
+    for j in 0..n {
+        let value = &ops.v[j * ops.v_rs..][..dv];
+        for r in 0..rows {
             let p = probs[r * n + j];
-            for (o, &x) in out.iter_mut().zip(&ops.v[j * ops.v_rs..][..dv]) {
+            for (o, &x) in block[r * dv..][..dv].iter_mut().zip(value) {
                 *o += p * x;
             }
         }
@@ -506,6 +547,116 @@ mod tests {
                             (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
                             "{heads}x{m}x{n}x{d}x{dv} (V transposed: {v_transposed}, Q computed: {computed}, placed: {placed}) at ({h}, {i}, {t}): \
                              {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Grouped-query attention as a decoding step has it: `[kv_heads, group]` heads, K and V broadcast over the
+    /// group, against an f64 attention. One query row per head takes the grouped path (a group of 3 on the direct
+    /// path, of 8 through the GEMMs); two rows per head do not, and must agree too.
+    #[test]
+    fn grouped_heads_match_f64_attention() {
+        for ((kv_heads, group, m, n, d, dv), computed, placed) in [
+            (2, 3, 1, 129, 64, 64),
+            (3, 8, 1, 40, 16, 8),
+            (2, 3, 2, 33, 8, 8),
+            (1, 4, 1, 1, 4, 4),
+        ]
+        .into_iter()
+        .flat_map(|case| [(false, false), (true, false), (false, true)].map(|(q, o)| (case, q, o)))
+        {
+            let heads = kv_heads * group;
+            // Contiguous `[kv_heads, group, m, dv]`, or placed as `[m, heads, dv]`.
+            let (out_batch, out_rs) = if placed {
+                ([group * dv, dv], heads * dv)
+            } else {
+                ([group * m * dv, m * dv], dv)
+            };
+            // Q by head and row (`qv`, as a computed Q's rows come), and in memory as a projection lays it out,
+            // `[m, heads, d]`, so a head's rows are `heads · d` apart and its neighbour's `d`.
+            let qv = Tensor::randn(&[heads * m * d], 4).to_f32_vec();
+            let mut q_mem = vec![0.0; heads * m * d];
+            for (h, i) in (0..heads).flat_map(|h| (0..m).map(move |i| (h, i))) {
+                q_mem[(i * heads + h) * d..][..d].copy_from_slice(&qv[(h * m + i) * d..][..d]);
+            }
+            let kv = Tensor::randn(&[kv_heads * n * d], 5).to_f32_vec();
+            let vv = Tensor::randn(&[kv_heads * n * dv], 6).to_f32_vec();
+            let spec = AttentionSpec {
+                out: Placement {
+                    batch: &out_batch,
+                    rs: out_rs,
+                },
+                batch: &[kv_heads, group],
+                q_batch: &[group * d, d],
+                k_batch: &[n * d, 0],
+                v_batch: &[n * dv, 0],
+                m,
+                n,
+                d,
+                dv,
+                q: Operand {
+                    offset: 0,
+                    rs: heads * d,
+                    cs: 1,
+                },
+                k: Operand {
+                    offset: 0,
+                    rs: 1,
+                    cs: d,
+                },
+                v: Operand {
+                    offset: 0,
+                    rs: dv,
+                    cs: 1,
+                },
+            };
+            let mut out = vec![f32::NAN; heads * m * dv];
+            let rows_of_q = FnTask(|first: usize, rows: &mut [f32]| {
+                rows.copy_from_slice(&qv[first * d..first * d + rows.len()])
+            });
+            let query = if computed {
+                Query::Computed(&rows_of_q)
+            } else {
+                Query::Memory(&q_mem)
+            };
+            let scale = 0.25f32;
+            attention(
+                &spec,
+                query,
+                &kv,
+                &vv,
+                &mut out,
+                &ScaledSoftmax { n, scale },
+            );
+            for h in 0..heads {
+                let kvh = h / group;
+                for i in 0..m {
+                    let s: Vec<f64> = (0..n)
+                        .map(|j| {
+                            (0..d)
+                                .map(|c| {
+                                    f64::from(qv[(h * m + i) * d + c])
+                                        * f64::from(kv[(kvh * n + j) * d + c])
+                                })
+                                .sum::<f64>()
+                                * f64::from(scale)
+                        })
+                        .collect();
+                    let top = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let z: f64 = s.iter().map(|x| (x - top).exp()).sum();
+                    for t in 0..dv {
+                        let want: f64 = (0..n)
+                            .map(|j| (s[j] - top).exp() / z * f64::from(vv[(kvh * n + j) * dv + t]))
+                            .sum();
+                        let at = kvh * out_batch[0] + (h % group) * out_batch[1] + i * out_rs + t;
+                        let got = f64::from(out[at]);
+                        assert!(
+                            (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                            "{kv_heads}x{group}x{m}x{n}x{d}x{dv} (Q computed: {computed}, placed: {placed}) at \
+                             ({h}, {i}, {t}): {got} vs {want}"
                         );
                     }
                 }

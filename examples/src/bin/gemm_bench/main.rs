@@ -4,12 +4,13 @@
 //! tiles the share of this core's FMA peak for their vector width, measured first by [`fma_peak`]. Each of fuse's
 //! tiles also runs with B packed beforehand ("packed B", as a model packs its weights at load): the difference
 //! is what packing B costs per call. The int8 kernels come first (`int8`; `--int8` stops after them), then the bf16 ones (`bf16`; `--bf16` runs only
-//! them).
+//! them). `--attention` runs only a decoding step's attention over a KV cache (`decode_attention`).
 
 use fuse_examples::timing::{cpu_line, thread_seconds};
 use fuse_runtime::cpu::gemm::{sgemm_on, BView, Backend, PackedB, Strided};
 
 mod bf16;
+mod decode_attention;
 mod fma_peak;
 mod int8;
 
@@ -181,6 +182,9 @@ fn best_per_kernel<K: Copy>(kernels: &[K], flops: f64, mut run: impl FnMut(K)) -
 
 fn main() {
     println!("cpu: {}", cpu_line());
+    if std::env::args().any(|a| a == "--attention") {
+        return decode_attention::report();
+    }
     let vnni = int8::vnni_peaks();
     for (width, gops) in &vnni {
         println!("one-thread VNNI (vpdpbusd) peak, {width} vectors: {gops:.0} GOP/s");
