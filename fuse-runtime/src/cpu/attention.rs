@@ -425,6 +425,29 @@ mod tests {
         }
     }
 
+    /// One output row of `softmax(q · Kᵀ · scale) · V` in f64, from element accessors: `q(c)`, `k(j, c)` (key `j`)
+    /// and `v(j, t)`.
+    fn f64_attention_row(
+        (n, d, dv, scale): (usize, usize, usize, f32),
+        q: impl Fn(usize) -> f32,
+        k: impl Fn(usize, usize) -> f32,
+        v: impl Fn(usize, usize) -> f64,
+    ) -> Vec<f64> {
+        let s: Vec<f64> = (0..n)
+            .map(|j| {
+                (0..d)
+                    .map(|c| f64::from(q(c)) * f64::from(k(j, c)))
+                    .sum::<f64>()
+                    * f64::from(scale)
+            })
+            .collect();
+        let top = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let z: f64 = s.iter().map(|x| (x - top).exp()).sum();
+        (0..dv)
+            .map(|t| (0..n).map(|j| (s[j] - top).exp() / z * v(j, t)).sum())
+            .collect()
+    }
+
     /// Against an f64 attention, with K given transposed through its strides, a broadcast V batch, enough keys
     /// that a batch takes several row blocks, and blocks of one to four query rows (a decoding step's), which take
     /// the direct path with V's rows contiguous and the GEMMs with V given transposed.
@@ -527,21 +550,13 @@ mod tests {
             );
             for h in 0..heads {
                 for i in 0..m {
-                    let s: Vec<f64> = (0..n)
-                        .map(|j| {
-                            (0..d)
-                                .map(|c| {
-                                    f64::from(qv[h * m * d + i * d + c])
-                                        * f64::from(kv[h * n * d + j * d + c])
-                                })
-                                .sum::<f64>()
-                                * f64::from(scale)
-                        })
-                        .collect();
-                    let top = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                    let z: f64 = s.iter().map(|x| (x - top).exp()).sum();
-                    for t in 0..dv {
-                        let want: f64 = (0..n).map(|j| (s[j] - top).exp() / z * v_at(j, t)).sum();
+                    let want = f64_attention_row(
+                        (n, d, dv, scale),
+                        |c| qv[h * m * d + i * d + c],
+                        |j, c| kv[h * n * d + j * d + c],
+                        v_at,
+                    );
+                    for (t, want) in want.into_iter().enumerate() {
                         let got = f64::from(out[h * out_batch[0] + i * out_rs + t]);
                         assert!(
                             (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
@@ -634,23 +649,13 @@ mod tests {
             for h in 0..heads {
                 let kvh = h / group;
                 for i in 0..m {
-                    let s: Vec<f64> = (0..n)
-                        .map(|j| {
-                            (0..d)
-                                .map(|c| {
-                                    f64::from(qv[(h * m + i) * d + c])
-                                        * f64::from(kv[(kvh * n + j) * d + c])
-                                })
-                                .sum::<f64>()
-                                * f64::from(scale)
-                        })
-                        .collect();
-                    let top = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                    let z: f64 = s.iter().map(|x| (x - top).exp()).sum();
-                    for t in 0..dv {
-                        let want: f64 = (0..n)
-                            .map(|j| (s[j] - top).exp() / z * f64::from(vv[(kvh * n + j) * dv + t]))
-                            .sum();
+                    let want = f64_attention_row(
+                        (n, d, dv, scale),
+                        |c| qv[(h * m + i) * d + c],
+                        |j, c| kv[(kvh * n + j) * d + c],
+                        |j, t| f64::from(vv[(kvh * n + j) * dv + t]),
+                    );
+                    for (t, want) in want.into_iter().enumerate() {
                         let at = kvh * out_batch[0] + (h % group) * out_batch[1] + i * out_rs + t;
                         let got = f64::from(out[at]);
                         assert!(
