@@ -361,31 +361,27 @@ impl Lowerer<'_> {
             Value::Const(ConstVal::Int(0)) => Some(Dim::fixed(0)),
             other => super::dim_of(other),
         };
-        let (sum, what) = match (op, (term(l), term(r))) {
-            (syn::BinOp::Add(_), (Some(x), Some(y))) => (self.g.sum(&[&x, &y]), "sum"),
-            (syn::BinOp::Sub(_), (Some(x), Some(y))) => (self.g.difference(&x, &y), "difference"),
-            _ => (None, ""),
+        let sum = match (op, (term(l), term(r))) {
+            (syn::BinOp::Add(_), (Some(x), Some(y))) => Some((self.g.sum(&[&x, &y]), "sum")),
+            (syn::BinOp::Sub(_), (Some(x), Some(y))) => {
+                Some((self.g.difference(&x, &y), "difference"))
+            }
+            _ => None,
         };
-        match sum {
-            Some(d) if d.coeff > crate::infer::MAX_ELEMENTS => {
-                self.diags
-                    .error_at(b, format!("this dim {what} is too large for any tensor"));
-                return Value::Poison;
-            }
-            Some(d) => return dim_value(&d),
-            None if !what.is_empty() => {
-                let (x, y) = (self.describe(l), self.describe(r));
-                self.diags.error_at(
-                    b,
-                    format!(
-                        "this dim {what} ({x} and {y}) is not a sum of dims less a constant, which is all a dim can \
-                         be: `seq - 1` and `past + seq - past` are, `seq - past` is not (it could be negative for \
-                         some inputs)"
-                    ),
-                );
-                return Value::Poison;
-            }
-            None => {}
+        if let Some((sum, what)) = sum {
+            let message = match sum {
+                Some(d) if d.coeff <= crate::infer::MAX_ELEMENTS => return dim_value(&d),
+                Some(_) => format!("this dim {what} is too large for any tensor"),
+                None => format!(
+                    "this dim {what} ({} and {}) is not a sum of dims less a constant, which is all a dim can be: \
+                     `seq - 1` and `past + seq - past` are, `seq - past` is not (it could be negative for some \
+                     inputs)",
+                    self.describe(l),
+                    self.describe(r)
+                ),
+            };
+            self.diags.error_at(b, message);
+            return Value::Poison;
         }
         if let (syn::BinOp::Mul(_), (Some(x), Some(y))) = (op, &dims) {
             return match crate::infer::mul_dims(x, y) {
