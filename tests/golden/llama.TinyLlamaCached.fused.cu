@@ -1084,16 +1084,15 @@ extern "C" __global__ void __launch_bounds__(128) fuse_tinyllamacached_944feaee5
 //   in1 = %207 via %206 at [batch, 64, 128] offset 0 strides [0, 1, 64]
 // The fallback GEMM with its epilogue, for when cuBLAS is unavailable.
 extern "C" __global__ void __launch_bounds__(256) fuse_tinyllamacached_944feaee5d1f0218_k31_matmul_gemm(long long dyn0, long long dyn1, long long dyn2, long long dyn3, long long dyn4, fuse_t* __restrict__ out, const fuse_t* __restrict__ in0, const fuse_t* __restrict__ in1) {
+    // The batch folds into the rows: one GEMM of Πbatch·m rows.
     __shared__ float as[16][65];
     __shared__ float bs[16][65];
-    const long long M = 1LL, N = 128LL, K = 64LL;
-    const long long batches = dyn0;
+    const long long M = dyn0, N = 128LL, K = 64LL;
+    const long long batches = 1LL;
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
     const long long m0 = (long long)blockIdx.x * 64, n0 = (long long)blockIdx.y * 64;
     for (long long z = blockIdx.z; z < batches; z += gridDim.z) {
-        long long zrem = z;
-        const long long z0 = zrem;
-        const long long a0 = z0 * 64LL;
+        const long long a0 = 0LL;
         const long long b0 = 0LL;
         float acc[4][4] = {};
         for (long long k0 = 0; k0 < K; k0 += 16) {
@@ -1101,7 +1100,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_tinyllamacached_944feaee5
             for (int l = 0; l < 4; ++l) {
                 const int e = tid + l * 256;
                 const long long gm = m0 + e / 16, gk = k0 + e % 16;
-                as[e % 16][e / 16] = (gm < M && gk < K) ? fuse_to_f32(in0[a0 + gm * 0LL + gk]) : 0.0f;
+                as[e % 16][e / 16] = (gm < M && gk < K) ? fuse_to_f32(in0[a0 + gm * 64LL + gk]) : 0.0f;
                 const long long hk = k0 + e % 16, hn = n0 + e / 16;
                 bs[e % 16][e / 16] = (hk < K && hn < N) ? fuse_to_f32(in1[b0 + hk + hn * 64LL]) : 0.0f;
             }

@@ -1150,7 +1150,13 @@ fn cached_tiny_llama_decodes_on_the_gpu_as_on_the_cpu() {
         precision: Precision::Bf16,
         ..GpuOptions::default()
     };
-    for options in [GpuOptions::default(), bf16] {
+    // The generated GEMM too: the head's product reads one row per sequence through a length-1 axis of stride 0,
+    // and folds the batch into its rows through the batch's stride.
+    let generated_gemm = GpuOptions {
+        generated_gemm: true,
+        ..GpuOptions::default()
+    };
+    for options in [GpuOptions::default(), bf16, generated_gemm] {
         let held = decode_on_gpu_and_cpu(&cpu, &device, options);
         // Each call is a new shape, none called twice. The first step launches its kernels, the second makes the
         // graph the steps share, and every later one updates it to its own dims and buffers.

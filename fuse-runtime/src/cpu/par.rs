@@ -154,28 +154,16 @@ pub fn gemm_with(
     if m == 0 || n == 0 || batches == 0 {
         return;
     }
-    // When B is shared by every batch and A's batches are stacked rows, the batch folds into M: one tall GEMM.
     let b_shared = spec
         .b_batch
         .iter()
         .zip(spec.batch)
         .all(|(&s, &d)| s == 0 || d == 1);
-    let a_stacked = {
-        let mut expect = spec.a_rs * m;
-        let mut ok = true;
-        for i in (0..spec.batch.len()).rev() {
-            if spec.batch[i] != 1 && spec.a_batch[i] != expect {
-                ok = false;
-            }
-            expect *= spec.batch[i];
-        }
-        ok
-    };
-    let (groups, rows_per_group) = if b_shared && a_stacked {
-        (1, batches * m)
-    } else {
-        (batches, m)
-    };
+    let Rows {
+        groups,
+        rows_per_group,
+        a_rs,
+    } = Rows::of(spec, b_shared);
     let blocks_per_group = rows_per_group.div_ceil(ROW_BLOCK);
     // The pack stands for B only when it was made from the view this call reads, shared by every group.
     let packed = packed.filter(|p| {
@@ -218,7 +206,7 @@ pub fn gemm_with(
             let mut buf = scratch::take(&scratch::INT8_ROWS, q.quantised_len(rows_per_group));
             let rows = q.quantise_rows(
                 a,
-                (spec.a_offset, spec.a_rs, spec.a_cs),
+                (spec.a_offset, a_rs, spec.a_cs),
                 rows_per_group,
                 &mut buf,
             );
@@ -237,9 +225,9 @@ pub fn gemm_with(
                 a_off += a_batch;
                 b_off += b_batch;
             }
-            a_off += row0 * spec.a_rs;
+            a_off += row0 * a_rs;
             b_off += col0 * spec.b_cs;
-            let a_end = a_off + (rows - 1) * spec.a_rs + (k.max(1) - 1) * spec.a_cs;
+            let a_end = a_off + (rows - 1) * a_rs + (k.max(1) - 1) * spec.a_cs;
             let b_end = b_off + (k.max(1) - 1) * spec.b_rs + (cols - 1) * spec.b_cs;
             // A packed B is read from its pack alone (its dense weight may have been released).
             assert!(
@@ -250,7 +238,7 @@ pub fn gemm_with(
             if let Some(packed) = packed {
                 let a_ptr = Strided::new(
                     a.as_ptr().wrapping_add(a_off),
-                    spec.a_rs as isize,
+                    a_rs as isize,
                     spec.a_cs as isize,
                 );
                 // SAFETY: A's block is in bounds (checked above); the pack holds this B (checked when `packed`
@@ -277,11 +265,7 @@ pub fn gemm_with(
                 sgemm(
                     (rows, k, cols),
                     1.0,
-                    Strided::new(
-                        a.as_ptr().add(a_off),
-                        spec.a_rs as isize,
-                        spec.a_cs as isize,
-                    ),
+                    Strided::new(a.as_ptr().add(a_off), a_rs as isize, spec.a_cs as isize),
                     Strided::new(
                         b.as_ptr().add(b_off),
                         spec.b_rs as isize,
@@ -340,6 +324,57 @@ pub fn gemm_with(
             .into_par_iter()
             .enumerate()
             .for_each(|(t, block)| task(t, block));
+    }
+}
+
+/// How a product's rows are grouped: `groups` matrices of `rows_per_group` rows, A's rows `a_rs` apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Rows {
+    groups: usize,
+    rows_per_group: usize,
+    a_rs: usize,
+}
+
+impl Rows {
+    /// When B is shared by every batch (`b_shared`) and A's batches are stacked rows, the batch folds into M: one
+    /// tall GEMM. Otherwise each batch is a group of its own.
+    ///
+    /// With one row per batch, A's row stride is never stepped over, and a plan gives a static axis of length 1
+    /// stride 0 (a decoder's `lm_head` reads `[batch, 1, hidden]`): the rows of a stacked batch are then as far
+    /// apart as the innermost batch axis longer than 1 says. Before this, each row of a batch-8 decoding step was a
+    /// product of its own that streamed W5's 113 MB tied head once per row (18 of the step's 54 ms).
+    fn of(spec: &GemmSpec<'_>, b_shared: bool) -> Rows {
+        let batches: usize = spec.batch.iter().product();
+        let m = spec.m;
+        let innermost = spec
+            .batch
+            .iter()
+            .zip(spec.a_batch)
+            .rev()
+            .find(|(&d, _)| d != 1);
+        let a_rs = match innermost {
+            Some((_, &stride)) if m == 1 => stride,
+            _ => spec.a_rs,
+        };
+        let mut expect = a_rs * m;
+        let mut stacked = true;
+        for (&d, &stride) in spec.batch.iter().zip(spec.a_batch).rev() {
+            stacked &= d == 1 || stride == expect;
+            expect *= d;
+        }
+        if b_shared && stacked {
+            Rows {
+                groups: 1,
+                rows_per_group: batches * m,
+                a_rs,
+            }
+        } else {
+            Rows {
+                groups: batches,
+                rows_per_group: m,
+                a_rs,
+            }
+        }
     }
 }
 
@@ -926,6 +961,96 @@ mod tests {
             gemm_with(&spec, &a, &b, quant.as_ref(), &mut out, Some(&PlusOne));
             for (i, (&got, &want)) in out.iter().zip(&whole).enumerate() {
                 assert_eq!(got, want + 1.0, "int8 {m}x{k}x{n} at {i}");
+            }
+        }
+    }
+
+    /// A spec of `batch` batches of A (batch strides `a_batch`, row stride `a_rs`) times one shared B.
+    fn batched_spec<'s>(batch: &'s [usize], a_batch: &'s [usize], a_rs: usize) -> GemmSpec<'s> {
+        GemmSpec {
+            batch,
+            a_batch,
+            b_batch: &[0, 0][..batch.len()],
+            m: 1,
+            k: 576,
+            n: 96,
+            a_offset: 0,
+            a_rs,
+            a_cs: 1,
+            b_offset: 0,
+            b_rs: 96,
+            b_cs: 1,
+        }
+    }
+
+    /// One row per batch with the row axis's stride 0 (a static length-1 axis, as a decoder's head reads
+    /// `[batch, 1, hidden]`) still folds the batch into rows, which the innermost longer batch axis spaces;
+    /// batches that are not stacked stay groups.
+    #[test]
+    fn one_row_per_batch_folds_into_rows_whatever_the_row_stride() {
+        let rows = |spec: &GemmSpec<'_>| Rows::of(spec, true);
+        let folded = |count, a_rs| Rows {
+            groups: 1,
+            rows_per_group: count,
+            a_rs,
+        };
+        assert_eq!(rows(&batched_spec(&[8], &[576], 0)), folded(8, 576));
+        assert_eq!(
+            rows(&batched_spec(&[4, 2], &[1152, 576], 0)),
+            folded(8, 576)
+        );
+        // A length-1 batch axis is skipped whatever its stride.
+        assert_eq!(rows(&batched_spec(&[4, 1], &[576, 0], 0)), folded(4, 576));
+        // Batch axes in the other order are not stacked rows.
+        let swapped = batched_spec(&[4, 2], &[576, 2304], 0);
+        assert_eq!(rows(&swapped).groups, 8);
+        // Nor is any batch whose B is not shared.
+        assert_eq!(Rows::of(&batched_spec(&[8], &[576], 0), false).groups, 8);
+    }
+
+    /// The folded product reads each batch's row where it is: against f64 per row, with B packed as at load and
+    /// in int8, so a product that read row 0 for every batch (the stride 0) would fail.
+    #[test]
+    fn one_row_per_batch_with_a_zero_row_stride_matches_per_row_products() {
+        let (batches, k, n) = (8, 576, 96);
+        let batch = [batches];
+        // Rows 700 floats apart, so the batch stride is not the row length.
+        let a = Tensor::randn(&[batches * 700], 5).to_f32_vec();
+        let b = Tensor::randn(&[k, n], 6).to_f32_vec();
+        let spec = GemmSpec {
+            k,
+            n,
+            ..batched_spec(&batch, &[700], 0)
+        };
+        let view = BView {
+            offset: 0,
+            rs: n,
+            cs: 1,
+            k,
+            n,
+        };
+        let packs = [
+            PackedB::new(Backend::best(), &b, view)
+                .unwrap()
+                .map(WeightPack::F32),
+            QuantB::new(&b, view).unwrap().map(WeightPack::Int8),
+        ];
+        // Errors relative to the terms' root sum of squares, the scale rounding errors add up to: int8 rounds
+        // each term by about 1 %.
+        for (pack, tolerance) in packs.iter().zip([1e-5, 5e-2]) {
+            let mut out = vec![f32::NAN; batches * n];
+            gemm_with(&spec, &a, &b, pack.as_ref(), &mut out, None);
+            for r in 0..batches {
+                for j in 0..n {
+                    let terms = (0..k).map(|p| f64::from(a[r * 700 + p]) * f64::from(b[p * n + j]));
+                    let want: f64 = terms.clone().sum();
+                    let scale = terms.map(|t| t * t).sum::<f64>().sqrt();
+                    let got = f64::from(out[r * n + j]);
+                    assert!(
+                        (got - want).abs() <= tolerance * scale,
+                        "row {r}, column {j}: {got} vs {want} (scale {scale})"
+                    );
+                }
             }
         }
     }

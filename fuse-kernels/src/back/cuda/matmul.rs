@@ -110,10 +110,10 @@ pub fn describe(g: &Graph, k: &Kernel) -> Option<GemmDesc> {
 }
 
 /// Whether an access over `[batch.., m, ..]` reads its batch as more rows: each batch stride is the row
-/// stride times the rows nested inside it. See [`GemmDesc::fold_batch`].
+/// stride ([`folded_row_stride`]) times the rows nested inside it. See [`GemmDesc::fold_batch`].
 fn rows_fold(a: &Access, batch: &[Dim], m: &Dim) -> bool {
     let q = batch.len();
-    let mut expected = a.strides[q].mul(m);
+    let mut expected = folded_row_stride(a, batch, m).mul(m);
     for p in (0..q).rev() {
         if batch[p].is_one() {
             continue;
@@ -124,6 +124,19 @@ fn rows_fold(a: &Access, batch: &[Dim], m: &Dim) -> bool {
         expected = expected.mul(&batch[p]);
     }
     true
+}
+
+/// The stride between the rows of an access over `[batch.., m, ..]` once its batch folds into them: the row
+/// axis's own, or with one row per batch (a static length-1 axis, which a plan gives stride 0: a decoder's head
+/// reading `[batch, 1, hidden]`) the innermost batch axis's that is not 1. The runtime's cuBLAS plan picks the
+/// same one at the call's dims.
+pub fn folded_row_stride(a: &Access, batch: &[Dim], m: &Dim) -> Dim {
+    let q = batch.len();
+    let innermost = (0..q).rev().find(|&p| !batch[p].is_one());
+    match innermost {
+        Some(p) if m.is_one() => a.strides[p].clone(),
+        _ => a.strides[q].clone(),
+    }
 }
 
 fn epilogue(g: &Graph, k: &Kernel, mm: NodeId) -> GemmEpilogue {
@@ -259,7 +272,12 @@ fn write_gemm(w: &mut String, cx: &Ctx, symbol: &str, mm: NodeId, d: &GemmDesc) 
     writeln!(w, "{ind}for (long long k0 = 0; k0 < K; k0 += {tk}) {{")?;
     // Load order follows the operand's unit stride, so global reads coalesce whether or not it is transposed.
     let unit = |s: &Dim| s.as_static() == Some(1);
-    let (sam, sak) = (&a.strides[q], &a.strides[q + 1]);
+    let sam = if d.fold_batch {
+        folded_row_stride(a, &d.batch, &d.m)
+    } else {
+        a.strides[q].clone()
+    };
+    let (sam, sak) = (&sam, &a.strides[q + 1]);
     let (a_m, a_k) = if unit(sak) {
         ("e / 16", "e % 16")
     } else {
@@ -339,7 +357,13 @@ fn write_gemm(w: &mut String, cx: &Ctx, symbol: &str, mm: NodeId, d: &GemmDesc) 
     // With folded rows, an operand that folds the same way is read at the row number directly; any other
     // needs the batch indices back from it.
     let fold = d.fold_batch && q > 0;
-    let folds = |i: usize| fold && rows_fold(&k.reads[i].access, &d.batch, &d.m);
+    // Strictly: an operand read at the row number is stepped by its own row stride, so one whose rows fold only
+    // through another axis's stride (one row per batch) takes the batch indices instead.
+    let folds = |i: usize| {
+        let access = &k.reads[i].access;
+        fold && rows_fold(access, &d.batch, &d.m)
+            && folded_row_stride(access, &d.batch, &d.m) == access.strides[q]
+    };
     let mut out_idx = if fold {
         let mut dims = d.batch.clone();
         dims.push(d.m.clone());

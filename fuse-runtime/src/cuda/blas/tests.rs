@@ -135,6 +135,17 @@ fn linear_layer_folds_the_batch_into_rows() {
 }
 
 #[test]
+fn one_row_per_batch_folds_through_the_batch_stride() {
+    // A decoder's head: h [8, 1, 24] (the length-1 axis with stride 0, rows 40 floats apart) · E.t() with
+    // E [16, 24]. Folded, the rows are the batch's; reading them at the row axis's stride 0 would repeat row 0.
+    check(&gemm(&[8], 1, 16, 24, &[40, 0, 1], &[0, 1, 24], true), 1);
+    check(
+        &gemm(&[4, 2], 1, 16, 24, &[80, 40, 0, 1], &[0, 0, 1, 24], true),
+        1,
+    );
+}
+
+#[test]
 fn batched_product_is_one_strided_call() {
     // x [3, 5, 24] · y [3, 24, 5].
     check(&gemm(&[3], 5, 5, 24, &[120, 24, 1], &[120, 5, 1], false), 1);
