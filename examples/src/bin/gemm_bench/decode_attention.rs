@@ -1,10 +1,11 @@
-//! `gemm_bench --attention`: one decoding step's attention (one query row per head) over a KV cache, grouped-query
-//! heads reading their key-value head through a broadcast, as a decoder's attention kernel calls it. Single
-//! thread (`RAYON_NUM_THREADS=1` keeps the heads on it); µs per call, and the keys and values read per call over
-//! that time, GB/s.
+//! `gemm_bench --attention`: an encoder layer's attention ([`encoder_report`]), then one decoding step's attention
+//! (one query row per head) over a KV cache, grouped-query heads reading their key-value head through a broadcast,
+//! as a decoder's attention kernel calls it. Single thread (`RAYON_NUM_THREADS=1` keeps the heads on it); µs per
+//! call, and for the decoding steps the keys and values read per call over that time, GB/s.
 
 use fuse_runtime::__private::rows::softmax_in_place;
 use fuse_runtime::__private::{attention, AttentionSpec, Operand, Placement, Query, RowTask};
+use fuse_runtime::cpu::par::SimdTask;
 use fuse_runtime::Tensor;
 
 /// (what, kv heads, heads per kv head, head dim, cached positions).
@@ -15,13 +16,26 @@ const SHAPES: [(&str, usize, usize, usize, usize); 4] = [
     ("Llama-3-8B layer, past 8192", 8, 4, 128, 8193),
 ];
 
+/// A scores task that leaves the scores as they are: the attention kernel's products alone.
+struct Unchanged;
+
+impl RowTask for Unchanged {
+    #[inline(always)]
+    fn run(&self, _: usize, _: &mut [f32]) {}
+}
+
 struct Softmax {
     n: usize,
 }
 
 impl RowTask for Softmax {
+    // Inlined into the vector-width dispatch, and a `for` loop, as the generated tasks are: `for_each` went
+    // through an `Iterator::fold` that was not inlined, so the softmax ran with SSE only.
+    #[inline(always)]
     fn run(&self, _: usize, rows: &mut [f32]) {
-        rows.chunks_exact_mut(self.n).for_each(softmax_in_place);
+        for row in rows.chunks_exact_mut(self.n) {
+            softmax_in_place(row);
+        }
     }
 }
 
@@ -75,4 +89,69 @@ pub fn report() {
             bytes / seconds / 1e9
         );
     }
+}
+
+/// An encoder layer's attention (W3, W4: batch 8, 12 heads, 128 positions, head dim 32; Q, K and V read from
+/// `[batch, seq, heads·32]` projections, the output placed back in that layout), one thread: the whole kernel,
+/// the kernel with a task that leaves the scores as they are (its two products, packing and placement), and that
+/// again with every head reading the same Q, K and V (in cache, as `gemm_bench`'s product rows are).
+pub fn encoder_report() {
+    let (batch, heads, s, d) = (8, 12, 128, 32);
+    let width = heads * d;
+    let [q, k, v] = [1, 2, 3].map(|seed| Tensor::randn(&[batch * s * width], seed).to_f32_vec());
+    let mut out = vec![0f32; batch * s * width];
+    let strides = [s * width, d];
+    let spec = AttentionSpec {
+        batch: &[batch, heads],
+        q_batch: &strides,
+        k_batch: &strides,
+        v_batch: &strides,
+        m: s,
+        n: s,
+        d,
+        dv: d,
+        q: Operand {
+            offset: 0,
+            rs: width,
+            cs: 1,
+        },
+        k: Operand {
+            offset: 0,
+            rs: 1,
+            cs: width,
+        },
+        v: Operand {
+            offset: 0,
+            rs: width,
+            cs: 1,
+        },
+        out: Placement {
+            batch: &strides,
+            rs: width,
+        },
+    };
+    let in_cache = AttentionSpec {
+        q_batch: &[0, 0],
+        k_batch: &[0, 0],
+        v_batch: &[0, 0],
+        ..spec
+    };
+    let mut time = |spec: &AttentionSpec<'_>, task: &dyn SimdTask| {
+        super::best_seconds(|| {
+            attention(spec, Query::Memory(&q), &k, &v, &mut out, task);
+            out[0]
+        })
+    };
+    let whole = time(&spec, &Softmax { n: s });
+    let products = time(&spec, &Unchanged);
+    let cached = time(&in_cache, &Unchanged);
+    let flops = 4.0 * (batch * heads * s * s * d) as f64;
+    println!(
+        "encoder attention, batch {batch} × {heads} heads × {s} positions, head dim {d} (one thread): {:.0} µs \
+         ({:.1} GFLOP/s of its products); without the softmax {:.0} µs, and {:.0} µs with every head's operands in cache",
+        whole * 1e6,
+        flops / whole / 1e9,
+        products * 1e6,
+        cached * 1e6
+    );
 }

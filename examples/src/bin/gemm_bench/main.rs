@@ -3,8 +3,9 @@
 //! `cargo run --release -p fuse-examples --bin gemm_bench`; best of interleaved rounds, GFLOP/s, and for fuse's
 //! tiles the share of this core's FMA peak for their vector width, measured first by [`fma_peak`]. Each of fuse's
 //! tiles also runs with B packed beforehand ("packed B", as a model packs its weights at load): the difference
-//! is what packing B costs per call. The int8 kernels come first (`int8`; `--int8` stops after them), then the bf16 ones (`bf16`; `--bf16` runs only
-//! them). `--attention` runs only a decoding step's attention over a KV cache (`decode_attention`).
+//! is what packing B costs per call. The int8 kernels come first (`int8`; `--int8` stops after them), then the
+//! bf16 ones (`bf16`; `--bf16` runs only them). `--attention` runs only attention kernels: an encoder layer's, and
+//! a decoding step's over a KV cache (`decode_attention`).
 
 use fuse_examples::timing::{cpu_line, thread_seconds};
 use fuse_runtime::cpu::gemm::{sgemm_on, BView, Backend, PackedB, Strided};
@@ -183,6 +184,7 @@ fn best_per_kernel<K: Copy>(kernels: &[K], flops: f64, mut run: impl FnMut(K)) -
 fn main() {
     println!("cpu: {}", cpu_line());
     if std::env::args().any(|a| a == "--attention") {
+        decode_attention::encoder_report();
         return decode_attention::report();
     }
     let vnni = int8::vnni_peaks();
