@@ -16,6 +16,7 @@ pub mod model;
 pub mod pool;
 pub mod report;
 pub mod session;
+mod strides;
 pub mod tensor;
 pub mod tensor_file;
 pub mod weights;

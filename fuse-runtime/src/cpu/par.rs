@@ -339,41 +339,28 @@ impl Rows {
     /// When B is shared by every batch (`b_shared`) and A's batches are stacked rows, the batch folds into M: one
     /// tall GEMM. Otherwise each batch is a group of its own.
     ///
-    /// With one row per batch, A's row stride is never stepped over, and a plan gives a static axis of length 1
-    /// stride 0 (a decoder's `lm_head` reads `[batch, 1, hidden]`): the rows of a stacked batch are then as far
-    /// apart as the innermost batch axis longer than 1 says. Before this, each row of a batch-8 decoding step was a
-    /// product of its own that streamed W5's 113 MB tied head once per row (18 of the step's 54 ms).
+    /// A's rows are spaced as [`crate::strides::folded_row_stride`] says. Before it, each row of a batch-8
+    /// decoding step (a head reading `[batch, 1, hidden]`, whose length-1 axis has stride 0) was a product of its
+    /// own that streamed W5's 113 MB tied head once per row (18 of the step's 54 ms).
     fn of(spec: &GemmSpec<'_>, b_shared: bool) -> Rows {
         let batches: usize = spec.batch.iter().product();
         let m = spec.m;
-        let innermost = spec
-            .batch
-            .iter()
-            .zip(spec.a_batch)
-            .rev()
-            .find(|(&d, _)| d != 1);
-        let a_rs = match innermost {
-            Some((_, &stride)) if m == 1 => stride,
-            _ => spec.a_rs,
-        };
+        let a_rs = crate::strides::folded_row_stride(spec.batch, spec.a_batch, m, spec.a_rs);
         let mut expect = a_rs * m;
         let mut stacked = true;
         for (&d, &stride) in spec.batch.iter().zip(spec.a_batch).rev() {
             stacked &= d == 1 || stride == expect;
             expect *= d;
         }
-        if b_shared && stacked {
-            Rows {
-                groups: 1,
-                rows_per_group: batches * m,
-                a_rs,
-            }
+        let (groups, rows_per_group) = if b_shared && stacked {
+            (1, batches * m)
         } else {
-            Rows {
-                groups: batches,
-                rows_per_group: m,
-                a_rs,
-            }
+            (batches, m)
+        };
+        Rows {
+            groups,
+            rows_per_group,
+            a_rs,
         }
     }
 }

@@ -103,11 +103,10 @@ pub fn plan(g: &CudaGemm, dims: &[usize]) -> Option<Vec<BlasCall>> {
         m
     };
     let (trans_first, ld_first) = operand(n, k, sb[q + 1], sb[q])?;
-    // Folded rows are as far apart as `fuse_kernels`' `folded_row_stride` says: with one row per batch, the
-    // innermost batch axis longer than 1 spaces them (the row axis itself may have stride 0).
-    let row_stride = match (0..q).rev().find(|&p| batch[p] != 1) {
-        Some(p) if g.fold_batch && m == 1 => sa[p],
-        _ => sa[q],
+    let row_stride = if g.fold_batch {
+        crate::strides::folded_row_stride(&batch, &sa[..q], m, sa[q])
+    } else {
+        sa[q]
     };
     let (trans_second, ld_second) = operand(k, rows, sa[q + 1], row_stride)?;
     let call = BlasCall {
