@@ -295,19 +295,28 @@ fn cpu_line(model: &CompiledModel) -> String {
         Backend::Portable => "; portable kernels, matrixmultiply for GEMMs (no AVX2 on this CPU)",
     };
     let (reduced, packed) = model.executor(PlanMode::Fused).reduced_gemms();
+    // Attention's two products follow int8 and bf16 where the CPU multiplies bf16 natively.
+    let bf16_attention = attention > 0
+        && crate::cpu::attention::Products::for_precision(model.cpu_precision())
+            != crate::cpu::attention::Products::F32;
+    let others = if bf16_attention {
+        "; fused attention's two products in bf16 with f32 sums, its softmax and every other op in f32"
+    } else {
+        "; every other op in f32"
+    };
     match model.cpu_precision() {
         crate::CpuPrecision::Int8 => {
             let kernel = crate::cpu::gemm::int8::Int8Kernel::best().describe();
             line += &format!(
                 "; int8 GEMMs ({kernel}) for {reduced} of the {packed} whose B is a weight, activations \
-                 quantised per row; every other op in f32"
+                 quantised per row{others}"
             );
         }
         crate::CpuPrecision::Bf16 => {
             let kernel = crate::cpu::gemm::bf16::Bf16Kernel::best().describe();
             line += &format!(
                 "; bf16 GEMMs ({kernel}) for {reduced} of the {packed} whose B is a weight, activations \
-                 rounded to bf16, f32 sums; every other op in f32"
+                 rounded to bf16, f32 sums{others}"
             );
         }
         // f16 packs exist only where the CPU has F16C (`PackedB::new_f16`); elsewhere `reduced` is 0.

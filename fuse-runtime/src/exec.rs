@@ -5,6 +5,7 @@
 //! threads may run the same model at once; kernels only touch their own call's arena and the shared, read-only
 //! weights.
 
+use crate::cpu::attention::Products as AttentionProducts;
 use crate::cpu::gemm::bf16::Bf16B;
 use crate::cpu::gemm::int8::QuantB;
 use crate::cpu::gemm::{BView, PackedB, WeightPack};
@@ -240,6 +241,8 @@ pub struct Ctx<'a> {
     ptrs: &'a [(*mut u8, usize)],
     /// The running kernel's GEMM B operand packed at load, if the plan's tables named one (`packed_b`).
     packed_b: Option<&'a WeightPack>,
+    /// The arithmetic of attention's products, from the model's precision.
+    attention: AttentionProducts,
 }
 
 // SAFETY: the pointers are into memory owned by the call (arena, outputs) or borrowed immutably for its whole
@@ -255,6 +258,11 @@ impl Ctx<'_> {
     /// only if it matches the view the kernel reads.
     pub fn packed_b(&self) -> Option<&WeightPack> {
         self.packed_b
+    }
+
+    /// What an attention kernel multiplies in (see [`AttentionProducts::for_precision`]).
+    pub fn attention_products(&self) -> AttentionProducts {
+        self.attention
     }
 
     fn raw(&self, buffer: usize) -> (*mut u8, usize) {
@@ -486,6 +494,8 @@ pub struct Executor {
     /// Per plan kernel, its GEMM's B packed from the weights this executor runs with (see
     /// [`Executor::pack_weights`]).
     packs: Vec<Option<Arc<WeightPack>>>,
+    /// What attention kernels multiply in: follows the precision the weights were packed in.
+    attention: AttentionProducts,
     /// The table every call's `arange` buffers point into.
     iota: Iota,
 }
@@ -539,13 +549,16 @@ impl Executor {
             program,
             pool: ArenaPool::default(),
             packs: Vec::new(),
+            attention: AttentionProducts::F32,
             iota: Iota::default(),
         }
     }
 
-    /// Drops every pack, before the parameters are packed again one by one ([`Executor::pack_param`]).
-    pub fn begin_packing(&mut self) {
+    /// Drops every pack, before the parameters are packed again one by one in `precision`
+    /// ([`Executor::pack_param`]); attention's products follow `precision` from now on.
+    pub fn begin_packing(&mut self, precision: CpuPrecision) {
         self.packs = vec![None; self.program.kernels.len()];
+        self.attention = AttentionProducts::for_precision(precision);
     }
 
     /// Packs, for the best GEMM backend of this CPU and in `precision`, every B operand view of parameter
@@ -563,7 +576,7 @@ impl Executor {
     ) -> Result<()> {
         let backend = crate::cpu::gemm::Backend::best();
         if self.packs.len() != self.program.kernels.len() {
-            self.begin_packing();
+            self.begin_packing(precision);
         }
         let Some(source) = source.as_f32() else {
             return Ok(());
@@ -815,6 +828,7 @@ impl Executor {
                     dims,
                     ptrs: &ptrs,
                     packed_b: self.packs.get(i).and_then(|p| p.as_deref()),
+                    attention: self.attention,
                 };
                 match times.as_deref_mut() {
                     Some(times) => {

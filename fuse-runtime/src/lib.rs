@@ -37,7 +37,9 @@ pub use tensor_file::{read_tensors, save_tensors, TensorFile};
 /// Items the generated code refers to. Not a stable API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::cpu::attention::{attention, AttentionSpec, Operand, Placement, Query};
+    pub use crate::cpu::attention::{
+        attention, AttentionSpec, Operand, Placement, Products, Query,
+    };
     pub use crate::cpu::math;
     pub use crate::cpu::par::{
         for_rows, gather_rows, gemm, gemm_with, strided_copy, GemmSpec, RowTask,

@@ -188,8 +188,8 @@ impl CompiledModel {
 
     /// Drops every pack, before [`CompiledModel::pack_param`] packs each parameter again in `cpu_precision`.
     fn begin_packing(&mut self) -> PackCache {
-        self.fused.begin_packing();
-        self.eager.begin_packing();
+        self.fused.begin_packing(self.cpu_precision);
+        self.eager.begin_packing(self.cpu_precision);
         self.released.clear();
         PackCache::default()
     }

@@ -4,6 +4,7 @@
 
 use rayon::prelude::*;
 
+use super::gemm::bf16::{gemm_operands_on, Bf16Kernel};
 use super::gemm::{sgemm, Strided};
 use super::par::{batch_offsets, SharedOut, SimdTask};
 use super::scratch::{with_buffer, ATTENTION_ROWS, QUERIES, SCORES};
@@ -33,6 +34,62 @@ pub struct AttentionSpec<'s> {
     pub k: Operand,
     pub v: Operand,
     pub out: Placement<'s>,
+    /// The arithmetic of the two products.
+    pub products: Products,
+}
+
+/// The arithmetic of attention's two products (Q·Kᵀ and P·V). The task on the scores (scaling, masking, softmax)
+/// runs in f32 in every case, and a block of a few query rows (a decoding step's, [`FEW_ROWS`]) always multiplies
+/// in f32: it is bound by reading the keys and values, not by the multiply-adds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Products {
+    /// f32 operands and sums.
+    #[default]
+    F32,
+    /// Operands rounded to bf16 (keys and values as each block packs them, queries and probabilities per row
+    /// block), f32 sums, on this kernel (`gemm::bf16`).
+    Bf16(Bf16Kernel),
+}
+
+impl Products {
+    /// What a model whose weight products run in `precision` uses: bf16 in bf16 and int8 where the CPU multiplies
+    /// bf16 natively (`vdpbf16ps`), where it runs at twice f32's rate; f32 otherwise (the AVX2 bf16 kernel widens
+    /// to f32 and would only add the rounding).
+    pub fn for_precision(precision: super::CpuPrecision) -> Products {
+        use super::CpuPrecision::{Bf16, Int8};
+        let kernel = Bf16Kernel::best();
+        let native = matches!(kernel, Bf16Kernel::Avx512 | Bf16Kernel::Avx512Ymm);
+        match precision {
+            Bf16 | Int8 if native => Products::Bf16(kernel),
+            _ => Products::F32,
+        }
+    }
+
+    /// How the plan report names it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Products::F32 => "f32",
+            Products::Bf16(_) => "bf16 operands, f32 sums",
+        }
+    }
+}
+
+/// C = A·B (`dims` = (m, k, n)) in `products`' arithmetic.
+///
+/// # Safety
+/// As [`sgemm`] with β = 0; C has a unit column stride.
+unsafe fn product(
+    products: Products,
+    dims: (usize, usize, usize),
+    a: Strided<*const f32>,
+    b: Strided<*const f32>,
+    c: Strided<*mut f32>,
+) {
+    // SAFETY (both): forwarded; a kernel named by `Products` is one this CPU runs.
+    match products {
+        Products::F32 => unsafe { sgemm(dims, 1.0, a, b, 0.0, c) },
+        Products::Bf16(kernel) => unsafe { gemm_operands_on(kernel, dims, a, b, c) },
+    }
 }
 
 /// Where the output's rows go: row `r` of batch `b` at `Σ b_k · batch[k] + r · rs`, its `dv` elements
@@ -288,12 +345,11 @@ fn block_attention_of(
     if n > 0 {
         // SAFETY: the last elements read from Q and K are in bounds (checked above); `probs` is rows × n.
         unsafe {
-            sgemm(
+            product(
+                spec.products,
                 (rows, d, n),
-                1.0,
                 Strided::new(q.as_ptr().add(qo), q_at.rs as isize, q_at.cs as isize),
                 Strided::new(k.as_ptr().add(ko), spec.k.rs as isize, spec.k.cs as isize),
-                0.0,
                 Strided::new(probs.as_mut_ptr(), n as isize, 1),
             );
         }
@@ -301,12 +357,11 @@ fn block_attention_of(
     }
     // SAFETY: the last element read from V is in bounds (checked above); `block` is rows × dv, row-major.
     unsafe {
-        sgemm(
+        product(
+            spec.products,
             (rows, n, dv),
-            1.0,
             Strided::new(probs.as_ptr(), n as isize, 1),
             Strided::new(v.as_ptr().add(vo), spec.v.rs as isize, spec.v.cs as isize),
-            0.0,
             Strided::new(block.as_mut_ptr(), dv as isize, 1),
         );
     }
@@ -426,26 +481,47 @@ mod tests {
     }
 
     /// One output row of `softmax(q · Kᵀ · scale) · V` in f64, from element accessors: `q(c)`, `k(j, c)` (key `j`)
-    /// and `v(j, t)`.
+    /// and `v(j, t)`; with each element, how far `products` may put it from that value.
+    ///
+    /// In bf16, q, k, p and v are each rounded to 8 significant bits (relative error u = 2⁻⁸ at most), so a score
+    /// moves by at most E = 2.01·u·scale·Σ_c |q_c·k_jc|, a probability by a factor within e^{±2E}, and an output
+    /// element by (e^{2E} − 1 + 2.01·u)·Σ_j p_j·|v_jt|; the f32 sums add what the f32 tolerance allows.
     fn f64_attention_row(
         (n, d, dv, scale): (usize, usize, usize, f32),
+        products: Products,
         q: impl Fn(usize) -> f32,
         k: impl Fn(usize, usize) -> f32,
         v: impl Fn(usize, usize) -> f64,
-    ) -> Vec<f64> {
+    ) -> Vec<(f64, f64)> {
+        let (q, k) = (&q, &k);
+        let terms = |j: usize| (0..d).map(move |c| f64::from(q(c)) * f64::from(k(j, c)));
         let s: Vec<f64> = (0..n)
-            .map(|j| {
-                (0..d)
-                    .map(|c| f64::from(q(c)) * f64::from(k(j, c)))
-                    .sum::<f64>()
-                    * f64::from(scale)
-            })
+            .map(|j| terms(j).sum::<f64>() * f64::from(scale))
             .collect();
         let top = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let z: f64 = s.iter().map(|x| (x - top).exp()).sum();
+        let p = |j: usize| (s[j] - top).exp() / z;
+        let u = 2f64.powi(-8);
+        let e = (0..n)
+            .map(|j| 2.01 * u * f64::from(scale) * terms(j).map(f64::abs).sum::<f64>())
+            .fold(0.0, f64::max);
         (0..dv)
-            .map(|t| (0..n).map(|j| (s[j] - top).exp() / z * v(j, t)).sum())
+            .map(|t| {
+                let want: f64 = (0..n).map(|j| p(j) * v(j, t)).sum();
+                let size: f64 = (0..n).map(|j| p(j) * v(j, t).abs()).sum();
+                let rounding = match products {
+                    Products::F32 => 0.0,
+                    Products::Bf16(_) => ((2.0 * e).exp() - 1.0 + 2.01 * u) * size,
+                };
+                (want, rounding + 1e-5 * (1.0 + want.abs()))
+            })
             .collect()
+    }
+
+    /// f32, and bf16 on every bf16 kernel this CPU runs (the portable one everywhere).
+    fn every_products() -> Vec<Products> {
+        let bf16 = Bf16Kernel::supported().into_iter().map(Products::Bf16);
+        std::iter::once(Products::F32).chain(bf16).collect()
     }
 
     /// Against an f64 attention, with K given transposed through its strides, a broadcast V batch, enough keys
@@ -464,16 +540,17 @@ mod tests {
             // Several blocks of query rows per head.
             (2, 300, 70, 8, 4),
         ];
-        for ((heads, m, n, d, dv), v_transposed, computed, placed) in
-            cases.into_iter().flat_map(|case| {
-                [
-                    (false, false, false),
-                    (true, false, false),
-                    (false, true, false),
-                    (false, false, true),
-                ]
-                .map(|(v, q, o)| (case, v, q, o))
-            })
+        let variants = cases.into_iter().flat_map(|case| {
+            [
+                (false, false, false),
+                (true, false, false),
+                (false, true, false),
+                (false, false, true),
+            ]
+            .map(|(v, q, o)| (case, v, q, o))
+        });
+        for (((heads, m, n, d, dv), v_transposed, computed, placed), products) in
+            variants.flat_map(|variant| every_products().into_iter().map(move |p| (variant, p)))
         {
             // Contiguous `[heads, m, dv]`, or placed as `[m, heads, dv]` (heads written into their columns).
             let (out_batch, out_rs) = if placed {
@@ -521,6 +598,7 @@ mod tests {
                         cs: 1,
                     }
                 },
+                products,
             };
             let v_at = |j: usize, t: usize| {
                 f64::from(if v_transposed {
@@ -552,15 +630,16 @@ mod tests {
                 for i in 0..m {
                     let want = f64_attention_row(
                         (n, d, dv, scale),
+                        products,
                         |c| qv[h * m * d + i * d + c],
                         |j, c| kv[h * n * d + j * d + c],
                         v_at,
                     );
-                    for (t, want) in want.into_iter().enumerate() {
+                    for (t, (want, tolerance)) in want.into_iter().enumerate() {
                         let got = f64::from(out[h * out_batch[0] + i * out_rs + t]);
                         assert!(
-                            (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
-                            "{heads}x{m}x{n}x{d}x{dv} (V transposed: {v_transposed}, Q computed: {computed}, placed: {placed}) at ({h}, {i}, {t}): \
+                            (got - want).abs() <= tolerance,
+                            "{heads}x{m}x{n}x{d}x{dv} (V transposed: {v_transposed}, Q computed: {computed}, placed: {placed}, {products:?}) at ({h}, {i}, {t}): \
                              {got} vs {want}"
                         );
                     }
@@ -574,7 +653,7 @@ mod tests {
     /// path, of 8 through the GEMMs); two rows per head do not, and must agree too.
     #[test]
     fn grouped_heads_match_f64_attention() {
-        for ((kv_heads, group, m, n, d, dv), computed, placed) in [
+        for (((kv_heads, group, m, n, d, dv), computed, placed), products) in [
             (2, 3, 1, 129, 64, 64),
             (3, 8, 1, 40, 16, 8),
             (2, 3, 2, 33, 8, 8),
@@ -582,6 +661,7 @@ mod tests {
         ]
         .into_iter()
         .flat_map(|case| [(false, false), (true, false), (false, true)].map(|(q, o)| (case, q, o)))
+        .flat_map(|variant| every_products().into_iter().map(move |p| (variant, p)))
         {
             let heads = kv_heads * group;
             // Contiguous `[kv_heads, group, m, dv]`, or placed as `[m, heads, dv]`.
@@ -627,6 +707,7 @@ mod tests {
                     rs: dv,
                     cs: 1,
                 },
+                products,
             };
             let mut out = vec![f32::NAN; heads * m * dv];
             let rows_of_q = FnTask(|first: usize, rows: &mut [f32]| {
@@ -651,17 +732,18 @@ mod tests {
                 for i in 0..m {
                     let want = f64_attention_row(
                         (n, d, dv, scale),
+                        products,
                         |c| qv[(h * m + i) * d + c],
                         |j, c| kv[(kvh * n + j) * d + c],
                         |j, t| f64::from(vv[(kvh * n + j) * dv + t]),
                     );
-                    for (t, want) in want.into_iter().enumerate() {
+                    for (t, (want, tolerance)) in want.into_iter().enumerate() {
                         let at = kvh * out_batch[0] + (h % group) * out_batch[1] + i * out_rs + t;
                         let got = f64::from(out[at]);
                         assert!(
-                            (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
-                            "{kv_heads}x{group}x{m}x{n}x{d}x{dv} (Q computed: {computed}, placed: {placed}) at \
-                             ({h}, {i}, {t}): {got} vs {want}"
+                            (got - want).abs() <= tolerance,
+                            "{kv_heads}x{group}x{m}x{n}x{d}x{dv} (Q computed: {computed}, placed: {placed}, \
+                             {products:?}) at ({h}, {i}, {t}): {got} vs {want}"
                         );
                     }
                 }

@@ -11,8 +11,9 @@ mod trig;
 pub mod write_rows;
 
 /// The arithmetic of a model's CPU GEMMs whose B is a weight, chosen when the model is put together
-/// (`CompiledModel::with_cpu_precision`). Everything else (norms, softmax, attention's two products of
-/// activations, elementwise chains) computes in f32 in every precision.
+/// (`CompiledModel::with_cpu_precision`). Norms, softmax and elementwise chains compute in f32 in every precision;
+/// attention's two products of activations follow int8 and bf16 in bf16 where the CPU has AVX-512 BF16
+/// (`attention::Products::for_precision`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum CpuPrecision {
     /// f32 throughout (the default).
@@ -47,6 +48,8 @@ pub fn reserve_scratch() {
         (&scratch::SCORES, attention::SCRATCH_ELEMENTS),
         (&scratch::QUERIES, attention::SCRATCH_ELEMENTS),
         (&scratch::ATTENTION_ROWS, attention::SCRATCH_ELEMENTS),
+        // Keys or values packed to bf16 (a block's share of the scores' size is a typical head's).
+        (&scratch::BF16_OPERAND, attention::SCRATCH_ELEMENTS),
     ];
     needs.extend(gemm::scratch_needs());
     scratch::reserve(&needs);

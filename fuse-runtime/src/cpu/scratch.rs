@@ -21,6 +21,8 @@ thread_local! {
     pub static QUERIES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     /// Attention's block of output rows, when they are placed apart from each other.
     pub static ATTENTION_ROWS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// A bf16 product's B operand when it is computed per call (attention's keys and values), rounded and packed.
+    pub static BF16_OPERAND: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     /// An int8 product's quantised rows of A, shared by the threads running its column blocks.
     pub static INT8_ROWS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }

@@ -4,7 +4,9 @@
 //! call, and for the decoding steps the keys and values read per call over that time, GB/s.
 
 use fuse_runtime::__private::rows::softmax_in_place;
-use fuse_runtime::__private::{attention, AttentionSpec, Operand, Placement, Query, RowTask};
+use fuse_runtime::__private::{
+    attention, AttentionSpec, Operand, Placement, Products, Query, RowTask,
+};
 use fuse_runtime::cpu::par::SimdTask;
 use fuse_runtime::Tensor;
 
@@ -76,6 +78,7 @@ pub fn report() {
                 batch: &[group * d, d],
                 rs: heads * d,
             },
+            products: Products::F32,
         };
         let task = Softmax { n };
         let seconds = super::best_seconds(|| {
@@ -129,6 +132,7 @@ pub fn encoder_report() {
             batch: &strides,
             rs: width,
         },
+        products: Products::F32,
     };
     let in_cache = AttentionSpec {
         q_batch: &[0, 0],
@@ -142,16 +146,32 @@ pub fn encoder_report() {
             out[0]
         })
     };
-    let whole = time(&spec, &Softmax { n: s });
-    let products = time(&spec, &Unchanged);
-    let cached = time(&in_cache, &Unchanged);
     let flops = 4.0 * (batch * heads * s * s * d) as f64;
-    println!(
-        "encoder attention, batch {batch} × {heads} heads × {s} positions, head dim {d} (one thread): {:.0} µs \
-         ({:.1} GFLOP/s of its products); without the softmax {:.0} µs, and {:.0} µs with every head's operands in cache",
-        whole * 1e6,
-        flops / whole / 1e9,
-        products * 1e6,
-        cached * 1e6
-    );
+    // In bf16 where a model in int8 or bf16 would use it on this CPU.
+    let bf16 = Products::for_precision(fuse_runtime::CpuPrecision::Bf16);
+    for products in [Products::F32, bf16]
+        .into_iter()
+        .take(1 + usize::from(bf16 != Products::F32))
+    {
+        let (spec, in_cache) = (
+            AttentionSpec { products, ..spec },
+            AttentionSpec {
+                products,
+                ..in_cache
+            },
+        );
+        let whole = time(&spec, &Softmax { n: s });
+        let without_softmax = time(&spec, &Unchanged);
+        let cached = time(&in_cache, &Unchanged);
+        println!(
+            "encoder attention, batch {batch} × {heads} heads × {s} positions, head dim {d}, products {} (one \
+             thread): {:.0} µs ({:.1} GFLOP/s of its products); without the softmax {:.0} µs, and {:.0} µs with \
+             every head's operands in cache",
+            products.describe(),
+            whole * 1e6,
+            flops / whole / 1e9,
+            without_softmax * 1e6,
+            cached * 1e6
+        );
+    }
 }

@@ -81,6 +81,7 @@ pub fn attention(plan: &Plan, k: &Kernel, att: &Attention) -> TokenStream {
             k: #rt::Operand { offset: #ok, rs: #sk[#rows], cs: #sk[#cols] },
             v: #rt::Operand { offset: #ov, rs: #sv[#rows], cs: #sv[#cols] },
             out: #rt::Placement { batch: &[#(#out_batch),*], rs: #out_rs },
+            products: ctx.attention_products(),
         };
         #scores_task
         #query

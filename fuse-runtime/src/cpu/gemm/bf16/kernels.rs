@@ -1,8 +1,9 @@
 //! The bf16 driver and its register tiles. The driver ([`drive`]) is `#[inline(always)]` and instantiated inside
 //! one `#[target_feature]` function per kernel, so the rounding of A vectorises with the tile's instruction set.
 
-use super::{from_bf16, to_bf16, Bf16B, Bf16Kernel, NR};
-use crate::cpu::scratch::{with_buffer, GEMM_A, GEMM_B};
+use super::{from_bf16, to_bf16, Bf16Kernel, NR};
+use crate::cpu::gemm::Strided;
+use crate::cpu::scratch::{with_buffer, BF16_OPERAND, GEMM_A, GEMM_B};
 
 /// Rows of the tallest tile.
 const MAX_MR: usize = 12;
@@ -14,8 +15,18 @@ const A_BLOCK_BYTES: usize = 512 << 10;
 /// every row tile of the row block passes it; deeper products carry each tile's sums across blocks.
 const KC_PAIRS: usize = 128;
 
-/// One product over a pack of this precision.
-pub(super) type Call<'p> = super::super::PackCall<'p, Bf16B>;
+/// The panels a product reads (see [`super::Bf16B`] for their layout): a weight's, packed at load, or an operand's,
+/// packed per call ([`run_operands`]).
+pub(super) struct Panels<'a> {
+    /// Depth.
+    pub k: usize,
+    /// Depth rounded up to even.
+    pub k2: usize,
+    pub panels: &'a [u16],
+}
+
+/// One product over panels of this precision.
+pub(super) type Call<'p> = super::super::PackCall<'p, Panels<'p>>;
 
 /// A register tile over one depth block: for r < MR and every column of one panel, `Σ_l a[r][l] · b[l][j]` over
 /// the block's pairs of depths into `acc[r·NR + j]`, which it overwrites when `!accumulate` (the first depth
@@ -78,6 +89,124 @@ pub(super) unsafe fn run(kernel: Bf16Kernel, call: &Call<'_>) {
     }
 }
 
+/// C = A·B (`dims` = (m, k, n)) with B an operand of this call: B is rounded into this thread's scratch in the
+/// panel layout, then multiplied as a weight's pack is.
+///
+/// # Safety
+/// `kernel` runs on this CPU; A's m×k and B's k×n elements are readable, C's m×n (unit column stride) writable and
+/// overlapping neither.
+pub(super) unsafe fn run_operands(
+    kernel: Bf16Kernel,
+    (m, k, n): (usize, usize, usize),
+    a: Strided<*const f32>,
+    b: Strided<*const f32>,
+    c: Strided<*mut f32>,
+) {
+    let (k2, width) = (k.next_multiple_of(2), n.next_multiple_of(NR));
+    let words = k2 / 2 * width;
+    // After the panels: the rounded column (depth-contiguous B) or the two rounded rows and a gathered row.
+    let spare = if b.rs == 1 { k2 / 2 } else { width + n };
+    with_buffer(&BF16_OPERAND, words + spare, |buf| {
+        // SAFETY: u32 has f32's size and alignment; the same memory, within its length.
+        let buf =
+            unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr() as *mut u32, buf.len()) };
+        let (panels, spare) = buf.split_at_mut(words);
+        let round: unsafe fn(&[f32], &mut [u8]) = match kernel {
+            #[cfg(target_arch = "x86_64")]
+            Bf16Kernel::Avx512 | Bf16Kernel::Avx512Ymm => x86::round_bf16_avx512,
+            _ => |x, out| round_row_scalar(x, out, 2),
+        };
+        // SAFETY: B's elements are readable (the caller's contract); `round` runs on this CPU (as `kernel`).
+        unsafe { pack_operand(b, (k, n), panels, spare, round) };
+        // SAFETY: the same memory viewed as pairs of bf16 values.
+        let panels =
+            unsafe { std::slice::from_raw_parts(panels.as_ptr() as *const u16, 2 * panels.len()) };
+        let pack = Panels { k, k2, panels };
+        let call = Call {
+            pack: &pack,
+            m,
+            n,
+            col0: 0,
+            a,
+            c,
+        };
+        // SAFETY: forwarded; the panels hold B.
+        unsafe { run(kernel, &call) }
+    })
+}
+
+/// Rounds B (k×n) into `panels` (`k2 / 2 × width` words, each a pair of depths of one column), writing every
+/// word, the padding's as zero. A depth-contiguous B (a key matrix read transposed) is rounded a column at a time,
+/// any other a pair of rows at a time; `spare` holds the rounded column or rows (and a gathered row).
+///
+/// # Safety
+/// B's k×n elements are readable; `round` rounds a row of f32 into bf16 values (two bytes each) on this CPU.
+unsafe fn pack_operand(
+    b: Strided<*const f32>,
+    (k, n): (usize, usize),
+    panels: &mut [u32],
+    spare: &mut [u32],
+    round: unsafe fn(&[f32], &mut [u8]),
+) {
+    let pairs = k.div_ceil(2);
+    let word = |p: usize, j: usize| (j / NR) * pairs * NR + p * NR + j % NR;
+    if b.rs == 1 {
+        let column = &mut spare[..pairs];
+        for j in 0..n {
+            // SAFETY: column j's k elements are contiguous and readable (the caller's contract).
+            let x = unsafe { std::slice::from_raw_parts(b.ptr.offset(j as isize * b.cs), k) };
+            // SAFETY: `column` holds 2·pairs ≥ k bf16 values, all written (those past k as zero); `round` runs here.
+            unsafe { round(x, as_bytes(column)) };
+            for (p, &w) in column.iter().enumerate() {
+                panels[word(p, j)] = w;
+            }
+        }
+    } else {
+        let width = n.next_multiple_of(NR);
+        let (rounded, gather) = spare.split_at_mut(width);
+        let gather: &mut [f32] = {
+            // SAFETY: f32 has u32's size and alignment.
+            unsafe { std::slice::from_raw_parts_mut(gather.as_mut_ptr() as *mut f32, n) }
+        };
+        for p in 0..pairs {
+            // Rows 2p and 2p + 1 rounded into the low and high halves of `rounded`'s first n words' bytes.
+            let (even, odd) = as_bytes(rounded).split_at_mut(2 * width);
+            for (half, l) in [(even, 2 * p), (odd, 2 * p + 1)] {
+                if l >= k {
+                    half.fill(0);
+                    continue;
+                }
+                // SAFETY: row l of B is readable over n elements.
+                let x = unsafe { super::super::strided_row(b, l, n, gather) };
+                // SAFETY: `half` holds width ≥ n bf16 values; `round` runs here.
+                unsafe { round(x, &mut half[..2 * n]) };
+            }
+            let halves: &[u16] = {
+                // SAFETY: the same bytes viewed as bf16 values.
+                unsafe { std::slice::from_raw_parts(rounded.as_ptr() as *const u16, 2 * width) }
+            };
+            let (lo, hi) = halves.split_at(width);
+            for j in 0..n {
+                // The even depth first in memory, as the panels hold pairs.
+                let [a, b] = lo[j].to_ne_bytes();
+                let [c, d] = hi[j].to_ne_bytes();
+                panels[word(p, j)] = u32::from_ne_bytes([a, b, c, d]);
+            }
+        }
+    }
+    for j in n..n.next_multiple_of(NR) {
+        for p in 0..pairs {
+            panels[word(p, j)] = 0;
+        }
+    }
+}
+
+/// Words viewed as bytes.
+fn as_bytes(words: &mut [u32]) -> &mut [u8] {
+    // SAFETY: the same memory, alignment 1, four bytes a word.
+    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, 4 * words.len()) }
+}
+
 /// The loop nest: row blocks of A rounded into this thread's scratch → panels of B → depth blocks of
 /// [`KC_PAIRS`] pairs → row tiles, each carrying its sums across depth blocks, written to C after the last.
 ///
@@ -93,7 +222,7 @@ unsafe fn drive<T: Tile>(call: &Call<'_>) {
         a,
         c,
     } = call;
-    let (k, k2) = (pack.view.k, pack.k2);
+    let (k, k2) = (pack.k, pack.k2);
     let pairs = k2 / 2;
     let stride = k2 * T::A_BYTES;
     let mc = (A_BLOCK_BYTES / stride.max(1))
@@ -228,6 +357,15 @@ mod x86 {
     unsafe fn pair(rows: &[*const u8], r: usize, q: usize) -> i32 {
         // SAFETY: the caller's row holds pair q.
         unsafe { (rows[r].add(4 * q) as *const i32).read_unaligned() }
+    }
+
+    /// [`round_row_avx512`] as a plain `unsafe fn`, to be chosen at run time.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 BF16.
+    pub unsafe fn round_bf16_avx512(x: &[f32], out: &mut [u8]) {
+        // SAFETY: forwarded.
+        unsafe { round_row_avx512(x, out) }
     }
 
     /// Rounds a row of A to bf16 with `vcvtneps2bf16`, 16 values at a time.

@@ -212,8 +212,13 @@ impl Bf16B {
         if m == 0 || n == 0 {
             return;
         }
+        let pack = kernels::Panels {
+            k,
+            k2: self.k2,
+            panels: &self.panels,
+        };
         let call = super::PackCall {
-            pack: self,
+            pack: &pack,
             m,
             n,
             col0,
@@ -223,4 +228,25 @@ impl Bf16B {
         // SAFETY: forwarded contract, on a kernel this CPU runs.
         unsafe { kernels::run(kernel, &call) }
     }
+}
+
+/// C = A·B (`dims` = (m, k, n)) for two operands computed per call (attention's queries, keys, probabilities and
+/// values): B is rounded to bf16 and packed into this thread's scratch, A rounded per row block, on `kernel`.
+///
+/// # Safety
+/// `kernel` is one of [`Bf16Kernel::supported`]; for every i < m, j < n and l < k, A's (i, l) and B's (l, j) are
+/// readable and C's (i, j) writable; C has a unit column stride and overlaps neither.
+pub unsafe fn gemm_operands_on(
+    kernel: Bf16Kernel,
+    dims: (usize, usize, usize),
+    a: Strided<*const f32>,
+    b: Strided<*const f32>,
+    c: Strided<*mut f32>,
+) {
+    debug_assert!(c.cs == 1);
+    if dims.0 == 0 || dims.2 == 0 {
+        return;
+    }
+    // SAFETY: forwarded.
+    unsafe { kernels::run_operands(kernel, dims, a, b, c) }
 }

@@ -30,35 +30,70 @@ fn every_kernel_matches_the_rounded_product_on_odd_shapes_and_views() {
     for kernel in kernels {
         for (s, case) in cases(NR).iter().enumerate() {
             let (c, a_rows, b_cols) = run_case(kernel, case, 40 + 3 * s as u64);
-            for (i, x) in a_rows.iter().enumerate() {
-                for (j, y) in b_cols.iter().enumerate() {
-                    let got = f64::from(c[i * case.cols + j]);
-                    let what = format!("{kernel:?} {case:?} at ({i}, {j})");
-                    let terms = x.iter().zip(y);
-                    let want: f64 = terms.clone().map(|(&p, &q)| rounded(p) * rounded(q)).sum();
-                    let size: f64 = terms
-                        .clone()
-                        .map(|(&p, &q)| (rounded(p) * rounded(q)).abs())
-                        .sum();
-                    // f32 sums of exact products: at most one rounding per depth, each relative to the running
-                    // sum, bounded by the terms' size.
-                    assert!(
-                        (got - want).abs() <= (case.k as f64 + 2.0) * 6e-8 * size,
-                        "{what}: {got} vs rounded product {want}"
-                    );
-                    // Against the f32 product: each operand is off by at most 2⁻⁸ of itself (8 significant bits).
-                    let exact: f64 = terms
-                        .clone()
-                        .map(|(&p, &q)| f64::from(p) * f64::from(q))
-                        .sum();
-                    let unrounded: f64 = terms.map(|(&p, &q)| f64::from(p * q).abs()).sum();
-                    let bound = (2.0 * 2f64.powi(-8) + 2f64.powi(-16)) * unrounded;
-                    assert!(
-                        (got - exact).abs() <= bound + (case.k as f64 + 2.0) * 6e-8 * size,
-                        "{what}: {got} vs f32 product {exact}, bound {bound}"
-                    );
-                }
-            }
+            check_case(&format!("{kernel:?} {case:?}"), case, &c, &a_rows, &b_cols);
+        }
+    }
+}
+
+/// B an operand of the call (attention's keys or values), packed per call into the scratch, from both of its
+/// layouts (depth-contiguous, as keys read transposed, and row-contiguous, as values), at odd depths.
+#[test]
+fn every_kernel_matches_the_rounded_product_with_b_packed_per_call() {
+    for kernel in Bf16Kernel::supported() {
+        for (s, case) in cases(NR).iter().enumerate() {
+            let pack = |b: &[f32], view: BView| (b.to_vec(), view);
+            let gemm = |(b, v): &(Vec<f32>, BView), dims, col0: usize, a, c| {
+                let b = Strided::new(
+                    b[v.offset + col0 * v.cs..].as_ptr(),
+                    v.rs as isize,
+                    v.cs as isize,
+                );
+                // SAFETY: A is m×k at its strides inside its buffer, B k×cols from column col0 inside its
+                // buffer, C m×cols.
+                unsafe { gemm_operands_on(kernel, dims, a, b, c) }
+            };
+            let (c, a_rows, b_cols) = test_cases::run_case(case, 90 + s as u64, pack, gemm);
+            check_case(
+                &format!("operand B, {kernel:?} {case:?}"),
+                case,
+                &c,
+                &a_rows,
+                &b_cols,
+            );
+        }
+    }
+}
+
+/// Each element of `c` against an f64 evaluation of the product of the rounded operands (exact up to the f32
+/// sums) and against the f32 product within the bound bf16's rounding gives.
+fn check_case(what: &str, case: &Case, c: &[f32], a_rows: &[Vec<f32>], b_cols: &[Vec<f32>]) {
+    for (i, x) in a_rows.iter().enumerate() {
+        for (j, y) in b_cols.iter().enumerate() {
+            let got = f64::from(c[i * case.cols + j]);
+            let what = format!("{what} at ({i}, {j})");
+            let terms = x.iter().zip(y);
+            let want: f64 = terms.clone().map(|(&p, &q)| rounded(p) * rounded(q)).sum();
+            let size: f64 = terms
+                .clone()
+                .map(|(&p, &q)| (rounded(p) * rounded(q)).abs())
+                .sum();
+            // f32 sums of exact products: at most one rounding per depth, each relative to the running sum,
+            // bounded by the terms' size.
+            assert!(
+                (got - want).abs() <= (case.k as f64 + 2.0) * 6e-8 * size,
+                "{what}: {got} vs rounded product {want}"
+            );
+            // Against the f32 product: each operand is off by at most 2⁻⁸ of itself (8 significant bits).
+            let exact: f64 = terms
+                .clone()
+                .map(|(&p, &q)| f64::from(p) * f64::from(q))
+                .sum();
+            let unrounded: f64 = terms.map(|(&p, &q)| f64::from(p * q).abs()).sum();
+            let bound = (2.0 * 2f64.powi(-8) + 2f64.powi(-16)) * unrounded;
+            assert!(
+                (got - exact).abs() <= bound + (case.k as f64 + 2.0) * 6e-8 * size,
+                "{what}: {got} vs f32 product {exact}, bound {bound}"
+            );
         }
     }
 }
