@@ -169,7 +169,7 @@ unsafe fn pack_operand(
             unsafe { std::slice::from_raw_parts_mut(gather.as_mut_ptr() as *mut f32, n) }
         };
         for p in 0..pairs {
-            // Rows 2p and 2p + 1 rounded into the low and high halves of `rounded`'s first n words' bytes.
+            // Rows 2p and 2p + 1 rounded into the first and second halves of `rounded` (width bf16 values each).
             let (even, odd) = as_bytes(rounded).split_at_mut(2 * width);
             for (half, l) in [(even, 2 * p), (odd, 2 * p + 1)] {
                 if l >= k {
