@@ -58,6 +58,26 @@ trait Tile {
     unsafe fn round_row(x: &[f32], out: &mut [u8]) {
         round_row_scalar(x, out, Self::A_BYTES)
     }
+
+    /// [`row_block`] for this tile. [`drive`] calls it from inside its scratch buffers' closures, and a closure
+    /// does not inherit the `#[target_feature]` of the function it is written in: each x86 tile overrides this
+    /// with one compiled for its instruction set, so that the stores of C and the loops around the tile use it
+    /// too (C's rows were copied by calls to `memcpy` before).
+    ///
+    /// # Safety
+    /// As [`row_block`].
+    unsafe fn row_block_here(
+        call: &Call<'_>,
+        rows: (usize, usize),
+        bytes: &mut [u8],
+        row: &mut [f32],
+        all_sums: &mut [[f32; MAX_MR * NR]],
+    ) where
+        Self: Sized,
+    {
+        // SAFETY: forwarded.
+        unsafe { row_block::<Self>(call, rows, bytes, row, all_sums) }
+    }
 }
 
 /// [`Tile::round_row`] in plain Rust, into cells of `width` bytes (2: bf16, 4: f32 holding a bf16 value).
@@ -214,16 +234,8 @@ fn as_bytes(words: &mut [u32]) -> &mut [u8] {
 /// As [`run`], on `T`'s instruction set.
 #[inline(always)]
 unsafe fn drive<T: Tile>(call: &Call<'_>) {
-    let &Call {
-        pack,
-        m,
-        n,
-        col0,
-        a,
-        c,
-    } = call;
+    let &Call { pack, m, a, .. } = call;
     let (k, k2) = (pack.k, pack.k2);
-    let pairs = k2 / 2;
     let stride = k2 * T::A_BYTES;
     let mc = (A_BLOCK_BYTES / stride.max(1))
         .clamp(T::MR, 256)
@@ -243,65 +255,95 @@ unsafe fn drive<T: Tile>(call: &Call<'_>) {
         with_buffer(&GEMM_B, tiles * MAX_MR * NR, |sums_buf| {
             let (all_sums, _) = sums_buf.as_chunks_mut::<{ MAX_MR * NR }>();
             for ic in (0..m).step_by(mc) {
-                let rows = mc.min(m - ic);
-                for r in 0..rows {
-                    // SAFETY: row ic + r of A is readable over k elements (the caller's contract).
-                    let x = unsafe { super::super::strided_row(a, ic + r, k, row) };
-                    // SAFETY: on T's instruction set; a row starts at a multiple of `stride`, a multiple of 4
-                    // bytes when A_BYTES is 4.
-                    unsafe { T::round_row(x, &mut bytes[r * stride..(r + 1) * stride]) };
-                }
-                for p0 in (0..n).step_by(NR) {
-                    let cols = NR.min(n - p0);
-                    let first = col0 + p0;
-                    let panel = pack.panels[first / NR * k2 * NR..].as_ptr();
-                    if pairs == 0 {
-                        all_sums[..tiles].iter_mut().for_each(|s| s.fill(0.0));
-                    }
-                    for q0 in (0..pairs).step_by(KC_PAIRS) {
-                        let count = KC_PAIRS.min(pairs - q0);
-                        let next = panel.wrapping_add((q0 + count) * NR * 2);
-                        for (t, ir) in (0..rows).step_by(T::MR).enumerate() {
-                            super::super::prefetch_next_block(
-                                next.cast(),
-                                KC_PAIRS * NR * 2 * 2,
-                                t,
-                                rows.div_ceil(T::MR),
-                            );
-                            // SAFETY: rows ir..ir + MR.min(rows − ir) of the block hold `pairs` rounded pairs,
-                            // pairs q0..q0 + count of which are read; the panel holds `pairs` pairs.
-                            unsafe {
-                                T::tile(
-                                    bytes[ir * stride + T::A_BYTES * 2 * q0..].as_ptr(),
-                                    stride,
-                                    T::MR.min(rows - ir),
-                                    panel.add(q0 * NR * 2),
-                                    count,
-                                    &mut all_sums[t],
-                                    q0 > 0,
-                                )
-                            };
-                        }
-                    }
-                    for (t, ir) in (0..rows).step_by(T::MR).enumerate() {
-                        // SAFETY: rows ic + ir.., columns p0..p0 + cols lie inside C.
-                        unsafe {
-                            super::super::store_tile(
-                                &all_sums[t],
-                                NR,
-                                c,
-                                ic + ir,
-                                T::MR.min(rows - ir),
-                                p0,
-                                cols,
-                                None,
-                            )
-                        };
-                    }
-                }
+                // SAFETY: forwarded; the scratch holds `mc` rows of `stride` bytes and the gathered row.
+                unsafe { T::row_block_here(call, (ic, mc.min(m - ic)), bytes, row, all_sums) };
             }
         })
     })
+}
+
+/// Rows `ic..ic + rows` of C: those rows of A rounded into `bytes` (through `row` when A's rows are not
+/// contiguous), then every panel of B in the call's columns, in depth blocks, through the row tiles' f32 sums in
+/// `all_sums` (one per tile), written to C after the last.
+///
+/// # Safety
+/// As [`drive`]; `bytes` holds `rows` rows of the call's stride, `row` k floats when A's columns are strided,
+/// `all_sums` a sum block per row tile.
+#[inline(always)]
+unsafe fn row_block<T: Tile>(
+    call: &Call<'_>,
+    (ic, rows): (usize, usize),
+    bytes: &mut [u8],
+    row: &mut [f32],
+    all_sums: &mut [[f32; MAX_MR * NR]],
+) {
+    let &Call {
+        pack,
+        n,
+        col0,
+        a,
+        c,
+        ..
+    } = call;
+    let (k, k2) = (pack.k, pack.k2);
+    let pairs = k2 / 2;
+    let stride = k2 * T::A_BYTES;
+    let tiles = rows.div_ceil(T::MR);
+    for r in 0..rows {
+        // SAFETY: row ic + r of A is readable over k elements (the caller's contract).
+        let x = unsafe { super::super::strided_row(a, ic + r, k, row) };
+        // SAFETY: on T's instruction set; a row starts at a multiple of `stride`, a multiple of 4
+        // bytes when A_BYTES is 4.
+        unsafe { T::round_row(x, &mut bytes[r * stride..(r + 1) * stride]) };
+    }
+    for p0 in (0..n).step_by(NR) {
+        let cols = NR.min(n - p0);
+        let first = col0 + p0;
+        let panel = pack.panels[first / NR * k2 * NR..].as_ptr();
+        if pairs == 0 {
+            all_sums[..tiles].iter_mut().for_each(|s| s.fill(0.0));
+        }
+        for q0 in (0..pairs).step_by(KC_PAIRS) {
+            let count = KC_PAIRS.min(pairs - q0);
+            let next = panel.wrapping_add((q0 + count) * NR * 2);
+            for (t, ir) in (0..rows).step_by(T::MR).enumerate() {
+                super::super::prefetch_next_block(
+                    next.cast(),
+                    KC_PAIRS * NR * 2 * 2,
+                    t,
+                    rows.div_ceil(T::MR),
+                );
+                // SAFETY: rows ir..ir + MR.min(rows − ir) of the block hold `pairs` rounded pairs,
+                // pairs q0..q0 + count of which are read; the panel holds `pairs` pairs.
+                unsafe {
+                    T::tile(
+                        bytes[ir * stride + T::A_BYTES * 2 * q0..].as_ptr(),
+                        stride,
+                        T::MR.min(rows - ir),
+                        panel.add(q0 * NR * 2),
+                        count,
+                        &mut all_sums[t],
+                        q0 > 0,
+                    )
+                };
+            }
+        }
+        for (t, ir) in (0..rows).step_by(T::MR).enumerate() {
+            // SAFETY: rows ic + ir.., columns p0..p0 + cols lie inside C.
+            unsafe {
+                super::super::store_tile(
+                    &all_sums[t],
+                    NR,
+                    c,
+                    ic + ir,
+                    T::MR.min(rows - ir),
+                    p0,
+                    cols,
+                    None,
+                )
+            };
+        }
+    }
 }
 
 /// The scalar tile, for every target.
@@ -350,7 +392,7 @@ impl Tile for Portable {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{drive, round_row_scalar, Call, Tile, MAX_MR, NR};
+    use super::{drive, round_row_scalar, row_block, Call, Tile, MAX_MR, NR};
 
     /// Row `r`'s pair `q` of bf16 values, as one i32 to broadcast.
     #[inline(always)]
@@ -445,6 +487,18 @@ mod x86 {
     impl<const MR: usize> Tile for Avx512<MR> {
         const MR: usize = MR;
 
+        #[target_feature(enable = "avx512f,avx512bf16,avx512vl,avx2,fma")]
+        unsafe fn row_block_here(
+            call: &Call<'_>,
+            rows: (usize, usize),
+            bytes: &mut [u8],
+            row: &mut [f32],
+            all_sums: &mut [[f32; MAX_MR * NR]],
+        ) {
+            // SAFETY: forwarded, on this tile's instruction set.
+            unsafe { row_block::<Self>(call, rows, bytes, row, all_sums) }
+        }
+
         unsafe fn round_row(x: &[f32], out: &mut [u8]) {
             // SAFETY: the caller runs on this tile's instruction set.
             unsafe { round_row_avx512(x, out) }
@@ -500,6 +554,18 @@ mod x86 {
 
     impl<const MR: usize> Tile for Avx512Ymm<MR> {
         const MR: usize = MR;
+
+        #[target_feature(enable = "avx512f,avx512bf16,avx512vl,avx2,fma")]
+        unsafe fn row_block_here(
+            call: &Call<'_>,
+            rows: (usize, usize),
+            bytes: &mut [u8],
+            row: &mut [f32],
+            all_sums: &mut [[f32; MAX_MR * NR]],
+        ) {
+            // SAFETY: forwarded, on this tile's instruction set.
+            unsafe { row_block::<Self>(call, rows, bytes, row, all_sums) }
+        }
 
         unsafe fn round_row(x: &[f32], out: &mut [u8]) {
             // SAFETY: the caller runs on this tile's instruction set.
@@ -557,6 +623,18 @@ mod x86 {
 
     impl<const MR: usize> Tile for Avx2<MR> {
         const MR: usize = MR;
+
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn row_block_here(
+            call: &Call<'_>,
+            rows: (usize, usize),
+            bytes: &mut [u8],
+            row: &mut [f32],
+            all_sums: &mut [[f32; MAX_MR * NR]],
+        ) {
+            // SAFETY: forwarded, on this tile's instruction set.
+            unsafe { row_block::<Self>(call, rows, bytes, row, all_sums) }
+        }
         const A_BYTES: usize = 4;
 
         unsafe fn round_row(x: &[f32], out: &mut [u8]) {

@@ -101,6 +101,26 @@ trait Tile {
     unsafe fn quantize(x: &[f32], out: &mut [u8]) -> (f32, i32) {
         quantize_row(x, out)
     }
+
+    /// [`panels`] for this tile. [`drive`] calls it from inside its scratch buffers' closures, and a closure
+    /// does not inherit the `#[target_feature]` of the function it is written in: each x86 tile overrides this
+    /// with one compiled for its instruction set, so that the stores of C and the loops around the tile use it
+    /// too (they ran as SSE before).
+    ///
+    /// # Safety
+    /// As [`panels`].
+    unsafe fn panels_here(
+        call: &Call<'_>,
+        ic: usize,
+        rows: usize,
+        a: Quantised,
+        all_sums: &mut [[f32; MAX_MR * NR]],
+    ) where
+        Self: Sized,
+    {
+        // SAFETY: forwarded.
+        unsafe { panels::<Self>(call, ic, rows, a, all_sums) }
+    }
 }
 
 /// Runs `call` on `kernel`.
@@ -298,7 +318,7 @@ unsafe fn drive<T: Tile>(call: &Call<'_>, pre: Option<Quantised>) {
             let (all_sums, _) = sums_buf.as_chunks_mut::<{ MAX_MR * NR }>();
             for ic in (0..m).step_by(mc) {
                 // SAFETY: forwarded; `pre` holds rows ic.. (the caller's contract).
-                unsafe { panels::<T>(call, ic, mc.min(m - ic), pre.skip_rows(ic), all_sums) };
+                unsafe { T::panels_here(call, ic, mc.min(m - ic), pre.skip_rows(ic), all_sums) };
             }
         });
         return;
@@ -329,7 +349,7 @@ unsafe fn drive<T: Tile>(call: &Call<'_>, pre: Option<Quantised>) {
                     groups,
                 };
                 // SAFETY: forwarded; the block's rows were quantised just above.
-                unsafe { panels::<T>(call, ic, rows, quantised, all_sums) };
+                unsafe { T::panels_here(call, ic, rows, quantised, all_sums) };
             }
         })
     })
@@ -471,7 +491,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::super::quantize_x86::{quantize_u16_avx2, quantize_u8_avx512};
-    use super::{drive, Call, Groups, Quantised, Tile, MAX_MR, NR};
+    use super::{drive, panels, Call, Groups, Quantised, Tile, MAX_MR, NR};
 
     /// 4 bytes of row `r` at group `g`, as one i32 to broadcast.
     #[inline(always)]
@@ -555,6 +575,18 @@ mod x86 {
     impl<const MR: usize> Tile for Vnni512<MR> {
         const MR: usize = MR;
 
+        #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma")]
+        unsafe fn panels_here(
+            call: &Call<'_>,
+            ic: usize,
+            rows: usize,
+            a: Quantised,
+            all_sums: &mut [[f32; MAX_MR * NR]],
+        ) {
+            // SAFETY: forwarded, on this tile's instruction set.
+            unsafe { panels::<Self>(call, ic, rows, a, all_sums) }
+        }
+
         unsafe fn quantize(x: &[f32], out: &mut [u8]) -> (f32, i32) {
             // SAFETY: the caller runs on this tile's instruction set.
             unsafe { quantize_u8_avx512(x, out) }
@@ -608,6 +640,18 @@ mod x86 {
 
     impl<const MR: usize> Tile for Vnni256<MR> {
         const MR: usize = MR;
+
+        #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma")]
+        unsafe fn panels_here(
+            call: &Call<'_>,
+            ic: usize,
+            rows: usize,
+            a: Quantised,
+            all_sums: &mut [[f32; MAX_MR * NR]],
+        ) {
+            // SAFETY: forwarded, on this tile's instruction set.
+            unsafe { panels::<Self>(call, ic, rows, a, all_sums) }
+        }
 
         unsafe fn quantize(x: &[f32], out: &mut [u8]) -> (f32, i32) {
             // SAFETY: the caller runs on this tile's instruction set.
@@ -664,6 +708,18 @@ mod x86 {
 
     impl<const MR: usize> Tile for Avx2<MR> {
         const MR: usize = MR;
+
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn panels_here(
+            call: &Call<'_>,
+            ic: usize,
+            rows: usize,
+            a: Quantised,
+            all_sums: &mut [[f32; MAX_MR * NR]],
+        ) {
+            // SAFETY: forwarded, on this tile's instruction set.
+            unsafe { panels::<Self>(call, ic, rows, a, all_sums) }
+        }
         const A_BYTES: usize = 2;
 
         /// A's rows are quantised straight into u16, so the inner loop only broadcasts a row's 4 levels (one
