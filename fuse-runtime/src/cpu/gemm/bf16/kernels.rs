@@ -394,6 +394,23 @@ mod x86 {
 
     use super::{drive, round_row_scalar, row_block, Call, Tile, MAX_MR, NR};
 
+    /// The tile's `row_block_here`, compiled for its instruction set (`$features`).
+    macro_rules! row_block_here_on {
+        ($features:literal) => {
+            #[target_feature(enable = $features)]
+            unsafe fn row_block_here(
+                call: &Call<'_>,
+                rows: (usize, usize),
+                bytes: &mut [u8],
+                row: &mut [f32],
+                all_sums: &mut [[f32; MAX_MR * NR]],
+            ) {
+                // SAFETY: forwarded, on this tile's instruction set.
+                unsafe { row_block::<Self>(call, rows, bytes, row, all_sums) }
+            }
+        };
+    }
+
     /// Row `r`'s pair `q` of bf16 values, as one i32 to broadcast.
     #[inline(always)]
     unsafe fn pair(rows: &[*const u8], r: usize, q: usize) -> i32 {
@@ -487,17 +504,7 @@ mod x86 {
     impl<const MR: usize> Tile for Avx512<MR> {
         const MR: usize = MR;
 
-        #[target_feature(enable = "avx512f,avx512bf16,avx512vl,avx2,fma")]
-        unsafe fn row_block_here(
-            call: &Call<'_>,
-            rows: (usize, usize),
-            bytes: &mut [u8],
-            row: &mut [f32],
-            all_sums: &mut [[f32; MAX_MR * NR]],
-        ) {
-            // SAFETY: forwarded, on this tile's instruction set.
-            unsafe { row_block::<Self>(call, rows, bytes, row, all_sums) }
-        }
+        row_block_here_on!("avx512f,avx512bf16,avx512vl,avx2,fma");
 
         unsafe fn round_row(x: &[f32], out: &mut [u8]) {
             // SAFETY: the caller runs on this tile's instruction set.
@@ -555,17 +562,7 @@ mod x86 {
     impl<const MR: usize> Tile for Avx512Ymm<MR> {
         const MR: usize = MR;
 
-        #[target_feature(enable = "avx512f,avx512bf16,avx512vl,avx2,fma")]
-        unsafe fn row_block_here(
-            call: &Call<'_>,
-            rows: (usize, usize),
-            bytes: &mut [u8],
-            row: &mut [f32],
-            all_sums: &mut [[f32; MAX_MR * NR]],
-        ) {
-            // SAFETY: forwarded, on this tile's instruction set.
-            unsafe { row_block::<Self>(call, rows, bytes, row, all_sums) }
-        }
+        row_block_here_on!("avx512f,avx512bf16,avx512vl,avx2,fma");
 
         unsafe fn round_row(x: &[f32], out: &mut [u8]) {
             // SAFETY: the caller runs on this tile's instruction set.
@@ -624,17 +621,7 @@ mod x86 {
     impl<const MR: usize> Tile for Avx2<MR> {
         const MR: usize = MR;
 
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn row_block_here(
-            call: &Call<'_>,
-            rows: (usize, usize),
-            bytes: &mut [u8],
-            row: &mut [f32],
-            all_sums: &mut [[f32; MAX_MR * NR]],
-        ) {
-            // SAFETY: forwarded, on this tile's instruction set.
-            unsafe { row_block::<Self>(call, rows, bytes, row, all_sums) }
-        }
+        row_block_here_on!("avx2,fma");
         const A_BYTES: usize = 4;
 
         unsafe fn round_row(x: &[f32], out: &mut [u8]) {

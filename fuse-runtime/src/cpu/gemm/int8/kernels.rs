@@ -493,6 +493,23 @@ mod x86 {
     use super::super::quantize_x86::{quantize_u16_avx2, quantize_u8_avx512};
     use super::{drive, panels, Call, Groups, Quantised, Tile, MAX_MR, NR};
 
+    /// The tile's `panels_here`, compiled for its instruction set (`$features`).
+    macro_rules! panels_here_on {
+        ($features:literal) => {
+            #[target_feature(enable = $features)]
+            unsafe fn panels_here(
+                call: &Call<'_>,
+                ic: usize,
+                rows: usize,
+                a: Quantised,
+                all_sums: &mut [[f32; MAX_MR * NR]],
+            ) {
+                // SAFETY: forwarded, on this tile's instruction set.
+                unsafe { panels::<Self>(call, ic, rows, a, all_sums) }
+            }
+        };
+    }
+
     /// 4 bytes of row `r` at group `g`, as one i32 to broadcast.
     #[inline(always)]
     unsafe fn quad(rows: &[*const u8], r: usize, g: usize) -> i32 {
@@ -575,17 +592,7 @@ mod x86 {
     impl<const MR: usize> Tile for Vnni512<MR> {
         const MR: usize = MR;
 
-        #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma")]
-        unsafe fn panels_here(
-            call: &Call<'_>,
-            ic: usize,
-            rows: usize,
-            a: Quantised,
-            all_sums: &mut [[f32; MAX_MR * NR]],
-        ) {
-            // SAFETY: forwarded, on this tile's instruction set.
-            unsafe { panels::<Self>(call, ic, rows, a, all_sums) }
-        }
+        panels_here_on!("avx512f,avx512vl,avx512vnni,avx2,fma");
 
         unsafe fn quantize(x: &[f32], out: &mut [u8]) -> (f32, i32) {
             // SAFETY: the caller runs on this tile's instruction set.
@@ -641,17 +648,7 @@ mod x86 {
     impl<const MR: usize> Tile for Vnni256<MR> {
         const MR: usize = MR;
 
-        #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma")]
-        unsafe fn panels_here(
-            call: &Call<'_>,
-            ic: usize,
-            rows: usize,
-            a: Quantised,
-            all_sums: &mut [[f32; MAX_MR * NR]],
-        ) {
-            // SAFETY: forwarded, on this tile's instruction set.
-            unsafe { panels::<Self>(call, ic, rows, a, all_sums) }
-        }
+        panels_here_on!("avx512f,avx512vl,avx512vnni,avx2,fma");
 
         unsafe fn quantize(x: &[f32], out: &mut [u8]) -> (f32, i32) {
             // SAFETY: the caller runs on this tile's instruction set.
@@ -709,17 +706,7 @@ mod x86 {
     impl<const MR: usize> Tile for Avx2<MR> {
         const MR: usize = MR;
 
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn panels_here(
-            call: &Call<'_>,
-            ic: usize,
-            rows: usize,
-            a: Quantised,
-            all_sums: &mut [[f32; MAX_MR * NR]],
-        ) {
-            // SAFETY: forwarded, on this tile's instruction set.
-            unsafe { panels::<Self>(call, ic, rows, a, all_sums) }
-        }
+        panels_here_on!("avx2,fma");
         const A_BYTES: usize = 2;
 
         /// A's rows are quantised straight into u16, so the inner loop only broadcasts a row's 4 levels (one
