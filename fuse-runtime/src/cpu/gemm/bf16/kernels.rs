@@ -307,12 +307,7 @@ unsafe fn row_block<T: Tile>(
             let count = KC_PAIRS.min(pairs - q0);
             let next = panel.wrapping_add((q0 + count) * NR * 2);
             for (t, ir) in (0..rows).step_by(T::MR).enumerate() {
-                super::super::prefetch_next_block(
-                    next.cast(),
-                    KC_PAIRS * NR * 2 * 2,
-                    t,
-                    rows.div_ceil(T::MR),
-                );
+                super::super::prefetch_next_block(next.cast(), KC_PAIRS * NR * 2 * 2, t, tiles);
                 // SAFETY: rows ir..ir + MR.min(rows − ir) of the block hold `pairs` rounded pairs,
                 // pairs q0..q0 + count of which are read; the panel holds `pairs` pairs.
                 unsafe {
@@ -620,9 +615,9 @@ mod x86 {
 
     impl<const MR: usize> Tile for Avx2<MR> {
         const MR: usize = MR;
+        const A_BYTES: usize = 4;
 
         row_block_here_on!("avx2,fma");
-        const A_BYTES: usize = 4;
 
         unsafe fn round_row(x: &[f32], out: &mut [u8]) {
             // SAFETY: the caller runs on this tile's instruction set, `out` 4-byte aligned.

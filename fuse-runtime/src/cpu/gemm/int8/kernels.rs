@@ -705,9 +705,9 @@ mod x86 {
 
     impl<const MR: usize> Tile for Avx2<MR> {
         const MR: usize = MR;
+        const A_BYTES: usize = 2;
 
         panels_here_on!("avx2,fma");
-        const A_BYTES: usize = 2;
 
         /// A's rows are quantised straight into u16, so the inner loop only broadcasts a row's 4 levels (one
         /// 8-byte load) instead of widening them per row, quad and strip.
