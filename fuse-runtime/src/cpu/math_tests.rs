@@ -91,19 +91,48 @@ fn gelu_ref(x: f64) -> f64 {
 
 #[test]
 fn exp_accuracy() {
-    check(
-        "exp",
-        worst(linear(-87.0, 88.0, 1_000_000), exp, f64::exp, rel_err),
-        4e-7,
-    );
-    assert_eq!(exp(0.0), 1.0);
-    assert_eq!(exp(f32::NEG_INFINITY), 0.0);
-    assert_eq!(exp(-200.0), 0.0);
-    assert_eq!(exp(89.0), f32::INFINITY);
-    assert_eq!(exp(f32::INFINITY), f32::INFINITY);
-    assert!(exp(f32::NAN).is_nan());
-    // Gradual underflow: exp(-100) ≈ 3.7e-44 is a subnormal, not 0.
-    assert!((f64::from(exp(-100.0)) - (-100f64).exp()).abs() < 2e-45);
+    for (name, f) in [("exp", exp as fn(f32) -> f32), ("exp_fused", exp_fused)] {
+        check(
+            name,
+            worst(linear(-87.0, 88.0, 1_000_000), f, f64::exp, rel_err),
+            4e-7,
+        );
+        assert_eq!(f(0.0), 1.0);
+        assert_eq!(f(f32::NEG_INFINITY), 0.0);
+        assert_eq!(f(-200.0), 0.0);
+        assert_eq!(f(89.0), f32::INFINITY);
+        assert_eq!(f(f32::INFINITY), f32::INFINITY);
+        assert!(f(f32::NAN).is_nan());
+        // Gradual underflow: exp(-100) ≈ 3.7e-44 is a subnormal, not 0.
+        assert!(
+            (f64::from(f(-100.0)) - (-100f64).exp()).abs() < 2e-45,
+            "{name}"
+        );
+    }
+}
+
+/// `exp_fused` compiled with FMA (one `vfmadd` per multiply-add) gives what the library's `fmaf` gives, bit for bit:
+/// both round each fused multiply-add once, so the softmax's fast copy is the function tested above.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn exp_fused_with_fma_instructions_matches_the_library_fma() {
+    #[target_feature(enable = "avx2,fma")]
+    fn exp_avx2(xs: &[f32], out: &mut [f32]) {
+        for (o, &x) in out.iter_mut().zip(xs) {
+            *o = exp_fused(x);
+        }
+    }
+    if !dispatch_avx2() {
+        eprintln!("no AVX2 and FMA on this CPU; skipped");
+        return;
+    }
+    let xs: Vec<f32> = linear(-110.0, 95.0, 200_003).collect();
+    let mut fast = vec![0.0; xs.len()];
+    // SAFETY: dispatch_avx2 confirmed AVX2 and FMA.
+    unsafe { exp_avx2(&xs, &mut fast) };
+    for (&x, &got) in xs.iter().zip(&fast) {
+        assert_eq!(got.to_bits(), exp_fused(x).to_bits(), "x = {x:e}");
+    }
 }
 
 #[test]

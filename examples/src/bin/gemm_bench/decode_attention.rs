@@ -7,8 +7,11 @@ use fuse_runtime::__private::rows::softmax_in_place;
 use fuse_runtime::__private::{
     attention, AttentionSpec, Operand, Placement, Products, Query, RowTask,
 };
+use fuse_runtime::cpu::attention::SCRATCH_ELEMENTS;
 use fuse_runtime::cpu::par::SimdTask;
 use fuse_runtime::Tensor;
+
+use super::best_seconds;
 
 /// (what, kv heads, heads per kv head, head dim, cached positions).
 const SHAPES: [(&str, usize, usize, usize, usize); 4] = [
@@ -81,7 +84,7 @@ pub fn report() {
             products: Products::F32,
         };
         let task = Softmax { n };
-        let seconds = super::best_seconds(|| {
+        let seconds = best_seconds(|| {
             attention(&spec, Query::Memory(&q), &k, &v, &mut out, &task);
             out[0]
         });
@@ -141,7 +144,7 @@ pub fn encoder_report() {
         ..spec
     };
     let mut time = |spec: &AttentionSpec<'_>, task: &dyn SimdTask| {
-        super::best_seconds(|| {
+        best_seconds(|| {
             attention(spec, Query::Memory(&q), &k, &v, &mut out, task);
             out[0]
         })
@@ -174,4 +177,19 @@ pub fn encoder_report() {
             cached * 1e6
         );
     }
+    // The softmax alone, as the attention kernel runs it on each block's scores (one 64 KB block, so in cache),
+    // once per block of the layer.
+    let blocks = batch * heads * s * s / SCRATCH_ELEMENTS;
+    let mut scores = Tensor::randn(&[SCRATCH_ELEMENTS], 4).to_f32_vec();
+    let softmax = best_seconds(|| {
+        for _ in 0..blocks {
+            Softmax { n: s }.run_simd(0, &mut scores);
+        }
+        scores[0]
+    });
+    println!(
+        "  its softmax alone, {blocks} blocks of {} scores in cache: {:.0} µs",
+        SCRATCH_ELEMENTS,
+        softmax * 1e6
+    );
 }
