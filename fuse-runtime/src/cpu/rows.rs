@@ -91,8 +91,8 @@ pub fn max(row: &[f32]) -> f32 {
 }
 
 /// `x` where it is larger than `a` (which is never NaN here), else `a`: a NaN `x` is skipped, as `f32::max` skips
-/// it. Written as a comparison, because `f32::max` (LLVM's `maxnum`) left the lanes of [`max`] as 16 scalar
-/// `vmaxss` per 16 elements, where this select is one `vmaxps`.
+/// it. Written as a comparison, which is one `vmaxps`: `f32::max` (LLVM's `maxnum`) adds a NaN test and a blend to
+/// each, and in a row of static length LLVM left it as one scalar `vmaxss` per element.
 #[inline(always)]
 fn larger(a: f32, x: f32) -> f32 {
     if x > a {
