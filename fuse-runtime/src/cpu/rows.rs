@@ -119,9 +119,9 @@ pub fn softmax_in_place(row: &mut [f32]) {
 }
 
 /// Replaces each x of the row by eˣ⁻ˢʰⁱᶠᵗ and returns their sum. This is the softmax's costly pass, so where the
-/// CPU has FMA it runs [`math::exp_fused`], whose fused multiply-adds are a quarter fewer instructions than
-/// [`math::exp`]'s. The caller is usually compiled for FMA already but cannot say so to an inlined function, hence
-/// the check here: one cached load per row.
+/// CPU has FMA it runs [`math::exp_fused`]: one instruction per multiply-add of the polynomial instead of
+/// [`math::exp`]'s two. The caller is usually compiled for FMA already but cannot say so to an inlined function,
+/// hence the check here: one cached load per row.
 #[inline(always)]
 fn exp_shifted(row: &mut [f32], shift: f32) -> f32 {
     #[cfg(target_arch = "x86_64")]
