@@ -156,7 +156,7 @@ pub fn attention(
         Query::Memory(_) => 1,
         Query::Computed(_) => spec.d,
     };
-    // Rows placed elsewhere than contiguously are computed into a scratch of the scores' size first.
+    // Rows placed elsewhere than contiguously go through a scratch of the scores' size in a block of a few rows.
     let contiguous = spec.out.rs == dv
         && (0..spec.batch.len())
             .all(|i| spec.out.batch[i] == spec.batch[i + 1..].iter().product::<usize>() * m * dv);
@@ -167,16 +167,19 @@ pub fn attention(
         .clamp(1, m)
         .max(m.min(FEW_ROWS));
     let blocks_per_batch = m.div_ceil(rows_per_block);
-    // Each block's scores go to its thread's scratch (reserved at load), which the first GEMM overwrites.
-    let run = |t: usize, block: &mut [f32]| {
+    // Each block's scores go to its thread's scratch (reserved at load), which the first GEMM overwrites. The
+    // output rows go to `block`, or where `placed` says when it is given and the block takes the products' path;
+    // whether `block` was written is returned.
+    let run = |t: usize, block: &mut [f32], placed: Option<Strided<*mut f32>>| {
         let (b, row0) = (
             t / blocks_per_batch,
             (t % blocks_per_batch) * rows_per_block,
         );
         let rows = block.len() / dv;
+        let to = BlockOut { block, placed };
         with_buffer(&SCORES, rows * n, |probs| {
-            block_attention(spec, q, k, v, b, row0, block, scores, probs)
-        });
+            block_attention(spec, q, k, v, b, row0, to, scores, probs)
+        })
     };
     if contiguous {
         let mut blocks: Vec<&mut [f32]> = Vec::with_capacity(batches * blocks_per_batch);
@@ -184,12 +187,13 @@ pub fn attention(
             blocks.extend(batch.chunks_mut(rows_per_block * dv));
         }
         if serial {
-            blocks.into_iter().enumerate().for_each(|(t, b)| run(t, b));
+            blocks.into_iter().enumerate().for_each(|(t, b)| {
+                run(t, b, None);
+            });
         } else {
-            blocks
-                .into_par_iter()
-                .enumerate()
-                .for_each(|(t, b)| run(t, b));
+            blocks.into_par_iter().enumerate().for_each(|(t, b)| {
+                run(t, b, None);
+            });
         }
         return;
     }
@@ -211,15 +215,20 @@ pub fn attention(
             (t % blocks_per_batch) * rows_per_block,
         );
         let rows = rows_per_block.min(m - row0);
+        let [base] = batch_offsets(spec.batch, [spec.out.batch], b);
+        // SAFETY: in bounds (`last` above). The planner places every output element once, so blocks, which own
+        // disjoint rows, write disjoint elements, whether the products write them there or the copy below does.
+        let first = unsafe { placed.at(base + row0 * spec.out.rs) };
+        let rows_at = Strided::new(first, spec.out.rs as isize, 1);
         with_buffer(&ATTENTION_ROWS, rows * dv, |block| {
-            run(t, block);
-            let [base] = batch_offsets(spec.batch, [spec.out.batch], b);
-            for (r, row) in block.chunks_exact(dv).enumerate() {
-                // SAFETY: in bounds (`last` above); the planner places every output element once, so blocks,
-                // which own disjoint rows, write disjoint elements.
-                unsafe {
-                    let to = placed.at(base + (row0 + r) * spec.out.rs);
-                    std::ptr::copy_nonoverlapping(row.as_ptr(), to, dv);
+            // A few rows (the direct path) come back in `block`, to be placed row by row.
+            if run(t, block, Some(rows_at)) {
+                for (r, row) in block.chunks_exact(dv).enumerate() {
+                    // SAFETY: as for `first`.
+                    unsafe {
+                        let to = placed.at(base + (row0 + r) * spec.out.rs);
+                        std::ptr::copy_nonoverlapping(row.as_ptr(), to, dv);
+                    }
                 }
             }
         });
@@ -258,7 +267,16 @@ fn grouped_rows<'s>(spec: &AttentionSpec<'s>) -> Option<AttentionSpec<'s>> {
     })
 }
 
-/// One block: rows `row0..` of batch `b`, written to `block` (`rows × dv`); `probs` (`rows × n`) holds its scores.
+/// Where a block's output rows go: `block` (`rows × dv`, row-major), or where `placed` says (rows at its row
+/// stride, each `dv` contiguous) when it is given and the block runs the two products; the direct path for a few
+/// rows ([`few_rows`]) always writes `block`.
+struct BlockOut<'a> {
+    block: &'a mut [f32],
+    placed: Option<Strided<*mut f32>>,
+}
+
+/// One block: rows `row0..` of batch `b`, written as `to` says (returns whether it wrote `to.block`); `probs`
+/// (`rows × n`) holds its scores.
 #[allow(clippy::too_many_arguments)]
 fn block_attention(
     spec: &AttentionSpec<'_>,
@@ -267,10 +285,10 @@ fn block_attention(
     v: &[f32],
     b: usize,
     row0: usize,
-    block: &mut [f32],
+    to: BlockOut<'_>,
     scores: &dyn SimdTask,
     probs: &mut [f32],
-) {
+) -> bool {
     match q {
         Query::Memory(q) => {
             let [qb] = batch_offsets(spec.batch, [spec.q_batch], b);
@@ -278,10 +296,10 @@ fn block_attention(
                 offset: spec.q.offset + qb + row0 * spec.q.rs,
                 ..spec.q
             };
-            block_attention_of(spec, (q, at), k, v, b, row0, block, scores, probs)
+            block_attention_of(spec, (q, at), k, v, b, row0, to, scores, probs)
         }
         Query::Computed(task) => {
-            let rows = block.len() / spec.dv.max(1);
+            let rows = to.block.len() / spec.dv.max(1);
             with_buffer(&QUERIES, rows * spec.d, |rows_of_q| {
                 if spec.d > 0 {
                     task.run_simd(b * spec.m + row0, rows_of_q);
@@ -292,7 +310,7 @@ fn block_attention(
                     rs: spec.d,
                     cs: 1,
                 };
-                block_attention_of(spec, (rows_of_q, at), k, v, b, row0, block, scores, probs)
+                block_attention_of(spec, (rows_of_q, at), k, v, b, row0, to, scores, probs)
             })
         }
     }
@@ -307,11 +325,12 @@ fn block_attention_of(
     v: &[f32],
     b: usize,
     row0: usize,
-    block: &mut [f32],
+    to: BlockOut<'_>,
     scores: &dyn SimdTask,
     probs: &mut [f32],
-) {
+) -> bool {
     let (n, d, dv) = (spec.n, spec.d, spec.dv);
+    let BlockOut { block, placed } = to;
     let rows = block.len() / dv;
     let [kb, vb] = batch_offsets(spec.batch, [spec.k_batch, spec.v_batch], b);
     let (qo, ko, vo) = (q_at.offset, spec.k.offset + kb, spec.v.offset + vb);
@@ -340,7 +359,7 @@ fn block_attention_of(
         few_rows(&operands, block, probs, &|p: &mut [f32]| {
             scores.run_simd(b * spec.m + row0, p)
         });
-        return;
+        return true;
     }
     if n > 0 {
         // SAFETY: the last elements read from Q and K are in bounds (checked above); `probs` is rows × n.
@@ -355,16 +374,19 @@ fn block_attention_of(
         }
         scores.run_simd(b * spec.m + row0, probs);
     }
-    // SAFETY: the last element read from V is in bounds (checked above); `block` is rows × dv, row-major.
+    let c = placed.unwrap_or(Strided::new(block.as_mut_ptr(), dv as isize, 1));
+    // SAFETY: the last element read from V is in bounds (checked above); C is `block` (rows × dv, row-major) or
+    // the block's own placed rows, which the caller checked are inside the output.
     unsafe {
         product(
             spec.products,
             (rows, n, dv),
             Strided::new(probs.as_ptr(), n as isize, 1),
             Strided::new(v.as_ptr().add(vo), spec.v.rs as isize, spec.v.cs as isize),
-            Strided::new(block.as_mut_ptr(), dv as isize, 1),
+            c,
         );
     }
+    placed.is_none()
 }
 
 /// One block's operands for [`few_rows`], each slice starting at the block's first element.
