@@ -236,16 +236,17 @@ unsafe fn strided_row(a: Strided<*const f32>, i: usize, k: usize, gather: &mut [
     &gather[..k]
 }
 
-/// Writes a register tile's sums (`rows` rows of `nr`, in `sums`) into C's rows `row0..` and columns
-/// `col0..col0 + cols`, each column times `scales[j]` when given (int8's per-column scale).
+/// Writes a row block's register tiles into C's rows `row0..row0 + rows` and columns `col0..col0 + cols`: tile `t`
+/// holds the block's rows `t·mr..`, each `nr` sums long; each column times `scales[j]` when given (int8's
+/// per-column scale).
 ///
 /// # Safety
 /// Those elements of C are writable (unit column stride); `scales` holds `cols` values.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn store_tile(
-    sums: &[f32],
-    nr: usize,
+unsafe fn store_tiles<const S: usize>(
+    tiles: &[[f32; S]],
+    (mr, nr): (usize, usize),
     c: Strided<*mut f32>,
     row0: usize,
     rows: usize,
@@ -261,7 +262,7 @@ unsafe fn store_tile(
                 cols,
             )
         };
-        let row = &sums[r * nr..r * nr + cols];
+        let row = &tiles[r / mr][r % mr * nr..][..cols];
         match scales {
             Some(scales) => {
                 for ((o, &s), &b) in out.iter_mut().zip(row).zip(scales) {

@@ -28,6 +28,28 @@ pub(super) struct Panels<'a> {
 /// One product over panels of this precision.
 pub(super) type Call<'p> = super::super::PackCall<'p, Panels<'p>>;
 
+/// A tile's `row_block_here`: [`row_block`] for it, compiled with `$features` where given (each x86
+/// tile's override), as is otherwise (the trait's default, which the portable tile keeps).
+macro_rules! row_block_here_on {
+    ($(#[$doc:meta])* $($features:literal)?) => {
+        $(#[$doc])*
+        $(#[target_feature(enable = $features)])?
+        unsafe fn row_block_here(
+            call: &Call<'_>,
+            rows: (usize, usize),
+            bytes: &mut [u8],
+            row: &mut [f32],
+            all_sums: &mut [[f32; MAX_MR * NR]],
+        )
+        where
+            Self: Sized,
+        {
+            // SAFETY: forwarded, on the tile's instruction set where one is named.
+            unsafe { row_block::<Self>(call, rows, bytes, row, all_sums) }
+        }
+    };
+}
+
 /// A register tile over one depth block: for r < MR and every column of one panel, `Σ_l a[r][l] · b[l][j]` over
 /// the block's pairs of depths into `acc[r·NR + j]`, which it overwrites when `!accumulate` (the first depth
 /// block) and adds to otherwise. Rows past `rows` read row `rows − 1` again (their sums are discarded), so no
@@ -59,25 +81,15 @@ trait Tile {
         round_row_scalar(x, out, Self::A_BYTES)
     }
 
-    /// [`row_block`] for this tile. [`drive`] calls it from inside its scratch buffers' closures, and a closure
-    /// does not inherit the `#[target_feature]` of the function it is written in: each x86 tile overrides this
-    /// with one compiled for its instruction set, so that the stores of C and the loops around the tile use it
-    /// too (C's rows were copied by calls to `memcpy` before).
-    ///
-    /// # Safety
-    /// As [`row_block`].
-    unsafe fn row_block_here(
-        call: &Call<'_>,
-        rows: (usize, usize),
-        bytes: &mut [u8],
-        row: &mut [f32],
-        all_sums: &mut [[f32; MAX_MR * NR]],
-    ) where
-        Self: Sized,
-    {
-        // SAFETY: forwarded.
-        unsafe { row_block::<Self>(call, rows, bytes, row, all_sums) }
-    }
+    row_block_here_on!(
+        /// [`row_block`] for this tile. [`drive`] calls it from inside its scratch buffers' closures, and a closure
+        /// does not inherit the `#[target_feature]` of the function it is written in: each x86 tile overrides this
+        /// with one compiled for its instruction set, so that the stores of C and the loops around the tile use it
+        /// too (C's rows were copied by calls to `memcpy` before).
+        ///
+        /// # Safety
+        /// As [`row_block`].
+    );
 }
 
 /// [`Tile::round_row`] in plain Rust, into cells of `width` bytes (2: bf16, 4: f32 holding a bf16 value).
@@ -323,21 +335,8 @@ unsafe fn row_block<T: Tile>(
                 };
             }
         }
-        for (t, ir) in (0..rows).step_by(T::MR).enumerate() {
-            // SAFETY: rows ic + ir.., columns p0..p0 + cols lie inside C.
-            unsafe {
-                super::super::store_tile(
-                    &all_sums[t],
-                    NR,
-                    c,
-                    ic + ir,
-                    T::MR.min(rows - ir),
-                    p0,
-                    cols,
-                    None,
-                )
-            };
-        }
+        // SAFETY: rows ic.., columns p0..p0 + cols lie inside C.
+        unsafe { super::super::store_tiles(all_sums, (T::MR, NR), c, ic, rows, p0, cols, None) };
     }
 }
 
@@ -388,23 +387,6 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::{drive, round_row_scalar, row_block, Call, Tile, MAX_MR, NR};
-
-    /// The tile's `row_block_here`, compiled for its instruction set (`$features`).
-    macro_rules! row_block_here_on {
-        ($features:literal) => {
-            #[target_feature(enable = $features)]
-            unsafe fn row_block_here(
-                call: &Call<'_>,
-                rows: (usize, usize),
-                bytes: &mut [u8],
-                row: &mut [f32],
-                all_sums: &mut [[f32; MAX_MR * NR]],
-            ) {
-                // SAFETY: forwarded, on this tile's instruction set.
-                unsafe { row_block::<Self>(call, rows, bytes, row, all_sums) }
-            }
-        };
-    }
 
     /// Row `r`'s pair `q` of bf16 values, as one i32 to broadcast.
     #[inline(always)]

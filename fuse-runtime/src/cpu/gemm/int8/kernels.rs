@@ -71,6 +71,28 @@ impl Groups {
     }
 }
 
+/// A tile's `panels_here`: [`panels`] for it, compiled with `$features` where given (each x86
+/// tile's override), as is otherwise (the trait's default, which the portable tile keeps).
+macro_rules! panels_here_on {
+    ($(#[$doc:meta])* $($features:literal)?) => {
+        $(#[$doc])*
+        $(#[target_feature(enable = $features)])?
+        unsafe fn panels_here(
+            call: &Call<'_>,
+            ic: usize,
+            rows: usize,
+            a: Quantised,
+            all_sums: &mut [[f32; MAX_MR * NR]],
+        )
+        where
+            Self: Sized,
+        {
+            // SAFETY: forwarded, on the tile's instruction set where one is named.
+            unsafe { panels::<Self>(call, ic, rows, a, all_sums) }
+        }
+    };
+}
+
 /// A register tile over one depth block: for r < MR and every column of one panel, each activation group's i32
 /// sums `Σ_l a[r][l] · b[l][j]` are made in registers and dequantised there as the group ends,
 /// `(sum − zero · col_sum) · scale`, into the f32 sums `acc[r·NR + j]`, which it overwrites when `!accumulate`
@@ -102,25 +124,15 @@ trait Tile {
         quantize_row(x, out)
     }
 
-    /// [`panels`] for this tile. [`drive`] calls it from inside its scratch buffers' closures, and a closure
-    /// does not inherit the `#[target_feature]` of the function it is written in: each x86 tile overrides this
-    /// with one compiled for its instruction set, so that the stores of C and the loops around the tile use it
-    /// too (they ran as SSE before).
-    ///
-    /// # Safety
-    /// As [`panels`].
-    unsafe fn panels_here(
-        call: &Call<'_>,
-        ic: usize,
-        rows: usize,
-        a: Quantised,
-        all_sums: &mut [[f32; MAX_MR * NR]],
-    ) where
-        Self: Sized,
-    {
-        // SAFETY: forwarded.
-        unsafe { panels::<Self>(call, ic, rows, a, all_sums) }
-    }
+    panels_here_on!(
+        /// [`panels`] for this tile. [`drive`] calls it from inside its scratch buffers' closures, and a closure
+        /// does not inherit the `#[target_feature]` of the function it is written in: each x86 tile overrides this
+        /// with one compiled for its instruction set, so that the stores of C and the loops around the tile use it
+        /// too (they ran as SSE before).
+        ///
+        /// # Safety
+        /// As [`panels`].
+    );
 }
 
 /// Runs `call` on `kernel`.
@@ -417,21 +429,10 @@ unsafe fn panels<T: Tile>(
             }
         }
         let sb = &pack.scales[first..first + cols];
-        for (t, ir) in (0..rows).step_by(T::MR).enumerate() {
-            // SAFETY: rows ic + ir.., columns p0..p0 + cols lie inside C.
-            unsafe {
-                super::super::store_tile(
-                    &all_sums[t],
-                    NR,
-                    c,
-                    ic + ir,
-                    T::MR.min(rows - ir),
-                    p0,
-                    cols,
-                    Some(sb),
-                )
-            };
-        }
+        // SAFETY: rows ic.., columns p0..p0 + cols lie inside C.
+        unsafe {
+            super::super::store_tiles(all_sums, (T::MR, NR), c, ic, rows, p0, cols, Some(sb))
+        };
     }
 }
 
@@ -492,23 +493,6 @@ mod x86 {
 
     use super::super::quantize_x86::{quantize_u16_avx2, quantize_u8_avx512};
     use super::{drive, panels, Call, Groups, Quantised, Tile, MAX_MR, NR};
-
-    /// The tile's `panels_here`, compiled for its instruction set (`$features`).
-    macro_rules! panels_here_on {
-        ($features:literal) => {
-            #[target_feature(enable = $features)]
-            unsafe fn panels_here(
-                call: &Call<'_>,
-                ic: usize,
-                rows: usize,
-                a: Quantised,
-                all_sums: &mut [[f32; MAX_MR * NR]],
-            ) {
-                // SAFETY: forwarded, on this tile's instruction set.
-                unsafe { panels::<Self>(call, ic, rows, a, all_sums) }
-            }
-        };
-    }
 
     /// 4 bytes of row `r` at group `g`, as one i32 to broadcast.
     #[inline(always)]
