@@ -53,12 +53,15 @@ pub enum Products {
 
 impl Products {
     /// What a model whose weight products run in `precision` uses: bf16 in bf16 and int8 where the CPU multiplies
-    /// bf16 natively (`vdpbf16ps`), where it runs at twice f32's rate; f32 otherwise (the AVX2 bf16 kernel widens
+    /// bf16 natively (`vdpbf16ps` or AMX), where it runs at twice f32's rate; f32 otherwise (the AVX2 bf16 kernel widens
     /// to f32 and would only add the rounding).
     pub fn for_precision(precision: super::CpuPrecision) -> Products {
         use super::CpuPrecision::{Bf16, Int8};
         let kernel = Bf16Kernel::best();
-        let native = matches!(kernel, Bf16Kernel::Avx512 | Bf16Kernel::Avx512Ymm);
+        let native = matches!(
+            kernel,
+            Bf16Kernel::Amx | Bf16Kernel::Avx512 | Bf16Kernel::Avx512Ymm
+        );
         match precision {
             Bf16 | Int8 if native => Products::Bf16(kernel),
             _ => Products::F32,

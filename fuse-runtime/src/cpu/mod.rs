@@ -1,5 +1,6 @@
 //! The CPU kernel library that generated kernels call: vectorisable scalar math, GEMM, and row operations.
 
+pub mod amx;
 pub mod attention;
 pub mod gemm;
 pub mod math;

@@ -5,8 +5,11 @@ use super::{from_bf16, to_bf16, Bf16Kernel, NR};
 use crate::cpu::gemm::Strided;
 use crate::cpu::scratch::{with_buffer, BF16_OPERAND, GEMM_A, GEMM_B};
 
-/// Rows of the tallest tile.
-const MAX_MR: usize = 12;
+#[cfg(target_arch = "x86_64")]
+mod amx;
+
+/// Rows of the tallest tile (AMX's).
+const MAX_MR: usize = 32;
 
 /// Bytes of rounded A per row block: the block stays in L2 while every panel of B passes it (as for int8).
 const A_BLOCK_BYTES: usize = 512 << 10;
@@ -53,7 +56,7 @@ macro_rules! row_block_here_on {
 /// A register tile over one depth block: for r < MR and every column of one panel, `Σ_l a[r][l] · b[l][j]` over
 /// the block's pairs of depths into `acc[r·NR + j]`, which it overwrites when `!accumulate` (the first depth
 /// block) and adds to otherwise. Rows past `rows` read row `rows − 1` again (their sums are discarded), so no
-/// row outside the block is read.
+/// row outside the block is read; the AMX tile reads the scratch rows that follow instead (see `amx.rs`).
 trait Tile {
     const MR: usize;
     /// Bytes per element of rounded A: 2 (bf16, a pair read as one 4-byte lane), or 4 for a tile that reads A as
@@ -112,6 +115,8 @@ pub(super) unsafe fn run(kernel: Bf16Kernel, call: &Call<'_>) {
     // SAFETY (each arm): the CPU has the instruction set the function is compiled for (the caller's contract).
     match kernel {
         #[cfg(target_arch = "x86_64")]
+        Bf16Kernel::Amx => unsafe { amx::run_amx(call) },
+        #[cfg(target_arch = "x86_64")]
         Bf16Kernel::Avx512 => unsafe { x86::run_avx512(call) },
         #[cfg(target_arch = "x86_64")]
         Bf16Kernel::Avx512Ymm => unsafe { x86::run_avx512_ymm(call) },
@@ -145,7 +150,7 @@ pub(super) unsafe fn run_operands(
         let (panels, spare) = buf.split_at_mut(words);
         let round: unsafe fn(&[f32], &mut [u8]) = match kernel {
             #[cfg(target_arch = "x86_64")]
-            Bf16Kernel::Avx512 | Bf16Kernel::Avx512Ymm => x86::round_bf16_avx512,
+            Bf16Kernel::Amx | Bf16Kernel::Avx512 | Bf16Kernel::Avx512Ymm => x86::round_bf16_avx512,
             _ => |x, out| round_row_scalar(x, out, 2),
         };
         // SAFETY: B's elements are readable (the caller's contract); `round` runs on this CPU (as `kernel`).

@@ -10,7 +10,8 @@
 //!   products one after the other, each rounded to f32; the other kernels use FMAs). The kernel's f32 epilogue
 //!   (bias, GELU, residual) then runs on the block while it is in cache, as for the f32 GEMM.
 //!
-//! Kernels ([`Bf16Kernel`]): `vdpbf16ps` on 512-bit or 256-bit vectors where the CPU has AVX-512 BF16; elsewhere
+//! Kernels ([`Bf16Kernel`]): AMX's `tdpbf16ps` on tile registers where the CPU has AMX-BF16 and the OS grants
+//! it (`crate::cpu::amx`); `vdpbf16ps` on 512-bit or 256-bit vectors where the CPU has AVX-512 BF16; elsewhere
 //! AVX2 with the bf16 values widened to f32 (a shift or a mask) and FMAs, and a portable scalar one. All read the
 //! same pack and compute the same products of the same rounded values, so they differ only in the order of f32
 //! additions.
@@ -33,6 +34,9 @@ pub const NR: usize = 32;
 /// which reads each panel of B once where two tiles of 4 read it twice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Bf16Kernel {
+    /// AMX `tdpbf16ps`: 32×32 tile (four 16×16 sum tiles), 16×32 for 9–16 rows; 8 rows or fewer run on the
+    /// 512-bit `vdpbf16ps` tiles.
+    Amx,
     /// `vdpbf16ps` on 512-bit vectors: 12×32 tile.
     Avx512,
     /// `vdpbf16ps` on 256-bit vectors (AVX-512 VL encoding, 32 registers): 6×32 tile.
@@ -45,14 +49,16 @@ pub enum Bf16Kernel {
 }
 
 impl Bf16Kernel {
-    /// The kernel bf16 products run on here. A core that splits 512-bit operations into two halves (Zen 4) gets
-    /// the 256-bit tile, as for int8 (see BENCHMARKS.md for both measured there).
+    /// The kernel bf16 products run on here: AMX where there is AMX. A core that splits 512-bit operations into
+    /// two halves (Zen 4) gets the 256-bit tile, as for int8 (see BENCHMARKS.md for both measured there).
     pub fn best() -> Bf16Kernel {
         static BEST: OnceLock<Bf16Kernel> = OnceLock::new();
         *BEST.get_or_init(|| {
             let all = Bf16Kernel::supported();
             let splits = crate::cpu::processor::Processor::get().splits_512_bit_fma;
-            if all.contains(&Bf16Kernel::Avx512) && !splits {
+            if all[0] == Bf16Kernel::Amx {
+                Bf16Kernel::Amx
+            } else if all.contains(&Bf16Kernel::Avx512) && !splits {
                 Bf16Kernel::Avx512
             } else {
                 all[usize::from(all[0] == Bf16Kernel::Avx512)]
@@ -67,6 +73,9 @@ impl Bf16Kernel {
         {
             let bf16 =
                 crate::cpu::math::dispatch_avx512() && std::is_x86_feature_detected!("avx512bf16");
+            if bf16 && crate::cpu::amx::features().bf16 {
+                all.push(Bf16Kernel::Amx);
+            }
             if bf16 {
                 all.extend([Bf16Kernel::Avx512, Bf16Kernel::Avx512Ymm]);
             }
@@ -81,6 +90,7 @@ impl Bf16Kernel {
     /// How the device report names it.
     pub fn describe(self) -> &'static str {
         match self {
+            Bf16Kernel::Amx => "AMX-BF16, 32×32 tile",
             Bf16Kernel::Avx512 => "AVX-512 BF16, 512-bit, 12×32 tile",
             Bf16Kernel::Avx512Ymm => "AVX-512 BF16, 256-bit, 6×32 tile",
             Bf16Kernel::Avx2 => "AVX2 (bf16 widened to f32), 4×32 tile",
