@@ -121,3 +121,125 @@ impl Drop for Configured {
         unsafe { std::arch::asm!("tilerelease", options(nostack, nomem)) };
     }
 }
+
+/// Bytes from one row of a packed panel (a pair or a quad of depths of its 32 columns, 4 bytes a column) to the
+/// next; also from one row of a tile's sums (32 columns of f32 or i32) to the next.
+pub const PANEL_ROW_BYTES: usize = 128;
+
+/// Depth steps of 4 bytes per tile product: 16 pairs (bf16) or 16 quads (int8) fill a row of A's tile.
+pub const STEP: usize = ROW_BYTES / 4;
+
+/// The sum tiles of a tile of `MR` rows by one panel (32 columns): `tmm0` and `tmm1` hold rows 0–15 (columns
+/// 0–15 and 16–31), `tmm2` and `tmm3` rows 16–31 when `MR` is 32. A's rows are `tmm4` and `tmm5`, B's two half
+/// panels `tmm6` and `tmm7`.
+#[cfg(target_arch = "x86_64")]
+pub mod sums {
+    use std::arch::asm;
+
+    use super::{PANEL_ROW_BYTES, ROWS};
+
+    /// One product step by `$product`.
+    macro_rules! step {
+        ($name:ident, $product:literal) => {
+            #[doc = concat!("One step of `", $product, "`: A's `MR` rows of 64 bytes at `a` (stride `a_rs`) times")]
+            /// 16 rows of a panel at `b` (its two halves of 16 columns) into the sum tiles.
+            ///
+            /// # Safety
+            /// The tiles are configured ([`super::Configured`]) and the process may run the product; A's `MR`
+            /// rows of 64 bytes and the panel's 16 rows of 128 bytes are readable.
+            #[inline(always)]
+            pub unsafe fn $name<const MR: usize>(a: *const u8, a_rs: usize, b: *const u8) {
+                const { assert!(MR == ROWS || MR == 2 * ROWS, "one or two rows of sum tiles") };
+                // SAFETY: the caller's contract.
+                unsafe {
+                    asm!(
+                        "tileloadd tmm6, [{b} + {bs}*1]",
+                        "tileloadd tmm7, [{b} + {bs}*1 + 64]",
+                        "tileloadd tmm4, [{a} + {as_}*1]",
+                        concat!($product, " tmm0, tmm4, tmm6"),
+                        concat!($product, " tmm1, tmm4, tmm7"),
+                        b = in(reg) b, bs = in(reg) PANEL_ROW_BYTES, a = in(reg) a, as_ = in(reg) a_rs,
+                        options(nostack, readonly),
+                    );
+                    if MR == 2 * ROWS {
+                        asm!(
+                            "tileloadd tmm5, [{a} + {as_}*1]",
+                            concat!($product, " tmm2, tmm5, tmm6"),
+                            concat!($product, " tmm3, tmm5, tmm7"),
+                            a = in(reg) a.wrapping_add(ROWS * a_rs), as_ = in(reg) a_rs,
+                            options(nostack, readonly),
+                        );
+                    }
+                }
+            }
+        };
+    }
+
+    step!(step_bf16, "tdpbf16ps");
+
+    /// Zeroes the sum tiles.
+    ///
+    /// # Safety
+    /// The tiles are configured.
+    #[inline(always)]
+    pub unsafe fn zero() {
+        // SAFETY: the caller's contract.
+        unsafe {
+            asm!(
+                "tilezero tmm0",
+                "tilezero tmm1",
+                "tilezero tmm2",
+                "tilezero tmm3",
+                options(nostack, nomem)
+            )
+        };
+    }
+
+    /// Loads the sum tiles of `MR` rows from `sums` (rows of 32 values, [`PANEL_ROW_BYTES`] apart).
+    ///
+    /// # Safety
+    /// The tiles are configured; `sums` holds `MR` rows.
+    #[inline(always)]
+    pub unsafe fn load<const MR: usize>(sums: *const u8) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            asm!(
+                "tileloadd tmm0, [{s} + {rs}*1]",
+                "tileloadd tmm1, [{s} + {rs}*1 + 64]",
+                s = in(reg) sums, rs = in(reg) PANEL_ROW_BYTES, options(nostack, readonly),
+            );
+            if MR == 2 * ROWS {
+                asm!(
+                    "tileloadd tmm2, [{s} + {rs}*1]",
+                    "tileloadd tmm3, [{s} + {rs}*1 + 64]",
+                    s = in(reg) sums.wrapping_add(ROWS * PANEL_ROW_BYTES), rs = in(reg) PANEL_ROW_BYTES,
+                    options(nostack, readonly),
+                );
+            }
+        }
+    }
+
+    /// Stores the sum tiles of `MR` rows to `sums`, as [`load`] reads them.
+    ///
+    /// # Safety
+    /// The tiles are configured; `sums` holds `MR` writable rows.
+    #[inline(always)]
+    pub unsafe fn store<const MR: usize>(sums: *mut u8) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            asm!(
+                "tilestored [{s} + {rs}*1], tmm0",
+                "tilestored [{s} + {rs}*1 + 64], tmm1",
+                s = in(reg) sums, rs = in(reg) PANEL_ROW_BYTES, options(nostack),
+            );
+            if MR == 2 * ROWS {
+                asm!(
+                    "tilestored [{s} + {rs}*1], tmm2",
+                    "tilestored [{s} + {rs}*1 + 64], tmm3",
+                    s = in(reg) sums.wrapping_add(ROWS * PANEL_ROW_BYTES), rs = in(reg) PANEL_ROW_BYTES,
+                    options(nostack),
+                );
+            }
+        }
+    }
+}

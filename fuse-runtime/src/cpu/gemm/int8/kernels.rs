@@ -6,8 +6,11 @@ use super::quantize::quantize_row;
 use super::{Int8Kernel, QuantB, A_GROUP, NR};
 use crate::cpu::scratch::{with_buffer, GEMM_A, GEMM_B};
 
-/// Rows of the tallest tile.
-const MAX_MR: usize = 12;
+#[cfg(target_arch = "x86_64")]
+mod amx;
+
+/// Rows of the tallest tile (AMX's).
+const MAX_MR: usize = 16;
 
 /// Bytes of quantised A per row block. Each row block streams all of B's panels once, and each panel reads the
 /// whole block: a block larger than L2 is read from L3 per panel, a smaller one makes B stream from L3 once per
@@ -97,7 +100,8 @@ macro_rules! panels_here_on {
 /// sums `Σ_l a[r][l] · b[l][j]` are made in registers and dequantised there as the group ends,
 /// `(sum − zero · col_sum) · scale`, into the f32 sums `acc[r·NR + j]`, which it overwrites when `!accumulate`
 /// (the first depth block) and adds to otherwise. Rows past `rows` read row `rows − 1` again (their sums are
-/// discarded), so no row outside the block is read.
+/// discarded), so no row outside the block is read; the AMX tile reads the quantised rows that follow instead
+/// (see `amx.rs`).
 trait Tile {
     const MR: usize;
     /// Bytes per quantised element of A: 1 (u8), or 2 for a tile that reads A widened to u16.
@@ -142,6 +146,8 @@ trait Tile {
 pub(super) unsafe fn run(kernel: Int8Kernel, call: &Call<'_>, pre: Option<Quantised>) {
     // SAFETY (each arm): the CPU has the instruction set the function is compiled for (the caller's contract).
     match kernel {
+        #[cfg(target_arch = "x86_64")]
+        Int8Kernel::Amx => unsafe { amx::run_amx(call, pre) },
         #[cfg(target_arch = "x86_64")]
         Int8Kernel::Vnni512 => unsafe { x86::run_vnni512(call, pre) },
         #[cfg(target_arch = "x86_64")]
@@ -240,6 +246,16 @@ pub(super) fn row_bytes(kernel: Int8Kernel, k: usize) -> usize {
     k.next_multiple_of(4) * cell
 }
 
+/// Quantised rows `kernel`'s tiles may read past a product's last (their sums unused): a buffer of rows
+/// quantised ahead of the product holds that many more.
+pub(super) fn rows_past(kernel: Int8Kernel) -> usize {
+    match kernel {
+        #[cfg(target_arch = "x86_64")]
+        Int8Kernel::Amx => amx::ROWS_PAST,
+        _ => 0,
+    }
+}
+
 /// Quantises `rows` rows of A (k deep) from row `row0` on, as `kernel`'s driver does, into `cells` (rows of
 /// [`row_bytes`]) and each row's group scales and zero points.
 ///
@@ -260,7 +276,7 @@ pub(super) unsafe fn quantize_rows_on(
         // SAFETY (each arm): the caller's contract; `row` holds a row of A where it is gathered.
         match kernel {
             #[cfg(target_arch = "x86_64")]
-            Int8Kernel::Vnni512 | Int8Kernel::Vnni256 => unsafe {
+            Int8Kernel::Amx | Int8Kernel::Vnni512 | Int8Kernel::Vnni256 => unsafe {
                 quantize_block::<x86::Vnni512<12>>(a, block, row, cells, scales, zeros)
             },
             #[cfg(target_arch = "x86_64")]
@@ -545,7 +561,7 @@ mod x86 {
     /// `col_sums` and `out` hold 16 floats.
     #[target_feature(enable = "avx512f")]
     #[inline]
-    unsafe fn dequant16(
+    pub(super) unsafe fn dequant16(
         sums: __m512i,
         (scale, zero): (f32, f32),
         col_sums: *const f32,

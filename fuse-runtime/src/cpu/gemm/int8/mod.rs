@@ -71,6 +71,9 @@ const QUANTISE_PARALLEL_MIN: usize = 1 << 16;
 /// reads each panel of B once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Int8Kernel {
+    /// AMX `tdpbusd`: 32×32 tile (four 16×16 sum tiles), 16×32 for 9–16 rows; 8 rows or fewer run on the
+    /// 512-bit `vpdpbusd` tiles.
+    Amx,
     /// `vpdpbusd` on 512-bit vectors: 12×32 tile.
     Vnni512,
     /// `vpdpbusd` on 256-bit vectors (AVX-512 VL encoding, 32 registers): 6×32 tile.
@@ -82,14 +85,16 @@ pub enum Int8Kernel {
 }
 
 impl Int8Kernel {
-    /// The kernel int8 products run on here. A core that splits 512-bit operations into two halves (Zen 4)
-    /// gets the 256-bit VNNI tile (see BENCHMARKS.md for both measured there).
+    /// The kernel int8 products run on here: AMX where there is AMX. A core that splits 512-bit operations into
+    /// two halves (Zen 4) gets the 256-bit VNNI tile (see BENCHMARKS.md for both measured there).
     pub fn best() -> Int8Kernel {
         static BEST: OnceLock<Int8Kernel> = OnceLock::new();
         *BEST.get_or_init(|| {
             let all = Int8Kernel::supported();
             let splits = crate::cpu::processor::Processor::get().splits_512_bit_fma;
-            if all.contains(&Int8Kernel::Vnni512) && !splits {
+            if all[0] == Int8Kernel::Amx {
+                Int8Kernel::Amx
+            } else if all.contains(&Int8Kernel::Vnni512) && !splits {
                 Int8Kernel::Vnni512
             } else {
                 all[usize::from(all[0] == Int8Kernel::Vnni512)]
@@ -104,6 +109,9 @@ impl Int8Kernel {
         {
             let vnni =
                 crate::cpu::math::dispatch_avx512() && std::is_x86_feature_detected!("avx512vnni");
+            if vnni && crate::cpu::amx::features().int8 {
+                all.push(Int8Kernel::Amx);
+            }
             if vnni {
                 all.extend([Int8Kernel::Vnni512, Int8Kernel::Vnni256]);
             }
@@ -140,6 +148,7 @@ impl Int8Kernel {
     /// How the device report names it.
     pub fn describe(self) -> &'static str {
         match self {
+            Int8Kernel::Amx => "AMX-INT8, 32×32 tile",
             Int8Kernel::Vnni512 => "AVX-512 VNNI, 512-bit, 12×32 tile",
             Int8Kernel::Vnni256 => "AVX-512 VNNI, 256-bit, 6×32 tile",
             Int8Kernel::Avx2 => "AVX2 (i16 pairs), 6×8 tile",
@@ -304,9 +313,11 @@ impl QuantB {
         unsafe { kernels::run(kernel, &call, pre) }
     }
 
-    /// Floats of scratch that [`QuantB::quantise_rows`] fills for `m` rows of A.
+    /// Floats of scratch that [`QuantB::quantise_rows`] needs for `m` rows of A: their cells, scales and zero
+    /// points, and the rows past the last that the kernel's tiles may read.
     pub fn quantised_len(&self, m: usize) -> usize {
-        let cells = m * kernels::row_bytes(Int8Kernel::best(), self.view.k);
+        let kernel = Int8Kernel::best();
+        let cells = (m + kernels::rows_past(kernel)) * kernels::row_bytes(kernel, self.view.k);
         2 * m * self.groups() + cells.div_ceil(4)
     }
 
@@ -329,9 +340,10 @@ impl QuantB {
         }
         let (params, cells) = buf.split_at_mut(2 * m * groups);
         let (scales, zeros) = params.split_at_mut(m * groups);
+        // The rows' cells, and the rows past them that the tiles may read (their pointer keeps the whole buffer).
+        let all_cells = cells.as_mut_ptr() as *mut u8;
         // SAFETY: the f32 buffer viewed as bytes (alignment 1, same memory, within its length).
-        let bytes =
-            unsafe { std::slice::from_raw_parts_mut(cells.as_mut_ptr() as *mut u8, m * stride) };
+        let bytes = unsafe { std::slice::from_raw_parts_mut(all_cells, m * stride) };
         let quantise = |row0: usize, scales: &mut [f32], zeros: &mut [f32], cells: &mut [u8]| {
             let a0 = super::Strided::new(a[offset..].as_ptr(), rs as isize, cs as isize);
             // SAFETY: `best` runs here; rows row0.. of A lie inside `a` (checked above); the chunk holds its
@@ -362,7 +374,7 @@ impl QuantB {
                 });
         }
         Some(Quantised {
-            cells: bytes.as_ptr(),
+            cells: all_cells,
             stride,
             scales: scales.as_ptr(),
             zeros: zeros.as_ptr(),

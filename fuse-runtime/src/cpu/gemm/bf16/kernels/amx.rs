@@ -13,17 +13,10 @@
 //! driver sized to a multiple of the tile: AMX computes each row of C from that row of A alone, and the driver
 //! writes only the block's rows, so what those rows hold is never seen.
 
-use std::arch::asm;
 use std::arch::x86_64::*;
 
 use super::{row_block, Call, Tile, MAX_MR, NR};
-use crate::cpu::amx::{Configured, ROWS, ROW_BYTES};
-
-/// Pairs of depths per `tdpbf16ps`: 16 pairs (four bytes each) fill a row of A's tile.
-const PAIRS_PER_STEP: usize = ROW_BYTES / 4;
-
-/// Bytes from one pair of a packed panel to the next (and from one row of the tile's f32 sums to the next).
-const PANEL_ROW_BYTES: usize = NR * 4;
+use crate::cpu::amx::{self, Configured, PANEL_ROW_BYTES, ROW_BYTES, STEP};
 
 /// The AMX tile over `MR` rows: 16 (two sum tiles) or 32 (four).
 pub struct Amx<const MR: usize>;
@@ -67,78 +60,22 @@ impl<const MR: usize> Tile for Amx<MR> {
         acc: &mut [f32; MAX_MR * NR],
         accumulate: bool,
     ) {
-        const {
-            assert!(
-                MR == ROWS || MR == 2 * ROWS,
-                "a tile of one or two sum-tile rows"
-            )
-        };
         let sums = acc.as_mut_ptr() as *mut u8;
-        let lower = sums.wrapping_add(ROWS * PANEL_ROW_BYTES);
-        let steps = pairs / PAIRS_PER_STEP;
+        let steps = pairs / STEP;
         // SAFETY: every tile load and store stays inside A's MR rows of `pairs` pairs, the panel's `pairs` pairs
-        // and the sums (MR rows of NR floats), as the offsets below count; the tiles are configured (the
-        // caller's contract).
+        // and the sums (MR rows of NR floats); the tiles are configured (the caller's contract).
         unsafe {
             if accumulate {
-                asm!(
-                    "tileloadd tmm0, [{s} + {rs}*1]",
-                    "tileloadd tmm1, [{s} + {rs}*1 + 64]",
-                    s = in(reg) sums, rs = in(reg) PANEL_ROW_BYTES, options(nostack, readonly),
-                );
-                if MR == 2 * ROWS {
-                    asm!(
-                        "tileloadd tmm2, [{s} + {rs}*1]",
-                        "tileloadd tmm3, [{s} + {rs}*1 + 64]",
-                        s = in(reg) lower, rs = in(reg) PANEL_ROW_BYTES, options(nostack, readonly),
-                    );
-                }
+                amx::sums::load::<MR>(sums);
             } else {
-                asm!(
-                    "tilezero tmm0",
-                    "tilezero tmm1",
-                    "tilezero tmm2",
-                    "tilezero tmm3",
-                    options(nostack, nomem)
-                );
+                amx::sums::zero();
             }
             for step in 0..steps {
-                let a_step = a.add(step * ROW_BYTES);
-                let b_step = (b as *const u8).add(step * PAIRS_PER_STEP * PANEL_ROW_BYTES);
-                // B's two half panels, then A's first 16 rows into both.
-                asm!(
-                    "tileloadd tmm6, [{b} + {bs}*1]",
-                    "tileloadd tmm7, [{b} + {bs}*1 + 64]",
-                    "tileloadd tmm4, [{a} + {as_}*1]",
-                    "tdpbf16ps tmm0, tmm4, tmm6",
-                    "tdpbf16ps tmm1, tmm4, tmm7",
-                    b = in(reg) b_step, bs = in(reg) PANEL_ROW_BYTES,
-                    a = in(reg) a_step, as_ = in(reg) a_rs,
-                    options(nostack, readonly),
-                );
-                if MR == 2 * ROWS {
-                    asm!(
-                        "tileloadd tmm5, [{a} + {as_}*1]",
-                        "tdpbf16ps tmm2, tmm5, tmm6",
-                        "tdpbf16ps tmm3, tmm5, tmm7",
-                        a = in(reg) a_step.add(ROWS * a_rs), as_ = in(reg) a_rs,
-                        options(nostack, readonly),
-                    );
-                }
+                let b_step = (b as *const u8).add(step * STEP * PANEL_ROW_BYTES);
+                amx::sums::step_bf16::<MR>(a.add(step * ROW_BYTES), a_rs, b_step);
             }
-            asm!(
-                "tilestored [{s} + {rs}*1], tmm0",
-                "tilestored [{s} + {rs}*1 + 64], tmm1",
-                s = in(reg) sums, rs = in(reg) PANEL_ROW_BYTES, options(nostack),
-            );
-            if MR == 2 * ROWS {
-                asm!(
-                    "tilestored [{s} + {rs}*1], tmm2",
-                    "tilestored [{s} + {rs}*1 + 64], tmm3",
-                    s = in(reg) lower, rs = in(reg) PANEL_ROW_BYTES, options(nostack),
-                );
-            }
-            let done = steps * PAIRS_PER_STEP;
+            amx::sums::store::<MR>(sums);
+            let done = steps * STEP;
             if done < pairs {
                 last_pairs::<MR>(a, a_rs, b, done..pairs, acc);
             }
