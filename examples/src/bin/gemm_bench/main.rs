@@ -10,6 +10,7 @@
 use fuse_examples::timing::{cpu_line, thread_seconds};
 use fuse_runtime::cpu::gemm::{sgemm_on, BView, Backend, PackedB, Strided};
 
+mod amx;
 mod bf16;
 mod decode_attention;
 mod fma_peak;
@@ -195,10 +196,15 @@ fn main() {
     for (what, gops) in &avx2 {
         println!("one-thread AVX2 int8 peak, {what}: {gops:.0} GOP/s");
     }
-    // Shares are of the VNNI 256-bit peak where the CPU has VNNI, else of the `vpmaddwd` one.
-    let reference = vnni
-        .first()
-        .map(|&(_, p)| ("VNNI 256-bit", p))
+    let (amx_int8, amx_bf16) = amx::peaks();
+    if let Some(gops) = amx_int8 {
+        println!("one-thread AMX int8 (tdpbusd) peak: {gops:.0} GOP/s");
+    }
+    // Shares are of the AMX peak where the process may run AMX, else of the VNNI 256-bit peak where the CPU
+    // has VNNI, else of the `vpmaddwd` one.
+    let reference = amx_int8
+        .map(|p| ("AMX tdpbusd", p))
+        .or(vnni.first().map(|&(_, p)| ("VNNI 256-bit", p)))
         .or(avx2.first().map(|&(_, p)| ("vpmaddwd", p)));
     let only = |flag: &str| std::env::args().any(|a| a == flag);
     if !only("--bf16") {
@@ -211,10 +217,13 @@ fn main() {
     for (width, gflops) in &bf16 {
         println!("one-thread vdpbf16ps peak, {width} vectors: {gflops:.0} GFLOP/s");
     }
-    bf16::report(
-        &SHAPES,
-        bf16.first().map(|&(_, p)| ("vdpbf16ps 256-bit", p)),
-    );
+    if let Some(gflops) = amx_bf16 {
+        println!("one-thread AMX bf16 (tdpbf16ps) peak: {gflops:.0} GFLOP/s");
+    }
+    let reference = amx_bf16
+        .map(|p| ("AMX tdpbf16ps", p))
+        .or(bf16.first().map(|&(_, p)| ("vdpbf16ps 256-bit", p)));
+    bf16::report(&SHAPES, reference);
     if only("--bf16") {
         return;
     }
