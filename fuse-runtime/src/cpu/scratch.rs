@@ -27,18 +27,29 @@ thread_local! {
     pub static INT8_ROWS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Runs `f` on the first `len` floats of this thread's `buffer`, growing it first if it is shorter. The
-/// contents are whatever the last user left: callers overwrite before they read.
+/// Floats a buffer holds past what it hands out, so that what it hands out can start on a cache line.
+const LINE_SLACK: usize = crate::cpu::gemm::LINE / std::mem::size_of::<f32>();
+
+/// Runs `f` on `len` floats of this thread's `buffer` starting on a cache line (AMX loads 64-byte rows of packed
+/// operands and sums from them, at half the rate where a row straddles two lines), growing it first if it is
+/// shorter. The contents are whatever the last user left: callers overwrite before they read.
 pub fn with_buffer<R>(buffer: &'static Buffer, len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    let on_a_line = |buf: &mut [f32]| {
+        let start = buf
+            .as_ptr()
+            .align_offset(crate::cpu::gemm::LINE)
+            .min(LINE_SLACK);
+        f(&mut buf[start..start + len])
+    };
     buffer.with(|cell| match cell.try_borrow_mut() {
         Ok(mut buf) => {
-            if buf.len() < len {
-                *buf = touched(len);
+            if buf.len() < len + LINE_SLACK {
+                *buf = touched(len + LINE_SLACK);
             }
-            f(&mut buf[..len])
+            on_a_line(&mut buf)
         }
         // Only reachable if a kernel re-entered itself on this thread; a temporary buffer keeps it correct.
-        Err(_) => f(&mut touched(len)),
+        Err(_) => on_a_line(&mut touched(len + LINE_SLACK)),
     })
 }
 

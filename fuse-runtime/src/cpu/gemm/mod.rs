@@ -171,23 +171,55 @@ struct PackCall<'p, P> {
     c: Strided<*mut f32>,
 }
 
-/// A zeroed buffer of `len` elements for a reduced-precision pack, or [`crate::error::Error::OutOfMemory`] naming
-/// `what`.
-fn zeroed_pack<T: Clone + Default>(what: &'static str, len: usize) -> crate::error::Result<Vec<T>> {
+/// Bytes of a cache line, the boundary packs and scratch buffers start on.
+pub(crate) const LINE: usize = 64;
+
+/// A reduced-precision pack: `len` elements whose first sits on a cache-line boundary, so that every 64-byte row
+/// of a panel is one line. AMX loads a tile register as 16 such rows, and from panels 16 bytes off the boundary
+/// (where the allocator puts a large block) it ran at half the rate (BENCHMARKS.md, twenty-seventh run).
+pub(crate) struct LinePack<T> {
+    buf: Vec<T>,
+    start: usize,
+    len: usize,
+}
+
+impl<T> std::ops::Deref for LinePack<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        &self.buf[self.start..self.start + self.len]
+    }
+}
+
+impl<T> std::ops::DerefMut for LinePack<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        &mut self.buf[self.start..self.start + self.len]
+    }
+}
+
+/// A zeroed [`LinePack`] of `len` elements, or [`crate::error::Error::OutOfMemory`] naming `what`.
+fn zeroed_pack<T: Clone + Default>(
+    what: &'static str,
+    len: usize,
+) -> crate::error::Result<LinePack<T>> {
+    let out_of_memory = || crate::error::Error::OutOfMemory {
+        what,
+        bytes: len.checked_mul(std::mem::size_of::<T>()),
+        available: None,
+    };
+    // Room to move the start onto a line.
+    let total = len
+        .checked_add(LINE / std::mem::size_of::<T>().max(1))
+        .ok_or_else(out_of_memory)?;
     // Checked against the memory left first: with overcommit the reservation below succeeds and the zeroing
     // would be killed instead.
-    if let Some(bytes) = len.checked_mul(std::mem::size_of::<T>()) {
+    if let Some(bytes) = total.checked_mul(std::mem::size_of::<T>()) {
         crate::memory::check_fits(what, bytes)?;
     }
-    let mut v = Vec::new();
-    v.try_reserve_exact(len)
-        .map_err(|_| crate::error::Error::OutOfMemory {
-            what,
-            bytes: len.checked_mul(std::mem::size_of::<T>()),
-            available: None,
-        })?;
-    v.resize(len, T::default());
-    Ok(v)
+    let mut buf = Vec::new();
+    buf.try_reserve_exact(total).map_err(|_| out_of_memory())?;
+    buf.resize(total, T::default());
+    let start = buf.as_ptr().align_offset(LINE).min(total - len);
+    Ok(LinePack { buf, start, len })
 }
 
 /// Row pointers of a register tile of `MR` rows from `a` at stride `a_rs` bytes, rows past `rows` repeating the

@@ -49,7 +49,7 @@ pub struct PackedB {
 /// The panels' elements.
 enum Panels {
     F32(Vec<f32>),
-    F16(Vec<f16>),
+    F16(super::LinePack<f16>),
 }
 
 impl std::fmt::Debug for PackedB {
@@ -132,7 +132,7 @@ impl PackedB {
         if !super::half::has_f16c() {
             return Ok(None);
         }
-        let mut panels: Vec<f16> = super::zeroed_pack("f16 packed weights", len)?;
+        let mut panels: super::LinePack<f16> = super::zeroed_pack("f16 packed weights", len)?;
         let k = view.k;
         for j in 0..view.n {
             let (panel, lane) = (j / nr, j % nr);
@@ -191,7 +191,7 @@ impl PackedB {
     pub fn bytes(&self) -> usize {
         match &self.panels {
             Panels::F32(p) => std::mem::size_of_val(p.as_slice()),
-            Panels::F16(p) => std::mem::size_of_val(p.as_slice()),
+            Panels::F16(p) => std::mem::size_of_val(&**p),
         }
     }
 

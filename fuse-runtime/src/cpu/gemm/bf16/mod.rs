@@ -126,7 +126,7 @@ pub struct Bf16B {
     /// Depth rounded up to even.
     k2: usize,
     /// Panels of `NR` columns, each `k2 / 2` pairs of `NR` lanes of two bf16 values.
-    panels: Vec<u16>,
+    panels: super::LinePack<u16>,
 }
 
 impl std::fmt::Debug for Bf16B {

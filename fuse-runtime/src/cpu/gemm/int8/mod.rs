@@ -163,7 +163,7 @@ pub struct QuantB {
     /// Depth rounded up to a multiple of 4.
     k4: usize,
     /// Panels of `NR` columns, each `k4 / 4` groups of `NR` lanes of 4 bytes.
-    panels: Vec<i8>,
+    panels: super::LinePack<i8>,
     /// Per column (padded to whole panels): the dequantisation scale `s_j`.
     scales: Vec<f32>,
     /// Per activation group `g` (depths `g·A_GROUP..`), per column (padded): `Σ_l q[l][j]` over the group's
@@ -313,12 +313,13 @@ impl QuantB {
         unsafe { kernels::run(kernel, &call, pre) }
     }
 
-    /// Floats of scratch that [`QuantB::quantise_rows`] needs for `m` rows of A: their cells, scales and zero
-    /// points, and the rows past the last that the kernel's tiles may read.
+    /// Floats of scratch that [`QuantB::quantise_rows`] needs for `m` rows of A: their cells (from a cache line
+    /// on), scales and zero points, and the rows past the last that the kernel's tiles may read.
     pub fn quantised_len(&self, m: usize) -> usize {
         let kernel = Int8Kernel::best();
         let cells = (m + kernels::rows_past(kernel)) * kernels::row_bytes(kernel, self.view.k);
-        2 * m * self.groups() + cells.div_ceil(4)
+        // And room to start the cells on a cache line (as the drivers' own scratch does).
+        2 * m * self.groups() + cells.div_ceil(4) + super::LINE / 4
     }
 
     /// A's `m` rows (row `i` at `a[offset + i·rs + l·cs]`) quantised once, on the pool's threads, into `buf` (at
@@ -340,8 +341,13 @@ impl QuantB {
         }
         let (params, cells) = buf.split_at_mut(2 * m * groups);
         let (scales, zeros) = params.split_at_mut(m * groups);
-        // The rows' cells, and the rows past them that the tiles may read (their pointer keeps the whole buffer).
-        let all_cells = cells.as_mut_ptr() as *mut u8;
+        // The rows' cells from the first cache line on, and the rows past them that the tiles may read (their
+        // pointer keeps the whole buffer).
+        let line = cells
+            .as_ptr()
+            .align_offset(super::LINE)
+            .min(super::LINE / 4);
+        let all_cells = cells[line..].as_mut_ptr() as *mut u8;
         // SAFETY: the f32 buffer viewed as bytes (alignment 1, same memory, within its length).
         let bytes = unsafe { std::slice::from_raw_parts_mut(all_cells, m * stride) };
         let quantise = |row0: usize, scales: &mut [f32], zeros: &mut [f32], cells: &mut [u8]| {
