@@ -59,8 +59,6 @@ macro_rules! row_block_here_on {
 /// row outside the block is read; the AMX tile reads the scratch rows that follow instead (see `amx.rs`).
 trait Tile {
     const MR: usize;
-    /// Pairs of depths per depth block.
-    const DEPTH_PAIRS: usize = KC_PAIRS;
     /// Bytes per element of rounded A: 2 (bf16, a pair read as one 4-byte lane), or 4 for a tile that reads A as
     /// f32 holding bf16 values.
     const A_BYTES: usize = 2;
@@ -247,7 +245,7 @@ fn as_bytes(words: &mut [u32]) -> &mut [u8] {
 }
 
 /// The loop nest: row blocks of A rounded into this thread's scratch → panels of B → depth blocks of
-/// `T::DEPTH_PAIRS` pairs → row tiles, each carrying its sums across depth blocks, written to C after the last.
+/// [`KC_PAIRS`] pairs → row tiles, each carrying its sums across depth blocks, written to C after the last.
 ///
 /// # Safety
 /// As [`run`], on `T`'s instruction set.
@@ -322,12 +320,11 @@ unsafe fn row_block<T: Tile>(
         if pairs == 0 {
             all_sums[..tiles].iter_mut().for_each(|s| s.fill(0.0));
         }
-        for q0 in (0..pairs).step_by(T::DEPTH_PAIRS) {
-            let count = T::DEPTH_PAIRS.min(pairs - q0);
+        for q0 in (0..pairs).step_by(KC_PAIRS) {
+            let count = KC_PAIRS.min(pairs - q0);
             let next = panel.wrapping_add((q0 + count) * NR * 2);
             for (t, ir) in (0..rows).step_by(T::MR).enumerate() {
-                let block_bytes = T::DEPTH_PAIRS * NR * 2 * 2;
-                super::super::prefetch_next_block(next.cast(), block_bytes, t, tiles);
+                super::super::prefetch_next_block(next.cast(), KC_PAIRS * NR * 2 * 2, t, tiles);
                 // SAFETY: rows ir..ir + MR.min(rows − ir) of the block hold `pairs` rounded pairs,
                 // pairs q0..q0 + count of which are read; the panel holds `pairs` pairs.
                 unsafe {

@@ -104,8 +104,6 @@ macro_rules! panels_here_on {
 /// (see `amx.rs`).
 trait Tile {
     const MR: usize;
-    /// Activation groups per depth block.
-    const DEPTH_GROUPS: usize = KC_GROUPS;
     /// Bytes per quantised element of A: 1 (u8), or 2 for a tile that reads A widened to u16.
     const A_BYTES: usize = 1;
     /// # Safety
@@ -323,7 +321,7 @@ unsafe fn quantize_block<T: Tile>(
 }
 
 /// The loop nest: row blocks of A (quantised into this thread's scratch per row and activation group, unless
-/// `pre` holds them quantised already) → panels of B → depth blocks of `T::DEPTH_GROUPS` groups → row tiles, each
+/// `pre` holds them quantised already) → panels of B → depth blocks of [`KC_GROUPS`] groups → row tiles, each
 /// tile dequantising its groups' sums into its f32 sums (carried across depth blocks), which are scaled per
 /// column into C after the last block.
 ///
@@ -408,8 +406,8 @@ unsafe fn panels<T: Tile>(
         let cols = NR.min(n - p0);
         let first = col0 + p0;
         let panel = pack.panels[first / NR * k4 * NR..].as_ptr();
-        for g0 in (0..groups).step_by(T::DEPTH_GROUPS) {
-            let count = T::DEPTH_GROUPS.min(groups - g0);
+        for g0 in (0..groups).step_by(KC_GROUPS) {
+            let count = KC_GROUPS.min(groups - g0);
             let q0 = g0 * GROUP_QUADS;
             let last_quads = (quads - q0) - (count - 1) * GROUP_QUADS;
             let next = panel.wrapping_add((q0 + count * GROUP_QUADS).min(quads) * NR * 4);
@@ -417,7 +415,7 @@ unsafe fn panels<T: Tile>(
                 let tr = T::MR.min(rows - ir);
                 super::super::prefetch_next_block(
                     next.cast(),
-                    T::DEPTH_GROUPS * GROUP_QUADS * NR * 4,
+                    KC_GROUPS * GROUP_QUADS * NR * 4,
                     t,
                     rows.div_ceil(T::MR),
                 );

@@ -23,7 +23,6 @@ pub struct Amx<const MR: usize>;
 
 impl<const MR: usize> Tile for Amx<MR> {
     const MR: usize = MR;
-    const DEPTH_PAIRS: usize = 512;
 
     /// [`row_block`] with the tile registers configured for it, and released after.
     ///

@@ -91,7 +91,6 @@ pub struct Amx;
 
 impl Tile for Amx {
     const MR: usize = ROWS;
-    const DEPTH_GROUPS: usize = 16;
 
     /// [`panels`] with the tile registers configured for it, and released after.
     ///
