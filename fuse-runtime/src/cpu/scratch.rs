@@ -107,6 +107,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn buffers_start_on_a_cache_line() {
+        for len in [1, 5, 100, 5000, 70_000] {
+            let at = with_buffer(&BF16_OPERAND, len, |b| (b.as_ptr() as usize, b.len()));
+            assert_eq!((at.0 % crate::cpu::gemm::LINE, at.1), (0, len), "{len}");
+        }
+    }
+
+    #[test]
     fn buffers_grow_and_keep_their_contents_per_thread() {
         with_buffer(&SCORES, 10, |b| b.fill(3.0));
         // A shorter request sees the same memory; a longer one gets a zeroed, larger buffer.

@@ -446,6 +446,19 @@ mod tests {
     use super::*;
     use crate::tensor::Tensor;
 
+    /// Packs start on a cache line whatever their element size and length (AMX reads their 64-byte rows whole).
+    #[test]
+    fn packs_start_on_a_cache_line() {
+        for len in [1, 7, 64, 1000, 1 << 20] {
+            let bytes = zeroed_pack::<i8>("test", len).unwrap();
+            let halves = zeroed_pack::<u16>("test", len).unwrap();
+            assert_eq!(bytes.as_ptr() as usize % LINE, 0, "{len} bytes");
+            assert_eq!(halves.as_ptr() as usize % LINE, 0, "{len} halves");
+            assert_eq!((bytes.len(), halves.len()), (len, len));
+            assert!(bytes.iter().all(|&b| b == 0));
+        }
+    }
+
     fn randv(n: usize, seed: u64) -> Vec<f32> {
         Tensor::randn(&[n], seed).as_f32().unwrap().to_vec()
     }

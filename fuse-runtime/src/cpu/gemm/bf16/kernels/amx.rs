@@ -6,17 +6,117 @@
 //! rounded rows of A are its first operand as they lie in the scratch (16 rows of 16 pairs). So neither operand
 //! is copied: per step of 16 pairs, the tile of 32 rows loads two tiles of A and two of B and runs four
 //! `tdpbf16ps` (each 16×16×32 multiply-adds) into the four sum tiles `tmm0`–`tmm3`, which it writes to the
-//! tile's f32 sums after the depth block. The depth block's last pairs short of a step of 16 run on `vdpbf16ps`
-//! over those sums.
+//! tile's f32 sums after the depth block. The sum tiles `tmm0` and `tmm1` hold rows 0–15 (columns 0–15 and
+//! 16–31), `tmm2` and `tmm3` rows 16–31; A's rows are loaded into `tmm4` and `tmm5`, B's half panels into `tmm6`
+//! and `tmm7`. The depth block's last pairs short of a step of 16 run on `vdpbf16ps` over those sums.
 //!
 //! Rows past the block's (a tile of 32 over 20 rows) read the scratch's following rows, inside the row block the
 //! driver sized to a multiple of the tile: AMX computes each row of C from that row of A alone, and the driver
 //! writes only the block's rows, so what those rows hold is never seen.
 
+use std::arch::asm;
 use std::arch::x86_64::*;
 
 use super::{row_block, Call, Tile, MAX_MR, NR};
-use crate::cpu::amx::{self, Configured, PANEL_ROW_BYTES, ROW_BYTES, STEP};
+use crate::cpu::amx::{Configured, PANEL_ROW_BYTES, ROWS, ROW_BYTES, STEP};
+
+/// One step of `tdpbf16ps`: A's `MR` rows of 64 bytes at `a` (stride `a_rs`) times 16 rows of a panel at `b`
+/// (its two halves of 16 columns) into the sum tiles.
+///
+/// # Safety
+/// The tiles are configured ([`Configured`]) and the process may run AMX-BF16; A's `MR` rows of 64
+/// bytes and the panel's 16 rows of 128 bytes are readable.
+#[inline(always)]
+unsafe fn step<const MR: usize>(a: *const u8, a_rs: usize, b: *const u8) {
+    const { assert!(MR == ROWS || MR == 2 * ROWS, "one or two rows of sum tiles") };
+    // SAFETY: the caller's contract.
+    unsafe {
+        asm!(
+            "tileloadd tmm6, [{b} + {bs}*1]",
+            "tileloadd tmm7, [{b} + {bs}*1 + 64]",
+            "tileloadd tmm4, [{a} + {as_}*1]",
+            "tdpbf16ps tmm0, tmm4, tmm6",
+            "tdpbf16ps tmm1, tmm4, tmm7",
+            b = in(reg) b, bs = in(reg) PANEL_ROW_BYTES, a = in(reg) a, as_ = in(reg) a_rs,
+            options(nostack, readonly),
+        );
+        if MR == 2 * ROWS {
+            asm!(
+                "tileloadd tmm5, [{a} + {as_}*1]",
+                "tdpbf16ps tmm2, tmm5, tmm6",
+                "tdpbf16ps tmm3, tmm5, tmm7",
+                a = in(reg) a.wrapping_add(ROWS * a_rs), as_ = in(reg) a_rs,
+                options(nostack, readonly),
+            );
+        }
+    }
+}
+
+/// Zeroes the sum tiles.
+///
+/// # Safety
+/// The tiles are configured.
+#[inline(always)]
+unsafe fn zero() {
+    // SAFETY: the caller's contract.
+    unsafe {
+        asm!(
+            "tilezero tmm0",
+            "tilezero tmm1",
+            "tilezero tmm2",
+            "tilezero tmm3",
+            options(nostack, nomem)
+        )
+    };
+}
+
+/// Loads the sum tiles of `MR` rows from `sums` (rows of 32 values, [`PANEL_ROW_BYTES`] apart).
+///
+/// # Safety
+/// The tiles are configured; `sums` holds `MR` rows.
+#[inline(always)]
+unsafe fn load<const MR: usize>(sums: *const u8) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        asm!(
+            "tileloadd tmm0, [{s} + {rs}*1]",
+            "tileloadd tmm1, [{s} + {rs}*1 + 64]",
+            s = in(reg) sums, rs = in(reg) PANEL_ROW_BYTES, options(nostack, readonly),
+        );
+        if MR == 2 * ROWS {
+            asm!(
+                "tileloadd tmm2, [{s} + {rs}*1]",
+                "tileloadd tmm3, [{s} + {rs}*1 + 64]",
+                s = in(reg) sums.wrapping_add(ROWS * PANEL_ROW_BYTES), rs = in(reg) PANEL_ROW_BYTES,
+                options(nostack, readonly),
+            );
+        }
+    }
+}
+
+/// Stores the sum tiles of `MR` rows to `sums`, as [`load`] reads them.
+///
+/// # Safety
+/// The tiles are configured; `sums` holds `MR` writable rows.
+#[inline(always)]
+unsafe fn store<const MR: usize>(sums: *mut u8) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        asm!(
+            "tilestored [{s} + {rs}*1], tmm0",
+            "tilestored [{s} + {rs}*1 + 64], tmm1",
+            s = in(reg) sums, rs = in(reg) PANEL_ROW_BYTES, options(nostack),
+        );
+        if MR == 2 * ROWS {
+            asm!(
+                "tilestored [{s} + {rs}*1], tmm2",
+                "tilestored [{s} + {rs}*1 + 64], tmm3",
+                s = in(reg) sums.wrapping_add(ROWS * PANEL_ROW_BYTES), rs = in(reg) PANEL_ROW_BYTES,
+                options(nostack),
+            );
+        }
+    }
+}
 
 /// The AMX tile over `MR` rows: 16 (two sum tiles) or 32 (four).
 pub struct Amx<const MR: usize>;
@@ -66,15 +166,15 @@ impl<const MR: usize> Tile for Amx<MR> {
         // and the sums (MR rows of NR floats); the tiles are configured (the caller's contract).
         unsafe {
             if accumulate {
-                amx::sums::load::<MR>(sums);
+                load::<MR>(sums);
             } else {
-                amx::sums::zero();
+                zero();
             }
-            for step in 0..steps {
-                let b_step = (b as *const u8).add(step * STEP * PANEL_ROW_BYTES);
-                amx::sums::step_bf16::<MR>(a.add(step * ROW_BYTES), a_rs, b_step);
+            for i in 0..steps {
+                let b_step = (b as *const u8).add(i * STEP * PANEL_ROW_BYTES);
+                step::<MR>(a.add(i * ROW_BYTES), a_rs, b_step);
             }
-            amx::sums::store::<MR>(sums);
+            store::<MR>(sums);
             let done = steps * STEP;
             if done < pairs {
                 last_pairs::<MR>(a, a_rs, b, done..pairs, acc);

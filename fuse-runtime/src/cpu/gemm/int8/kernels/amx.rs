@@ -48,7 +48,8 @@ macro_rules! sum_tiles {
         /// halves of 16 columns) into this pair of sum tiles.
         ///
         /// # Safety
-        /// As [`$zero`]; A's 16 rows of 64 bytes and the panel's 16 rows of 128 bytes are readable.
+        /// The tiles are configured and the process may run AMX-INT8; A's 16 rows of 64 bytes and the panel's
+        /// 16 rows of 128 bytes are readable.
         #[inline(always)]
         unsafe fn $step(a: *const u8, a_rs: usize, b: *const u8) {
             // SAFETY: the caller's contract.
@@ -68,7 +69,7 @@ macro_rules! sum_tiles {
         /// Stores this pair of sum tiles to `sums`.
         ///
         /// # Safety
-        /// As [`$zero`].
+        /// The tiles are configured and the process may run AMX-INT8.
         #[inline(always)]
         unsafe fn $store(sums: &mut MaybeUninit<GroupSums>) {
             // SAFETY: the caller's contract; `sums` holds 16 rows of 128 bytes.
