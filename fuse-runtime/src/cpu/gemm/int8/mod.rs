@@ -71,8 +71,8 @@ const QUANTISE_PARALLEL_MIN: usize = 1 << 16;
 /// reads each panel of B once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Int8Kernel {
-    /// AMX `tdpbusd`: 32×32 tile (four 16×16 sum tiles), 16×32 for 9–16 rows; 8 rows or fewer run on the
-    /// 512-bit `vpdpbusd` tiles.
+    /// AMX `tdpbusd`: 16×32 tile (two pairs of 16×16 sum tiles, one per alternate activation group); 8 rows or
+    /// fewer run on the 512-bit `vpdpbusd` tiles.
     Amx,
     /// `vpdpbusd` on 512-bit vectors: 12×32 tile.
     Vnni512,
@@ -148,7 +148,7 @@ impl Int8Kernel {
     /// How the device report names it.
     pub fn describe(self) -> &'static str {
         match self {
-            Int8Kernel::Amx => "AMX-INT8, 32×32 tile",
+            Int8Kernel::Amx => "AMX-INT8, 16×32 tile",
             Int8Kernel::Vnni512 => "AVX-512 VNNI, 512-bit, 12×32 tile",
             Int8Kernel::Vnni256 => "AVX-512 VNNI, 256-bit, 6×32 tile",
             Int8Kernel::Avx2 => "AVX2 (i16 pairs), 6×8 tile",
