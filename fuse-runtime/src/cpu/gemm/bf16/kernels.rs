@@ -5,9 +5,6 @@ use super::{from_bf16, to_bf16, Bf16Kernel, NR};
 use crate::cpu::gemm::Strided;
 use crate::cpu::scratch::{with_buffer, BF16_OPERAND, GEMM_A, GEMM_B};
 
-#[cfg(target_arch = "x86_64")]
-mod amx;
-
 /// Rows of the tallest tile (AMX's).
 const MAX_MR: usize = 32;
 
@@ -32,9 +29,10 @@ pub(super) struct Panels<'a> {
 pub(super) type Call<'p> = super::super::PackCall<'p, Panels<'p>>;
 
 /// A tile's `row_block_here`: [`row_block`] for it, compiled with `$features` where given (each x86
-/// tile's override), as is otherwise (the trait's default, which the portable tile keeps).
+/// tile's override), as is otherwise (the trait's default, which the portable tile keeps); `$setup` first where
+/// given (the AMX tile's configuration of its tile registers, held until the block is done).
 macro_rules! row_block_here_on {
-    ($(#[$doc:meta])* $($features:literal)?) => {
+    ($(#[$doc:meta])* $($features:literal $(, $setup:stmt)?)?) => {
         $(#[$doc])*
         $(#[target_feature(enable = $features)])?
         unsafe fn row_block_here(
@@ -47,11 +45,16 @@ macro_rules! row_block_here_on {
         where
             Self: Sized,
         {
+            $($($setup)?)?
             // SAFETY: forwarded, on the tile's instruction set where one is named.
             unsafe { row_block::<Self>(call, rows, bytes, row, all_sums) }
         }
     };
 }
+
+// After the macro, which the AMX tile uses too.
+#[cfg(target_arch = "x86_64")]
+mod amx;
 
 /// A register tile over one depth block: for r < MR and every column of one panel, `Σ_l a[r][l] · b[l][j]` over
 /// the block's pairs of depths into `acc[r·NR + j]`, which it overwrites when `!accumulate` (the first depth

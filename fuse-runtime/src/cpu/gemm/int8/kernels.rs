@@ -6,9 +6,6 @@ use super::quantize::quantize_row;
 use super::{Int8Kernel, QuantB, A_GROUP, NR};
 use crate::cpu::scratch::{with_buffer, GEMM_A, GEMM_B};
 
-#[cfg(target_arch = "x86_64")]
-mod amx;
-
 /// Rows of the tallest tile (AMX's).
 const MAX_MR: usize = 16;
 
@@ -75,9 +72,10 @@ impl Groups {
 }
 
 /// A tile's `panels_here`: [`panels`] for it, compiled with `$features` where given (each x86
-/// tile's override), as is otherwise (the trait's default, which the portable tile keeps).
+/// tile's override), as is otherwise (the trait's default, which the portable tile keeps); `$setup` first where
+/// given (the AMX tile's configuration of its tile registers, held until the block is done).
 macro_rules! panels_here_on {
-    ($(#[$doc:meta])* $($features:literal)?) => {
+    ($(#[$doc:meta])* $($features:literal $(, $setup:stmt)?)?) => {
         $(#[$doc])*
         $(#[target_feature(enable = $features)])?
         unsafe fn panels_here(
@@ -90,11 +88,16 @@ macro_rules! panels_here_on {
         where
             Self: Sized,
         {
+            $($($setup)?)?
             // SAFETY: forwarded, on the tile's instruction set where one is named.
             unsafe { panels::<Self>(call, ic, rows, a, all_sums) }
         }
     };
 }
+
+// After the macro, which the AMX tile uses too.
+#[cfg(target_arch = "x86_64")]
+mod amx;
 
 /// A register tile over one depth block: for r < MR and every column of one panel, each activation group's i32
 /// sums `Σ_l a[r][l] · b[l][j]` are made in registers and dequantised there as the group ends,

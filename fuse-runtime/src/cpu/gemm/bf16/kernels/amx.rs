@@ -124,23 +124,15 @@ pub struct Amx<const MR: usize>;
 impl<const MR: usize> Tile for Amx<MR> {
     const MR: usize = MR;
 
-    /// [`row_block`] with the tile registers configured for it, and released after.
-    ///
-    /// # Safety
-    /// As [`row_block`]; the process may run AMX-BF16 ([`crate::cpu::amx::features`]).
-    #[target_feature(enable = "avx512f,avx512bf16,avx512vl,avx2,fma")]
-    unsafe fn row_block_here(
-        call: &Call<'_>,
-        rows: (usize, usize),
-        bytes: &mut [u8],
-        row: &mut [f32],
-        all_sums: &mut [[f32; MAX_MR * NR]],
-    ) {
+    row_block_here_on!(
+        /// [`row_block`] with the tile registers configured for it, and released after.
+        ///
+        /// # Safety
+        /// As [`row_block`]; the process may run AMX-BF16 ([`crate::cpu::amx::features`]).
+        "avx512f,avx512bf16,avx512vl,avx2,fma",
         // SAFETY: the kernel is chosen only where `amx::features` reports AMX-BF16 (the caller's contract).
-        let _tiles = unsafe { Configured::full_tiles() };
-        // SAFETY: forwarded.
-        unsafe { row_block::<Self>(call, rows, bytes, row, all_sums) }
-    }
+        let _tiles = unsafe { Configured::full_tiles() }
+    );
 
     unsafe fn round_row(x: &[f32], out: &mut [u8]) {
         // SAFETY: the caller runs on this tile's instruction set (AMX-BF16 implies AVX-512 BF16).

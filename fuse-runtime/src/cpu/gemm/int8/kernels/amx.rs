@@ -93,23 +93,15 @@ pub struct Amx;
 impl Tile for Amx {
     const MR: usize = ROWS;
 
-    /// [`panels`] with the tile registers configured for it, and released after.
-    ///
-    /// # Safety
-    /// As [`panels`]; the process may run AMX-INT8 ([`crate::cpu::amx::features`]).
-    #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma")]
-    unsafe fn panels_here(
-        call: &Call<'_>,
-        ic: usize,
-        rows: usize,
-        a: Quantised,
-        all_sums: &mut [[f32; MAX_MR * NR]],
-    ) {
+    panels_here_on!(
+        /// [`panels`] with the tile registers configured for it, and released after.
+        ///
+        /// # Safety
+        /// As [`panels`]; the process may run AMX-INT8 ([`crate::cpu::amx::features`]).
+        "avx512f,avx512vl,avx512vnni,avx2,fma",
         // SAFETY: the kernel is chosen only where `amx::features` reports AMX-INT8 (the caller's contract).
-        let _tiles = unsafe { Configured::full_tiles() };
-        // SAFETY: forwarded.
-        unsafe { panels::<Self>(call, ic, rows, a, all_sums) }
-    }
+        let _tiles = unsafe { Configured::full_tiles() }
+    );
 
     unsafe fn quantize(x: &[f32], out: &mut [u8]) -> (f32, i32) {
         // SAFETY: the caller runs on this tile's instruction set (AMX-INT8 comes with AVX-512 VNNI).
