@@ -70,7 +70,9 @@ cuda_library_path() {
         [[ -d "$d" ]] || continue
         find "$d" -maxdepth 4 \( -name 'libnvrtc.so*' -o -name 'libcublas.so*' -o -name 'libcuda.so*' \) \
             -printf '%h\n' 2>/dev/null
-    done | sort -u | paste -sd: - || true
+    # Never the toolkit's link-time stub of libcuda (`.../stubs`): loaded at run time it answers every call with
+    # CUDA_ERROR_STUB_LIBRARY, so the GPU looked absent. The driver's folders come first, in the order above.
+    done | grep -v '/stubs$' | awk '!seen[$0]++' | paste -sd: - || true
 }
 
 run() {
