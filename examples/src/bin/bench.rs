@@ -79,6 +79,10 @@ enum FirstCall {
 /// How long the worker threads spin before an [`FirstCall::Awake`] first call.
 const AWAKE_MS: u128 = 50;
 
+/// Bytes each thread writes to push the model's weights and buffers out of its caches before a cold-cache call:
+/// more than a core's share of L2 and L3 on every processor measured (at most 2 MiB and 4 MiB).
+const EVICT_BYTES: usize = 64 << 20;
+
 impl FirstCall {
     fn flag(self) -> &'static str {
         match self {
@@ -112,19 +116,48 @@ fn first_call(name: &str, how: FirstCall, precision: CpuPrecision) -> Result<()>
     }
     let refs: Vec<&Tensor> = inputs.iter().collect();
     if how == FirstCall::Awake {
-        rayon::broadcast(|_| {
-            let spin = Instant::now();
-            while spin.elapsed().as_millis() < AWAKE_MS {
-                std::hint::spin_loop();
-            }
-        });
+        wake_workers();
     }
     let start = Instant::now();
     model.run(PlanMode::Fused, &refs)?;
     let first = start.elapsed().as_secs_f64() * 1e3;
     let steady = median_ms(STEADY_CALLS, || model.run(PlanMode::Fused, &refs).map(drop))?;
-    println!("{first:.3} {steady:.3}");
+    if how != FirstCall::Awake {
+        println!("{first:.3} {steady:.3}");
+        return Ok(());
+    }
+    // The steady state with nothing of the model in cache, each call prepared as the first was: what the first
+    // call would cost if fuse had no work of its own left for it.
+    let mut cold = Vec::with_capacity(STEADY_CALLS);
+    for _ in 0..STEADY_CALLS {
+        rayon::broadcast(|_| evict_caches());
+        evict_caches();
+        wake_workers();
+        let start = Instant::now();
+        model.run(PlanMode::Fused, &refs)?;
+        cold.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    println!("{first:.3} {steady:.3} {:.3}", median(&mut cold));
     Ok(())
+}
+
+/// Keeps every worker thread spinning for [`AWAKE_MS`], so that no CPU is waking from idle when a call comes.
+fn wake_workers() {
+    rayon::broadcast(|_| {
+        let spin = Instant::now();
+        while spin.elapsed().as_millis() < AWAKE_MS {
+            std::hint::spin_loop();
+        }
+    });
+}
+
+/// Writes [`EVICT_BYTES`] on this thread, a line at a time, which evicts what its caches held.
+fn evict_caches() {
+    let mut junk = vec![0u8; EVICT_BYTES];
+    for (i, line) in junk.chunks_mut(64).enumerate() {
+        line[0] = i as u8;
+    }
+    std::hint::black_box(&junk);
 }
 
 fn main() -> Result<()> {
@@ -176,14 +209,19 @@ fn main() -> Result<()> {
         let fused_reuse = median_ms(RUNS, || {
             model.run_into(PlanMode::Fused, &refs, &mut outputs)
         })?;
-        let nan = (f64::NAN, f64::NAN);
         let fresh = |how: FirstCall, threads| {
-            fresh_process_first_call(name, how, threads, precision).unwrap_or(nan)
+            fresh_process_first_call(name, how, threads, precision).unwrap_or(FirstCalls {
+                ms: f64::NAN,
+                over_steady: f64::NAN,
+                over_cold_steady: f64::NAN,
+            })
         };
-        let (first, first_ratio) = fresh(FirstCall::Cold, None);
-        let (_, reserved) = fresh(FirstCall::Reserved, None);
-        let (_, reserved_one_thread) = fresh(FirstCall::Reserved, Some(1));
-        let (_, awake) = fresh(FirstCall::Awake, None);
+        let cold = fresh(FirstCall::Cold, None);
+        let (first, first_ratio) = (cold.ms, cold.over_steady);
+        let reserved = fresh(FirstCall::Reserved, None).over_steady;
+        let reserved_one_thread = fresh(FirstCall::Reserved, Some(1)).over_steady;
+        let awake = fresh(FirstCall::Awake, None);
+        let (awake, awake_cold) = (awake.over_steady, awake.over_cold_steady);
         if as_json {
             for (mode, sample, reuse) in
                 [("fused", fused, fused_reuse), ("eager", eager, eager_reuse)]
@@ -200,6 +238,7 @@ fn main() -> Result<()> {
                     line["first_call_over_steady_reserved_one_thread"] =
                         json!(finite(reserved_one_thread));
                     line["first_call_over_steady_reserved_awake"] = json!(finite(awake));
+                    line["first_call_over_cold_steady_reserved_awake"] = json!(finite(awake_cold));
                 }
                 println!("{line}");
             }
@@ -207,7 +246,7 @@ fn main() -> Result<()> {
             let (eager, fused) = (eager.median, fused.median);
             let label = format!("{label} {precision}");
             println!(
-                "{label:<40} {eager:>9.2} {fused:>9.2} {:>6.2}x {eager_reuse:>9.2} {fused_reuse:>9.2} {:>6.2}x {first:>9.2} {first_ratio:>9.2}x {reserved:>9.2}x {reserved_one_thread:>9.2}x {awake:>9.2}x",
+                "{label:<40} {eager:>9.2} {fused:>9.2} {:>6.2}x {eager_reuse:>9.2} {fused_reuse:>9.2} {:>6.2}x {first:>9.2} {first_ratio:>9.2}x {reserved:>9.2}x {reserved_one_thread:>9.2}x {awake:>9.2}x {awake_cold:>9.2}x",
                 eager / fused,
                 eager_reuse / fused_reuse
             );
@@ -234,7 +273,7 @@ fn print_header(cpu: &str) {
         "ms, median of {RUNS}; 'new out' allocates the output per call, 'reuse' writes into one"
     );
     println!(
-        "{:<40} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7} {:>9} {:>10} {:>10} {:>10} {:>10}",
+        "{:<40} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10}",
         "workload",
         "eager",
         "fused",
@@ -246,16 +285,26 @@ fn print_header(cpu: &str) {
         "1st/steady",
         "reserved",
         "1 thread",
-        "awake"
+        "awake",
+        "awake/cold"
     );
+    println!("'awake/cold': the awake first call over the same process's calls made after emptying its caches");
     println!(
         "{:<40} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7}   (medians over {FIRST_CALL_PROCESSES} fresh processes)",
         "", "new out", "new out", "", "reuse", "reuse", ""
     );
 }
 
-/// Over a few fresh processes, the median first-call time and the median of each process's first call over its
-/// own steady state: one process is one sample, and the first call of a process varies with what the OS has to
+/// What fresh processes' first calls measured, each a median over [`FIRST_CALL_PROCESSES`] processes.
+struct FirstCalls {
+    ms: f64,
+    over_steady: f64,
+    /// Over the process's steady state with its caches emptied before each call ([`FirstCall::Awake`] only).
+    over_cold_steady: f64,
+}
+
+/// Over a few fresh processes, the median first-call time and the medians of each process's first call over its
+/// own steady states: one process is one sample, and the first call of a process varies with what the OS has to
 /// map for it. `threads` sets the processes' worker count: with one, no idle CPU has to wake up for the first
 /// call ([`FirstCall::Awake`] keeps them all awake instead).
 fn fresh_process_first_call(
@@ -263,9 +312,9 @@ fn fresh_process_first_call(
     how: FirstCall,
     threads: Option<usize>,
     precision: CpuPrecision,
-) -> Option<(f64, f64)> {
+) -> Option<FirstCalls> {
     let exe = std::env::current_exe().ok()?;
-    let (mut firsts, mut ratios) = (Vec::new(), Vec::new());
+    let (mut firsts, mut ratios, mut cold_ratios) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..FIRST_CALL_PROCESSES {
         let mut command = Command::new(&exe);
         command.args([how.flag(), name, "--precision", &precision.to_string()]);
@@ -276,10 +325,16 @@ fn fresh_process_first_call(
         let text = String::from_utf8(out.stdout).ok()?;
         let mut fields = text.split_whitespace().map(str::parse::<f64>);
         let (first, steady) = (fields.next()?.ok()?, fields.next()?.ok()?);
+        let cold = fields.next().and_then(|f| f.ok()).unwrap_or(f64::NAN);
         firsts.push(first);
         ratios.push(first / steady);
+        cold_ratios.push(first / cold);
     }
-    Some((median(&mut firsts), median(&mut ratios)))
+    Some(FirstCalls {
+        ms: median(&mut firsts),
+        over_steady: median(&mut ratios),
+        over_cold_steady: median(&mut cold_ratios),
+    })
 }
 
 fn median(samples: &mut [f64]) -> f64 {
