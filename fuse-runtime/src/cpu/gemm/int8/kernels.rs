@@ -123,12 +123,14 @@ trait Tile {
         accumulate: bool,
     );
 
-    /// [`quantize_row`] compiled for the tile's instruction set, into `out.len() / A_BYTES` elements.
+    /// Row `x` of A quantised as the driver does ([`quantize_each_group`] with [`quantize_row`]), compiled for the
+    /// tile's instruction set.
     ///
     /// # Safety
-    /// The CPU runs the tile's instruction set; `out` is 2-byte aligned when `A_BYTES` is 2.
-    unsafe fn quantize(x: &[f32], out: &mut [u8]) -> (f32, i32) {
-        quantize_row(x, out)
+    /// The CPU runs the tile's instruction set; as [`quantize_each_group`].
+    unsafe fn quantize_groups(x: &[f32], cells: &mut [u8], scales: &mut [f32], zeros: &mut [f32]) {
+        // SAFETY: forwarded.
+        unsafe { quantize_each_group(x, cells, scales, zeros, Self::A_BYTES, quantize_row) }
     }
 
     panels_here_on!(
@@ -182,34 +184,33 @@ pub(super) unsafe fn quantize_on(
     unsafe { quantize_rows_on(kernel, row, (0, 1, x.len()), cells, scales, zeros) }
 }
 
-/// Quantises row `x` of A as the driver does: each group of [`A_GROUP`] depths on its own, into `cells` (the
-/// row's cells of `T::A_BYTES` bytes, the last group's running to their end, past its values), with its scale
-/// and zero point into `scales[g]` and `zeros[g]` (one per group).
+/// Quantises row `x` of A as the driver does: each group of [`A_GROUP`] depths on its own with `quantize` (as
+/// [`quantize_row`] defines it), into `cells` (the row's cells of `a_bytes` bytes, the last group's running to
+/// their end, past its values), with its scale and zero point into `scales[g]` and `zeros[g]` (one per group).
 ///
 /// # Safety
-/// The CPU runs `T`'s instruction set; `cells` starts at an even byte.
+/// `quantize` may be called on a group and its cells: the CPU runs its instruction set, and the cells start as
+/// it needs them to (at an even byte for u16 cells).
 #[inline(always)]
-unsafe fn quantize_groups<T: Tile>(
+unsafe fn quantize_each_group(
     x: &[f32],
     cells: &mut [u8],
     scales: &mut [f32],
     zeros: &mut [f32],
+    a_bytes: usize,
+    quantize: unsafe fn(&[f32], &mut [u8]) -> (f32, i32),
 ) {
     let groups = scales.len();
     for (g, (scale, zero)) in scales.iter_mut().zip(zeros.iter_mut()).enumerate() {
         let (from, to) = (g * A_GROUP, ((g + 1) * A_GROUP).min(x.len()));
         let cell_end = if g + 1 == groups {
-            cells.len() / T::A_BYTES
+            cells.len() / a_bytes
         } else {
             to
         };
-        // SAFETY: the caller's contract; a group's cells start at an even byte.
-        let (s, z) = unsafe {
-            T::quantize(
-                &x[from..to],
-                &mut cells[from * T::A_BYTES..cell_end * T::A_BYTES],
-            )
-        };
+        // SAFETY: the caller's contract.
+        let (s, z) =
+            unsafe { quantize(&x[from..to], &mut cells[from * a_bytes..cell_end * a_bytes]) };
         (*scale, *zero) = (s, z as f32);
     }
 }
@@ -313,7 +314,7 @@ unsafe fn quantize_block<T: Tile>(
         let params = r * groups..(r + 1) * groups;
         // SAFETY: on T's instruction set; the row's cells start at an even byte (stride is a multiple of 4).
         unsafe {
-            quantize_groups::<T>(
+            T::quantize_groups(
                 x,
                 &mut cells[r * stride..(r + 1) * stride],
                 &mut scales[params.clone()],
@@ -510,7 +511,7 @@ impl Tile for Portable {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::super::quantize_x86::{quantize_u16_avx2, quantize_u8_avx512};
+    use super::super::quantize_x86::{quantize_groups_u8_avx512, quantize_u16_avx2};
     use super::{drive, panels, Call, Groups, Quantised, Tile, MAX_MR, NR};
 
     /// 4 bytes of row `r` at group `g`, as one i32 to broadcast.
@@ -597,9 +598,14 @@ mod x86 {
 
         panels_here_on!("avx512f,avx512vl,avx512vnni,avx2,fma");
 
-        unsafe fn quantize(x: &[f32], out: &mut [u8]) -> (f32, i32) {
+        unsafe fn quantize_groups(
+            x: &[f32],
+            cells: &mut [u8],
+            scales: &mut [f32],
+            zeros: &mut [f32],
+        ) {
             // SAFETY: the caller runs on this tile's instruction set.
-            unsafe { quantize_u8_avx512(x, out) }
+            unsafe { quantize_groups_u8_avx512(x, cells, scales, zeros) }
         }
 
         #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma")]
@@ -653,9 +659,14 @@ mod x86 {
 
         panels_here_on!("avx512f,avx512vl,avx512vnni,avx2,fma");
 
-        unsafe fn quantize(x: &[f32], out: &mut [u8]) -> (f32, i32) {
+        unsafe fn quantize_groups(
+            x: &[f32],
+            cells: &mut [u8],
+            scales: &mut [f32],
+            zeros: &mut [f32],
+        ) {
             // SAFETY: the caller runs on this tile's instruction set.
-            unsafe { quantize_u8_avx512(x, out) }
+            unsafe { quantize_groups_u8_avx512(x, cells, scales, zeros) }
         }
 
         #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma")]
@@ -714,14 +725,24 @@ mod x86 {
 
         /// A's rows are quantised straight into u16, so the inner loop only broadcasts a row's 4 levels (one
         /// 8-byte load) instead of widening them per row, quad and strip.
-        unsafe fn quantize(x: &[f32], out: &mut [u8]) -> (f32, i32) {
-            debug_assert!((out.as_ptr() as usize).is_multiple_of(2));
-            // SAFETY: `out` is 2-byte aligned (the trait's contract), so its bytes are out.len() / 2 u16 cells.
-            let words = unsafe {
-                std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut u16, out.len() / 2)
-            };
-            // SAFETY: the caller runs on this tile's instruction set.
-            unsafe { quantize_u16_avx2(x, words) }
+        unsafe fn quantize_groups(
+            x: &[f32],
+            cells: &mut [u8],
+            scales: &mut [f32],
+            zeros: &mut [f32],
+        ) {
+            /// [`quantize_u16_avx2`] into bytes that start 2-byte aligned (the trait's contract).
+            unsafe fn group(x: &[f32], out: &mut [u8]) -> (f32, i32) {
+                debug_assert!((out.as_ptr() as usize).is_multiple_of(2));
+                // SAFETY: `out` is 2-byte aligned, so its bytes are out.len() / 2 u16 cells.
+                let words = unsafe {
+                    std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut u16, out.len() / 2)
+                };
+                // SAFETY: the caller runs on this tile's instruction set.
+                unsafe { quantize_u16_avx2(x, words) }
+            }
+            // SAFETY: forwarded; the cells are u16.
+            unsafe { super::quantize_each_group(x, cells, scales, zeros, 2, group) }
         }
 
         /// Per 8-column strip and group: each 32-byte quad of the panel (8 columns × 4 depths) widened to two i16

@@ -1,68 +1,280 @@
-//! [`super::quantize::quantize_row`] written with intrinsics, for the AVX-512 tiles (bytes) and the AVX2 tile
-//! (u16 cells). The driver quantises each row in groups of 128 depths, so a call's set-up and its horizontal
-//! reductions come every 128 elements; the auto-vectorised version spent most of its time there (BENCHMARKS.md,
-//! twelfth run). Both compute the portable version's operations in its order, so they give the same levels, scale
-//! and zero point bit for bit (`tests.rs` checks it).
+//! [`super::quantize::quantize_row`] written with intrinsics: each row's groups into bytes for the AVX-512 tiles
+//! ([`quantize_groups_u8_avx512`], their ranges reduced 16 at a time), one group into u16 cells for the AVX2 tile.
+//! The driver quantises each row in groups of 128 depths, so a call's set-up and its horizontal reductions come
+//! every 128 elements; the auto-vectorised version spent most of its time there (BENCHMARKS.md, twelfth run).
+//! Both give the portable version's levels, scale and zero point bit for bit (`tests.rs` checks it).
 
 use std::arch::x86_64::*;
 
 use super::quantize::{level, row_params};
+use super::A_GROUP;
 
 /// Round to nearest, ties to even, without raising exceptions: `f32::round_ties_even`.
 const NEAREST: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 
-/// [`super::quantize::quantize_row`] into bytes.
+/// Groups whose ranges are reduced together: one per lane of a vector.
+const BATCH: usize = 16;
+
+/// Row `x` quantised per group of [`A_GROUP`] depths into bytes, as [`super::quantize::quantize_row`] does each
+/// group on its own: group g's levels at `cells[g·A_GROUP..]` (the last group's running to the end of `cells`,
+/// padded with its zero point), its scale and zero point at `scales[g]` and `zeros[g]`.
+///
+/// Done group by group, a group's fixed work (three horizontal reductions, two divisions, the branches of
+/// `row_params`) cost as much as its 128 values, about a cycle per element. Here the ranges of 16 groups are
+/// reduced together in one tree of shuffles, each lane ending with one group's, and their parameters are computed
+/// in vectors. Levels are made in integers: `round(v · inv)` converted with the rounding mode set, then `+ zero`
+/// and `max(·, 0)` in i32 and an unsigned saturating narrowing for `min(·, 255)`. Both are the portable
+/// operations exactly: min and max give the same value in any order (a NaN never enters them, and −0 never
+/// replaces +0), every vector operation is the IEEE one the scalar code does, and with `inv` finite
+/// `|v · inv| ≤ 255` for a v inside its group's range, so the conversion is exact, while a NaN (only in a group
+/// whose `inv` is 0) converts to `i32::MIN`, which `max` turns into 0 as the float `max` does. A group outside the
+/// common case (a NaN or an infinity, no width, a range so narrow that `inv` overflows) takes the scalar
+/// definitions.
 ///
 /// # Safety
-/// The CPU has AVX-512F; `out.len() >= x.len()`.
+/// The CPU has AVX-512F; `scales` and `zeros` hold one value per group of `x`; `cells.len() >= x.len()`.
 #[target_feature(enable = "avx512f")]
-pub unsafe fn quantize_u8_avx512(x: &[f32], out: &mut [u8]) -> (f32, i32) {
-    let n = x.len();
-    let (full, tail) = (n / 16, n % 16);
-    let tail_mask = ((1u32 << tail) - 1) as __mmask16;
-    let (src, dst) = (x.as_ptr(), out.as_mut_ptr());
-    let zero_v = _mm512_setzero_ps();
-    // SAFETY: loads of whole vectors below n / 16 · 16 and a masked one past it stay inside `x`; the stores
-    // likewise inside `out[..n]` (the caller's contract).
-    unsafe {
+pub unsafe fn quantize_groups_u8_avx512(
+    x: &[f32],
+    cells: &mut [u8],
+    scales: &mut [f32],
+    zeros: &mut [f32],
+) {
+    let groups = scales.len();
+    let span = |g: usize| (g * A_GROUP, ((g + 1) * A_GROUP).min(x.len()));
+    for first in (0..groups).step_by(BATCH) {
+        let count = BATCH.min(groups - first);
+        let mut ranges = Ranges::new();
+        for j in 0..count {
+            let (from, to) = span(first + j);
+            // SAFETY: AVX-512F (the caller's contract).
+            unsafe { ranges.scan(j, &x[from..to]) };
+        }
+        // SAFETY: AVX-512F.
+        let params = unsafe { ranges.params(count) };
+        for j in 0..count {
+            let g = first + j;
+            let (from, to) = span(g);
+            let end = if g + 1 == groups { cells.len() } else { to };
+            // SAFETY: AVX-512F; `from..end` lies inside `cells` (`end ≥ to`, and `cells` holds `x`).
+            unsafe {
+                group_levels(
+                    &x[from..to],
+                    &mut cells[from..end],
+                    params.inv[j],
+                    params.zero[j],
+                )
+            };
+            (scales[g], zeros[g]) = (params.scale[j], (params.zero[j] as i32) as f32);
+        }
+    }
+}
+
+/// Up to [`BATCH`] groups' ranges: the lanes of each one's running min and max (from 0, the range's start), and a
+/// bit per group for whether it holds a NaN or an infinity.
+struct Ranges {
+    lo: [__m512; BATCH],
+    hi: [__m512; BATCH],
+    bad: u32,
+}
+
+/// [`Ranges::params`]: lane j of each belongs to group j.
+struct Params {
+    scale: [f32; BATCH],
+    inv: [f32; BATCH],
+    zero: [f32; BATCH],
+}
+
+impl Ranges {
+    #[target_feature(enable = "avx512f")]
+    fn new() -> Ranges {
+        let zero = _mm512_setzero_ps();
+        Ranges {
+            lo: [zero; BATCH],
+            hi: [zero; BATCH],
+            bad: 0,
+        }
+    }
+
+    /// Scans group `j`'s values `x` (at most [`A_GROUP`]). `v · 0` is NaN exactly for a NaN or an infinity, and a
+    /// sum of NaN stays NaN.
+    ///
+    /// # Safety
+    /// AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn scan(&mut self, j: usize, x: &[f32]) {
+        let zero_v = _mm512_setzero_ps();
+        let (full, tail) = (x.len() / 16, x.len() % 16);
+        let src = x.as_ptr();
         let (mut lo, mut hi, mut poison) = (zero_v, zero_v, zero_v);
         let mut scan = |v: __m512| {
             // Operands as the portable `if v < lo { v } else { lo }`: equal values and NaN keep `lo`.
             lo = _mm512_min_ps(v, lo);
             hi = _mm512_max_ps(v, hi);
-            poison = _mm512_add_ps(poison, _mm512_mul_ps(v, zero_v));
+            poison = _mm512_fmadd_ps(v, zero_v, poison);
         };
-        for i in 0..full {
-            scan(_mm512_loadu_ps(src.add(16 * i)));
+        // SAFETY: whole vectors below `full · 16` and a masked one past it stay inside `x`.
+        unsafe {
+            for i in 0..full {
+                scan(_mm512_loadu_ps(src.add(16 * i)));
+            }
+            if tail > 0 {
+                scan(_mm512_maskz_loadu_ps(
+                    (1u16 << tail) - 1,
+                    src.add(16 * full),
+                ));
+            }
         }
-        if tail > 0 {
-            scan(_mm512_maskz_loadu_ps(tail_mask, src.add(16 * full)));
-        }
-        let bad = _mm512_reduce_add_ps(poison).is_nan();
-        let (scale, inv, zero) =
-            row_params(_mm512_reduce_min_ps(lo), _mm512_reduce_max_ps(hi), bad);
-        let (inv_v, zero_point, top) = (
-            _mm512_set1_ps(inv),
-            _mm512_set1_ps(zero),
-            _mm512_set1_ps(255.0),
-        );
-        // `level`'s steps; `max(q, 0)` takes 0 for a NaN (the second operand), as `f32::max` does.
-        let levels = |v: __m512| {
-            let q = _mm512_roundscale_ps::<NEAREST>(_mm512_mul_ps(v, inv_v));
-            let q = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(q, zero_point), zero_v), top);
-            _mm512_cvttps_epi32(q)
-        };
-        for i in 0..full {
-            let q = levels(_mm512_loadu_ps(src.add(16 * i)));
-            _mm_storeu_si128(dst.add(16 * i) as *mut __m128i, _mm512_cvtepi32_epi8(q));
-        }
-        if tail > 0 {
-            let q = levels(_mm512_maskz_loadu_ps(tail_mask, src.add(16 * full)));
-            _mm512_mask_cvtepi32_storeu_epi8(dst.add(16 * full) as *mut i8, tail_mask, q);
-        }
-        out[n..].fill(zero as u8);
-        (scale, zero as i32)
+        (self.lo[j], self.hi[j]) = (lo, hi);
+        self.bad |= u32::from(_mm512_cmp_ps_mask::<_CMP_UNORD_Q>(poison, poison) != 0) << j;
     }
+
+    /// The first `count` groups' `(scale, 1 / scale, zero point)` as `row_params` defines them.
+    ///
+    /// # Safety
+    /// AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn params(&self, count: usize) -> Params {
+        let lo = reduce_lanes(&self.lo, count, |a, b| _mm512_min_ps(a, b));
+        let hi = reduce_lanes(&self.hi, count, |a, b| _mm512_max_ps(a, b));
+        let (nothing, levels) = (_mm512_setzero_ps(), _mm512_set1_ps(255.0));
+        let width = _mm512_sub_ps(hi, lo);
+        let inv = _mm512_div_ps(levels, width);
+        let scale = _mm512_div_ps(width, levels);
+        let zero = _mm512_roundscale_ps::<NEAREST>(_mm512_mul_ps(_mm512_sub_ps(nothing, lo), inv));
+        let zero = _mm512_min_ps(_mm512_max_ps(zero, nothing), levels);
+        let mut p = Params {
+            scale: [0.0; BATCH],
+            inv: [0.0; BATCH],
+            zero: [0.0; BATCH],
+        };
+        // SAFETY: each array holds 16 floats.
+        unsafe {
+            _mm512_storeu_ps(p.scale.as_mut_ptr(), scale);
+            _mm512_storeu_ps(p.inv.as_mut_ptr(), inv);
+            _mm512_storeu_ps(p.zero.as_mut_ptr(), zero);
+        }
+        // The common case: no NaN or infinity, a positive width and a finite `inv`. Any other group takes the
+        // scalar definitions.
+        let infinity = _mm512_set1_ps(f32::INFINITY);
+        let common = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(width, nothing)
+            & _mm512_cmp_ps_mask::<_CMP_LT_OQ>(width, infinity)
+            & _mm512_cmp_ps_mask::<_CMP_LT_OQ>(inv, infinity)
+            & !(self.bad as u16);
+        let others = u32::from(!common) & ((1 << count) - 1);
+        if others != 0 {
+            let (mut lo_at, mut hi_at) = ([0.0f32; BATCH], [0.0f32; BATCH]);
+            // SAFETY: each array holds 16 floats.
+            unsafe {
+                _mm512_storeu_ps(lo_at.as_mut_ptr(), lo);
+                _mm512_storeu_ps(hi_at.as_mut_ptr(), hi);
+            }
+            for j in (0..count).filter(|j| others & (1 << j) != 0) {
+                (p.scale[j], p.inv[j], p.zero[j]) =
+                    row_params(lo_at[j], hi_at[j], self.bad & (1 << j) != 0);
+            }
+        }
+        p
+    }
+}
+
+/// The first `count` of the 16 vectors `v` each reduced over its lanes with `op` (associative and commutative on
+/// the values it meets, and 0 where it meets only zeros), result lane j holding `v[j]`'s: halves, then quarters,
+/// then pairs and single lanes of two vectors are combined at each step, so 15 operations and 30 shuffles serve
+/// all 16 (one vector's own reduction takes 4 and 4). Vectors past `count` are zero and so are the combinations
+/// made only of them, which are skipped.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn reduce_lanes(
+    v: &[__m512; BATCH],
+    count: usize,
+    op: impl Fn(__m512, __m512) -> __m512,
+) -> __m512 {
+    let zero = _mm512_setzero_ps();
+    // Vector pairs (a, b): a's 256-bit halves combined in the low half, b's in the high one.
+    let halves: [__m512; 8] = std::array::from_fn(|i| {
+        let (a, b) = (v[2 * i], v[2 * i + 1]);
+        if 2 * i >= count {
+            return zero;
+        }
+        op(
+            _mm512_shuffle_f32x4::<0x44>(a, b),
+            _mm512_shuffle_f32x4::<0xEE>(a, b),
+        )
+    });
+    // 128-bit lane L of quarters[i] holds vector 4i + L's four partial values.
+    let quarters: [__m512; 4] = std::array::from_fn(|i| {
+        let (c, d) = (halves[2 * i], halves[2 * i + 1]);
+        if 4 * i >= count {
+            return zero;
+        }
+        op(
+            _mm512_shuffle_f32x4::<0x88>(c, d),
+            _mm512_shuffle_f32x4::<0xDD>(c, d),
+        )
+    });
+    // Within each 128-bit lane L, elements 0 and 1 hold vector 8i + L's two partial values, 2 and 3 vector
+    // 8i + 4 + L's.
+    let pairs: [__m512; 2] = std::array::from_fn(|i| {
+        let (p, q) = (quarters[2 * i], quarters[2 * i + 1]);
+        if 8 * i >= count {
+            return zero;
+        }
+        op(
+            _mm512_shuffle_ps::<0x88>(p, q),
+            _mm512_shuffle_ps::<0xDD>(p, q),
+        )
+    });
+    // Element e of 128-bit lane L (lane 4L + e) holds vector 4e + L's value: a 4×4 transpose puts j at lane j.
+    let (r, s) = (pairs[0], pairs[1]);
+    let done = op(
+        _mm512_shuffle_ps::<0x88>(r, s),
+        _mm512_shuffle_ps::<0xDD>(r, s),
+    );
+    let transpose = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    _mm512_permutexvar_ps(transpose, done)
+}
+
+/// One group's levels into `out` (its values, then its zero point up to `out`'s end).
+///
+/// # Safety
+/// AVX-512F; `out.len() >= x.len()`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn group_levels(x: &[f32], out: &mut [u8], inv: f32, zero: f32) {
+    let n = x.len();
+    if !inv.is_finite() {
+        for (o, &v) in out[..n].iter_mut().zip(x) {
+            *o = level(v, inv, zero);
+        }
+    } else {
+        let (full, tail) = (n / 16, n % 16);
+        let tail_mask = ((1u32 << tail) - 1) as __mmask16;
+        let (src, dst) = (x.as_ptr(), out.as_mut_ptr());
+        let (inv_v, zero_point, floor) = (
+            _mm512_set1_ps(inv),
+            _mm512_set1_epi32(zero as i32),
+            _mm512_setzero_si512(),
+        );
+        let levels = |v: __m512| {
+            let q = _mm512_cvt_roundps_epi32::<NEAREST>(_mm512_mul_ps(v, inv_v));
+            _mm512_max_epi32(_mm512_add_epi32(q, zero_point), floor)
+        };
+        // SAFETY: whole vectors below `full · 16` and a masked one past it stay inside `x` and `out[..n]`.
+        unsafe {
+            for i in 0..full {
+                let q = levels(_mm512_loadu_ps(src.add(16 * i)));
+                _mm_storeu_si128(dst.add(16 * i) as *mut __m128i, _mm512_cvtusepi32_epi8(q));
+            }
+            if tail > 0 {
+                let q = levels(_mm512_maskz_loadu_ps(tail_mask, src.add(16 * full)));
+                _mm512_mask_cvtusepi32_storeu_epi8(dst.add(16 * full) as *mut i8, tail_mask, q);
+            }
+        }
+    }
+    out[n..].fill(zero as u8);
 }
 
 /// [`super::quantize::quantize_row`] into u16 cells (the AVX2 tile's widened levels).

@@ -211,6 +211,17 @@ fn every_quantiser_gives_the_portable_levels() {
         row[at] = bad;
         rows.push(row);
     }
+    // Rows of more groups than the AVX-512 quantiser reduces together (16), its last batch partial, with odd
+    // groups among common ones: a NaN, an infinity, all zeros, and a range so narrow that 255 / width overflows.
+    let mut long = randv(17 * A_GROUP + 52, 80);
+    long[5 * A_GROUP + 7] = f32::NAN;
+    long[16 * A_GROUP + 3] = f32::NEG_INFINITY;
+    long[2 * A_GROUP..3 * A_GROUP].fill(0.0);
+    long[9 * A_GROUP..10 * A_GROUP].fill(0.0);
+    long[9 * A_GROUP + 1] = 1e-45;
+    long[12 * A_GROUP + 100] = f32::INFINITY;
+    rows.push(long);
+    rows.push(randv(32 * A_GROUP, 81));
     let levels = |kernel: Int8Kernel, x: &[f32]| {
         let groups = x.len().div_ceil(A_GROUP).max(1);
         let mut out = vec![0xAAAAu16; x.len().next_multiple_of(4)];

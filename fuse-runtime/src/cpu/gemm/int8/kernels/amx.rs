@@ -19,7 +19,7 @@ use std::arch::asm;
 use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
 
-use super::super::quantize_x86::quantize_u8_avx512;
+use super::super::quantize_x86::quantize_groups_u8_avx512;
 use super::x86::dequant16;
 use super::{panels, Call, Groups, Quantised, Tile, GROUP_QUADS, MAX_MR, NR};
 use crate::cpu::amx::{Configured, PANEL_ROW_BYTES, ROWS, STEP};
@@ -103,9 +103,9 @@ impl Tile for Amx {
         let _tiles = unsafe { Configured::full_tiles() }
     );
 
-    unsafe fn quantize(x: &[f32], out: &mut [u8]) -> (f32, i32) {
+    unsafe fn quantize_groups(x: &[f32], cells: &mut [u8], scales: &mut [f32], zeros: &mut [f32]) {
         // SAFETY: the caller runs on this tile's instruction set (AMX-INT8 comes with AVX-512 VNNI).
-        unsafe { quantize_u8_avx512(x, out) }
+        unsafe { quantize_groups_u8_avx512(x, cells, scales, zeros) }
     }
 
     /// # Safety
