@@ -173,15 +173,21 @@ pub fn zeroed_f32(what: &'static str, numel: usize) -> Result<Vec<f32>> {
         let ptr = NonNull::new(alloc_zeroed(layout)).ok_or_else(out_of_memory)?;
         Vec::from_raw_parts(ptr.as_ptr().cast::<f32>(), numel, numel)
     };
+    advise_huge_pages_inside(v.as_mut_ptr().cast(), bytes);
+    Ok(v)
+}
+
+/// Advises the whole huge pages inside the `bytes` at `start` (one allocation, not yet touched) to be backed by
+/// huge pages, when there are at least two huge pages' worth.
+pub(crate) fn advise_huge_pages_inside(start: *mut u8, bytes: usize) {
     if bytes >= 2 * HUGE_PAGE {
-        let start = v.as_mut_ptr() as usize;
-        let first = start.next_multiple_of(HUGE_PAGE);
-        let last = (start + bytes) / HUGE_PAGE * HUGE_PAGE;
+        let at = start as usize;
+        let first = at.next_multiple_of(HUGE_PAGE);
+        let last = (at + bytes) / HUGE_PAGE * HUGE_PAGE;
         if last > first {
-            advise_huge_pages(first as *mut u8, last - first);
+            advise_huge_pages(start.wrapping_add(first - at), last - first);
         }
     }
-    Ok(v)
 }
 
 #[cfg(target_os = "linux")]

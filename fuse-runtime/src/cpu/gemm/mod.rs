@@ -174,9 +174,10 @@ struct PackCall<'p, P> {
 /// Bytes of a cache line, the boundary packs and scratch buffers start on.
 pub(crate) const LINE: usize = 64;
 
-/// A reduced-precision pack: `len` elements whose first sits on a cache-line boundary, so that every 64-byte row
-/// of a panel is one line. AMX loads a tile register as 16 such rows, and from panels 16 bytes off the boundary
-/// (where the allocator puts a large block) it ran at half the rate (BENCHMARKS.md, twenty-seventh run).
+/// A pack of weights: `len` elements whose first sits on a cache-line boundary, so that every 64-byte row of a
+/// panel is one line. AMX loads a tile register as 16 such rows, and from panels 16 bytes off the boundary (where
+/// the allocator puts a large block) it ran at half the rate (BENCHMARKS.md, twenty-seventh run); the f32 tile's
+/// 512-bit loads of a panel row likewise each read one line instead of two.
 pub(crate) struct LinePack<T> {
     buf: Vec<T>,
     start: usize,
@@ -215,8 +216,13 @@ fn zeroed_pack<T: Clone + Default>(
     if let Some(bytes) = total.checked_mul(std::mem::size_of::<T>()) {
         crate::memory::check_fits(what, bytes)?;
     }
-    let mut buf = Vec::new();
+    let mut buf: Vec<T> = Vec::new();
     buf.try_reserve_exact(total).map_err(|_| out_of_memory())?;
+    // Before anything touches it, so that zeroing it faults in huge pages.
+    crate::arena::advise_huge_pages_inside(
+        buf.as_mut_ptr().cast(),
+        total * std::mem::size_of::<T>(),
+    );
     buf.resize(total, T::default());
     let start = buf.as_ptr().align_offset(LINE).min(total - len);
     Ok(LinePack { buf, start, len })
@@ -452,10 +458,12 @@ mod tests {
         for len in [1, 7, 64, 1000, 1 << 20] {
             let bytes = zeroed_pack::<i8>("test", len).unwrap();
             let halves = zeroed_pack::<u16>("test", len).unwrap();
+            let floats = zeroed_pack::<f32>("test", len).unwrap();
             assert_eq!(bytes.as_ptr() as usize % LINE, 0, "{len} bytes");
             assert_eq!(halves.as_ptr() as usize % LINE, 0, "{len} halves");
-            assert_eq!((bytes.len(), halves.len()), (len, len));
-            assert!(bytes.iter().all(|&b| b == 0));
+            assert_eq!(floats.as_ptr() as usize % LINE, 0, "{len} floats");
+            assert_eq!((bytes.len(), halves.len(), floats.len()), (len, len, len));
+            assert!(bytes.iter().all(|&b| b == 0) && floats.iter().all(|&f| f == 0.0));
         }
     }
 

@@ -48,7 +48,7 @@ pub struct PackedB {
 
 /// The panels' elements.
 enum Panels {
-    F32(Vec<f32>),
+    F32(super::LinePack<f32>),
     F16(super::LinePack<f16>),
 }
 
@@ -72,7 +72,7 @@ impl PackedB {
         let Some((nr, floats)) = Self::panel_shape(backend, source, view) else {
             return Ok(None);
         };
-        let mut panels = crate::arena::zeroed_f32("packed weights", floats)?;
+        let mut panels: super::LinePack<f32> = super::zeroed_pack("packed weights", floats)?;
         let b = Strided::new(
             source.as_ptr().wrapping_add(view.offset),
             view.rs as isize,
@@ -190,7 +190,7 @@ impl PackedB {
     /// Bytes the panels take.
     pub fn bytes(&self) -> usize {
         match &self.panels {
-            Panels::F32(p) => std::mem::size_of_val(p.as_slice()),
+            Panels::F32(p) => std::mem::size_of_val(&**p),
             Panels::F16(p) => std::mem::size_of_val(&**p),
         }
     }
