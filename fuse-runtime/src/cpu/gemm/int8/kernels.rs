@@ -95,7 +95,23 @@ macro_rules! panels_here_on {
     };
 }
 
-// After the macro, which the AMX tile uses too.
+/// A tile's `quantize_groups` on `$quantiser`, a row's groups quantised on the tile's instruction set.
+#[cfg(target_arch = "x86_64")]
+macro_rules! quantize_groups_on {
+    ($quantiser:path) => {
+        unsafe fn quantize_groups(
+            x: &[f32],
+            cells: &mut [u8],
+            scales: &mut [f32],
+            zeros: &mut [f32],
+        ) {
+            // SAFETY: the caller runs on this tile's instruction set.
+            unsafe { $quantiser(x, cells, scales, zeros) }
+        }
+    };
+}
+
+// After the macros, which the AMX tile uses too.
 #[cfg(target_arch = "x86_64")]
 mod amx;
 
@@ -598,15 +614,7 @@ mod x86 {
 
         panels_here_on!("avx512f,avx512vl,avx512vnni,avx2,fma");
 
-        unsafe fn quantize_groups(
-            x: &[f32],
-            cells: &mut [u8],
-            scales: &mut [f32],
-            zeros: &mut [f32],
-        ) {
-            // SAFETY: the caller runs on this tile's instruction set.
-            unsafe { quantize_groups_u8_avx512(x, cells, scales, zeros) }
-        }
+        quantize_groups_on!(quantize_groups_u8_avx512);
 
         #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma")]
         unsafe fn tile(
@@ -659,15 +667,7 @@ mod x86 {
 
         panels_here_on!("avx512f,avx512vl,avx512vnni,avx2,fma");
 
-        unsafe fn quantize_groups(
-            x: &[f32],
-            cells: &mut [u8],
-            scales: &mut [f32],
-            zeros: &mut [f32],
-        ) {
-            // SAFETY: the caller runs on this tile's instruction set.
-            unsafe { quantize_groups_u8_avx512(x, cells, scales, zeros) }
-        }
+        quantize_groups_on!(quantize_groups_u8_avx512);
 
         #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma")]
         unsafe fn tile(

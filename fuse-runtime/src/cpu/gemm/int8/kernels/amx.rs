@@ -103,10 +103,8 @@ impl Tile for Amx {
         let _tiles = unsafe { Configured::full_tiles() }
     );
 
-    unsafe fn quantize_groups(x: &[f32], cells: &mut [u8], scales: &mut [f32], zeros: &mut [f32]) {
-        // SAFETY: the caller runs on this tile's instruction set (AMX-INT8 comes with AVX-512 VNNI).
-        unsafe { quantize_groups_u8_avx512(x, cells, scales, zeros) }
-    }
+    // AMX-INT8 comes with AVX-512, which the quantiser runs on.
+    quantize_groups_on!(quantize_groups_u8_avx512);
 
     /// # Safety
     /// The trait's, except that rows `rows..16` are read from the 16 rows at `a` (see the module
