@@ -31,7 +31,7 @@ impl Tile for Avx2 {
         cols: usize,
     ) {
         // SAFETY: forwarded contract, on this instruction set.
-        unsafe { tile_body::<Ymm, MR, PACKED_A>(kc, alpha, a, b, beta, c, rows, cols) }
+        unsafe { tile_body::<Ymm, MR, MR, PACKED_A>(kc, alpha, a, b, beta, c, rows, cols) }
     }
 
     /// [`Tile::pack_transposed`] by 8×8 blocks: 8 source columns are 8 contiguous loads, transposed in registers

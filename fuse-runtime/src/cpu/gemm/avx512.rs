@@ -29,8 +29,16 @@ impl Tile for Avx512 {
         rows: usize,
         cols: usize,
     ) {
-        // SAFETY: forwarded contract, on this instruction set.
-        unsafe { tile_body::<Zmm, MR, PACKED_A>(kc, alpha, a, b, beta, c, rows, cols) }
+        // The last rows of a block on a tile of their height rather than on a whole one whose extra rows are
+        // discarded: a 64-row product (W2's) is five tiles of 12 and one of 4, not six of 12.
+        // SAFETY (each arm): forwarded contract, on this instruction set; rows ≤ the tile's height ≤ MR.
+        unsafe {
+            match rows {
+                0..=4 => tile_body::<Zmm, 4, MR, PACKED_A>(kc, alpha, a, b, beta, c, rows, cols),
+                5..=8 => tile_body::<Zmm, 8, MR, PACKED_A>(kc, alpha, a, b, beta, c, rows, cols),
+                _ => tile_body::<Zmm, MR, MR, PACKED_A>(kc, alpha, a, b, beta, c, rows, cols),
+            }
+        }
     }
 
     /// [`Tile::pack_transposed`] by 16×16 blocks: 16 source columns are 16 contiguous loads, transposed in

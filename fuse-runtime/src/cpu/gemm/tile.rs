@@ -32,13 +32,15 @@ pub trait Lanes {
 /// Floats of the largest tile (12×32), for the strided-C store.
 const MAX_TILE: usize = 12 * 32;
 
-/// C[rows×cols] ← α·A·B + β·C with an MR × (2 vectors) tile: the contract of `super::driver::Tile::tile`.
+/// C[rows×cols] ← α·A·B + β·C with an MR × (2 vectors) tile: the contract of `super::driver::Tile::tile`, with a
+/// packed A panel holding `A_STEP` floats per step (the driver's tile height, which a shorter tile for the last
+/// rows of a block reads the first MR of).
 ///
 /// # Safety
-/// That contract, called from a function compiled for `L`'s instruction set.
+/// That contract, called from a function compiled for `L`'s instruction set; `rows <= MR <= A_STEP`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn tile_body<L: Lanes, const MR: usize, const PACKED_A: bool>(
+pub unsafe fn tile_body<L: Lanes, const MR: usize, const A_STEP: usize, const PACKED_A: bool>(
     kc: usize,
     alpha: f32,
     a: Strided<*const f32>,
@@ -59,9 +61,9 @@ pub unsafe fn tile_body<L: Lanes, const MR: usize, const PACKED_A: bool>(
         // Only the last, partial panel needs masked loads (slow on some AVX2 CPUs); two copies of the loop keep
         // the masks out of the full panels' registers.
         let acc = if cols == 2 * w {
-            accumulate::<L, MR, PACKED_A, true>(kc, a, b, masks)
+            accumulate::<L, MR, A_STEP, PACKED_A, true>(kc, a, b, masks)
         } else {
-            accumulate::<L, MR, PACKED_A, false>(kc, a, b, masks)
+            accumulate::<L, MR, A_STEP, PACKED_A, false>(kc, a, b, masks)
         };
         let alpha_v = L::splat(alpha);
         let beta_v = L::splat(beta);
@@ -111,7 +113,13 @@ const UNROLL: usize = 4;
 /// # Safety
 /// As [`tile_body`].
 #[inline(always)]
-unsafe fn accumulate<L: Lanes, const MR: usize, const PACKED_A: bool, const FULL: bool>(
+unsafe fn accumulate<
+    L: Lanes,
+    const MR: usize,
+    const A_STEP: usize,
+    const PACKED_A: bool,
+    const FULL: bool,
+>(
     kc: usize,
     a: Strided<*const f32>,
     b: Strided<*const f32>,
@@ -125,11 +133,11 @@ unsafe fn accumulate<L: Lanes, const MR: usize, const PACKED_A: bool, const FULL
         let whole = kc / UNROLL * UNROLL;
         for l0 in (0..whole).step_by(UNROLL) {
             for l in l0..l0 + UNROLL {
-                step::<L, MR, PACKED_A, FULL>(l, a, b, masks, &mut acc);
+                step::<L, MR, A_STEP, PACKED_A, FULL>(l, a, b, masks, &mut acc);
             }
         }
         for l in whole..kc {
-            step::<L, MR, PACKED_A, FULL>(l, a, b, masks, &mut acc);
+            step::<L, MR, A_STEP, PACKED_A, FULL>(l, a, b, masks, &mut acc);
         }
         acc
     }
@@ -141,7 +149,13 @@ unsafe fn accumulate<L: Lanes, const MR: usize, const PACKED_A: bool, const FULL
 /// As [`tile_body`], with `l` < kc. (A function, not a closure: a closure would not inherit the caller's target
 /// features, and its intrinsics would become calls.)
 #[inline(always)]
-unsafe fn step<L: Lanes, const MR: usize, const PACKED_A: bool, const FULL: bool>(
+unsafe fn step<
+    L: Lanes,
+    const MR: usize,
+    const A_STEP: usize,
+    const PACKED_A: bool,
+    const FULL: bool,
+>(
     l: usize,
     a: Strided<*const f32>,
     b: Strided<*const f32>,
@@ -161,7 +175,7 @@ unsafe fn step<L: Lanes, const MR: usize, const PACKED_A: bool, const FULL: bool
         };
         for (i, acc) in acc.iter_mut().enumerate() {
             let ai = L::splat(if PACKED_A {
-                *a.ptr.add(l * MR + i)
+                *a.ptr.add(l * A_STEP + i)
             } else {
                 *a.ptr.offset(i as isize * a.rs).add(l)
             });
