@@ -742,7 +742,7 @@ mod x86 {
                 unsafe { quantize_u16_avx2(x, words) }
             }
             // SAFETY: forwarded; the cells are u16.
-            unsafe { super::quantize_each_group(x, cells, scales, zeros, 2, group) }
+            unsafe { super::quantize_each_group(x, cells, scales, zeros, Self::A_BYTES, group) }
         }
 
         /// Per 8-column strip and group: each 32-byte quad of the panel (8 columns × 4 depths) widened to two i16
