@@ -5,7 +5,7 @@
 use std::arch::x86_64::*;
 
 use super::driver::Tile;
-use super::tile::{tile_body, Lanes};
+use super::tile::{tile_body, Lanes, Prefetch};
 use super::Strided;
 
 /// The AVX2 + FMA tile.
@@ -29,9 +29,12 @@ impl Tile for Avx2 {
         c: Strided<*mut f32>,
         rows: usize,
         cols: usize,
+        prefetch: Prefetch,
     ) {
         // SAFETY: forwarded contract, on this instruction set.
-        unsafe { tile_body::<Ymm, MR, MR, PACKED_A>(kc, alpha, a, b, beta, c, rows, cols) }
+        unsafe {
+            tile_body::<Ymm, MR, MR, PACKED_A>(kc, alpha, a, b, beta, c, rows, cols, prefetch)
+        }
     }
 
     /// [`Tile::pack_transposed`] by 8×8 blocks: 8 source columns are 8 contiguous loads, transposed in registers

@@ -5,7 +5,7 @@
 use std::arch::x86_64::*;
 
 use super::driver::Tile;
-use super::tile::{tile_body, Lanes};
+use super::tile::{tile_body, Lanes, Prefetch};
 use super::Strided;
 
 /// The AVX-512F tile.
@@ -28,15 +28,22 @@ impl Tile for Avx512 {
         c: Strided<*mut f32>,
         rows: usize,
         cols: usize,
+        prefetch: Prefetch,
     ) {
         // The last rows of a block on a tile of their height rather than on a whole one whose extra rows are
         // discarded: a 64-row product (W2's) is five tiles of 12 and one of 4, not six of 12.
         // SAFETY (each arm): forwarded contract, on this instruction set; rows ≤ the tile's height ≤ MR.
         unsafe {
             match rows {
-                0..=4 => tile_body::<Zmm, 4, MR, PACKED_A>(kc, alpha, a, b, beta, c, rows, cols),
-                5..=8 => tile_body::<Zmm, 8, MR, PACKED_A>(kc, alpha, a, b, beta, c, rows, cols),
-                _ => tile_body::<Zmm, MR, MR, PACKED_A>(kc, alpha, a, b, beta, c, rows, cols),
+                0..=4 => tile_body::<Zmm, 4, MR, PACKED_A>(
+                    kc, alpha, a, b, beta, c, rows, cols, prefetch,
+                ),
+                5..=8 => tile_body::<Zmm, 8, MR, PACKED_A>(
+                    kc, alpha, a, b, beta, c, rows, cols, prefetch,
+                ),
+                _ => tile_body::<Zmm, MR, MR, PACKED_A>(
+                    kc, alpha, a, b, beta, c, rows, cols, prefetch,
+                ),
             }
         }
     }

@@ -12,6 +12,7 @@
 //! column panels → row panels → the register tile. The block sizes come from the processor's cache sizes
 //! ([`Blocking`]).
 
+use super::tile::Prefetch;
 use super::Strided;
 use crate::cpu::processor::{Caches, Processor};
 use crate::cpu::scratch::{with_buffer, Buffer, GEMM_A, GEMM_B};
@@ -77,7 +78,8 @@ pub trait Tile {
 
     /// C[rows×cols] ← α·A·B + β·C over `kc` steps of an A panel (packed as `kc` steps of MR floats when
     /// `PACKED_A`, else MR rows of A read in place) and a row-contiguous B panel (packed, or B itself) whose
-    /// columns past `cols` are never read. β = 0 must not read C.
+    /// columns past `cols` are never read. β = 0 must not read C. `prefetch`'s lines are asked into L2 as the
+    /// tile goes.
     ///
     /// # Safety
     /// The CPU has the tile's instruction set; the panels hold what is described above; C's rows × cols are
@@ -92,6 +94,7 @@ pub trait Tile {
         c: Strided<*mut f32>,
         rows: usize,
         cols: usize,
+        prefetch: Prefetch,
     );
 
     /// Packs the whole register-transposable blocks of a `width`-column panel whose source has unit row stride
@@ -339,9 +342,9 @@ unsafe fn blocks<T: Tile>(
                         }
                     };
                     // A packed-at-load B is read from memory once per call: the next panel's block (a whole
-                    // panel further on), spread over this block's row tiles, is asked into L2 while they work.
-                    // W2's f32 MLP (64 rows, 100 MB of weights a call) ran 5 % faster with it on an Intel Xeon
-                    // (BENCHMARKS.md, twenty-eighth run).
+                    // panel further on), shared out between this block's row tiles, is asked into L2 while they
+                    // work. W2's f32 MLP (64 rows, 100 MB of weights a call) ran 5 % faster with it on an Intel
+                    // Xeon (BENCHMARKS.md, twenty-eighth run).
                     let next_panel = prepacked
                         .filter(|_| jr + T::NR < nc)
                         .map(|(_, depth)| panel.ptr.wrapping_add(depth * T::NR));
@@ -349,9 +352,9 @@ unsafe fn blocks<T: Tile>(
                     let tiles = mc.div_ceil(T::MR);
                     for ir in (0..mc).step_by(T::MR) {
                         let rows = T::MR.min(mc - ir);
-                        if let Some(next) = next_panel {
-                            super::prefetch_next_block(next.cast(), next_bytes, ir / T::MR, tiles);
-                        }
+                        let prefetch = next_panel.map_or(Prefetch::NONE, |next| {
+                            Prefetch::share(next.cast(), next_bytes, (ir / T::MR, tiles), kc)
+                        });
                         let tile = c
                             .ptr
                             .wrapping_offset((ic + ir) as isize * c.rs + (jc + jr) as isize * c.cs);
@@ -363,7 +366,7 @@ unsafe fn blocks<T: Tile>(
                             if direct_a && rows == T::MR {
                                 let a_panel = offset(a_block, ir, 0);
                                 T::tile::<false>(
-                                    kc, alpha, a_panel, panel, beta, c_tile, rows, cols,
+                                    kc, alpha, a_panel, panel, beta, c_tile, rows, cols, prefetch,
                                 );
                             } else {
                                 let a_panel = if direct_a {
@@ -378,7 +381,7 @@ unsafe fn blocks<T: Tile>(
                                     cs: T::MR as isize,
                                 };
                                 T::tile::<true>(
-                                    kc, alpha, a_panel, panel, beta, c_tile, rows, cols,
+                                    kc, alpha, a_panel, panel, beta, c_tile, rows, cols, prefetch,
                                 );
                             }
                         }
