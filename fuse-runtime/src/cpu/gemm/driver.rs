@@ -353,7 +353,7 @@ unsafe fn blocks<T: Tile>(
                     for ir in (0..mc).step_by(T::MR) {
                         let rows = T::MR.min(mc - ir);
                         let prefetch = next_panel.map_or(Prefetch::NONE, |next| {
-                            Prefetch::share(next.cast(), next_bytes, (ir / T::MR, tiles), kc)
+                            Prefetch::over_depth(next.cast(), next_bytes, (ir / T::MR, tiles), kc)
                         });
                         let tile = c
                             .ptr

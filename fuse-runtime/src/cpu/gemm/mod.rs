@@ -243,16 +243,10 @@ fn tile_rows<const MR: usize>(a: *const u8, a_rs: usize, rows: usize) -> [*const
 /// (BENCHMARKS.md, twenty-first run). A block of one row tile (a decoding step) asks for nothing: no later tile
 /// would give the lines time to arrive, the hardware's stream prefetcher already follows a lone tile, and asking
 /// made W5's int8 batch-1 step slower.
+/// The f32 tiles spread their share over their depth loop instead (`tile::Prefetch`).
 #[inline(always)]
 fn prefetch_next_block(next: *const u8, bytes: usize, tile: usize, tiles: usize) {
-    if tiles < 2 {
-        return;
-    }
-    let lines = bytes / 64;
-    let per_tile = lines.div_ceil(tiles.max(1));
-    for line in tile * per_tile..((tile + 1) * per_tile).min(lines) {
-        crate::cpu::rows::prefetch_l2(next.wrapping_add(line * 64));
-    }
+    tile::Prefetch::share(next, bytes, (tile, tiles), 1).issue();
 }
 
 /// Row `i` of A as a slice of `k` floats: in place when its elements are contiguous, else gathered into

@@ -48,27 +48,37 @@ impl Prefetch {
         per_chunk: 0,
     };
 
-    /// Tile `tile`'s share, of `tiles`, of the `bytes` from `block`, spread over the chunks of a depth loop of
-    /// `kc` steps; nothing for a block of one tile, which has no other tile's time to fetch in. Only ever a hint:
-    /// an address outside memory the process owns is asked for, not read.
-    pub fn share(block: *const u8, bytes: usize, (tile, tiles): (usize, usize), kc: usize) -> Self {
+    /// Tile `tile`'s share, of `tiles`, of the `bytes` from `block`, to ask for in `issues` (at least one) equal
+    /// parts; nothing for a block of one tile (see `super::prefetch_next_block`). Only ever a hint: an address
+    /// outside memory the process owns is asked for, not read.
+    pub fn share(
+        block: *const u8,
+        bytes: usize,
+        (tile, tiles): (usize, usize),
+        issues: usize,
+    ) -> Self {
         if tiles < 2 {
             return Prefetch::NONE;
         }
         let lines = bytes / 64;
-        let per_tile = lines.div_ceil(tiles.max(1));
+        let per_tile = lines.div_ceil(tiles);
         let first = (tile * per_tile).min(lines);
         let mine = per_tile.min(lines - first);
         Prefetch {
             next: block.wrapping_add(first * 64),
             lines: mine,
-            per_chunk: mine.div_ceil(kc.div_ceil(CHUNK)),
+            per_chunk: mine.div_ceil(issues.max(1)),
         }
     }
 
-    /// Asks for one chunk's lines.
+    /// The share for a tile over `kc` steps: one part per chunk of [`CHUNK`] steps.
+    pub fn over_depth(block: *const u8, bytes: usize, tiles: (usize, usize), kc: usize) -> Self {
+        Prefetch::share(block, bytes, tiles, kc.div_ceil(CHUNK))
+    }
+
+    /// Asks for the next part of the lines.
     #[inline(always)]
-    fn issue(&mut self) {
+    pub fn issue(&mut self) {
         let now = self.per_chunk.min(self.lines);
         for line in 0..now {
             crate::cpu::rows::prefetch_l2(self.next.wrapping_add(line * 64));
