@@ -76,6 +76,13 @@ impl Prefetch {
         Prefetch::share(block, bytes, tiles, kc.div_ceil(CHUNK))
     }
 
+    /// Asks for all the lines left, at once.
+    #[inline(always)]
+    pub fn issue_all(mut self) {
+        self.per_chunk = self.lines;
+        self.issue();
+    }
+
     /// Asks for the next part of the lines.
     #[inline(always)]
     pub fn issue(&mut self) {

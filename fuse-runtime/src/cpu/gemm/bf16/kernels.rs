@@ -1,6 +1,7 @@
 //! The bf16 driver and its register tiles. The driver ([`drive`]) is `#[inline(always)]` and instantiated inside
 //! one `#[target_feature]` function per kernel, so the rounding of A vectorises with the tile's instruction set.
 
+use super::super::tile::Prefetch;
 use super::{from_bf16, to_bf16, Bf16Kernel, NR};
 use crate::cpu::gemm::Strided;
 use crate::cpu::scratch::{with_buffer, BF16_OPERAND, GEMM_A, GEMM_B};
@@ -14,6 +15,9 @@ const A_BLOCK_BYTES: usize = 512 << 10;
 /// Depth pairs per depth block: a block of a panel (32 columns × 256 depths × 2 bytes, 16 KiB) stays in L1 while
 /// every row tile of the row block passes it; deeper products carry each tile's sums across blocks.
 const KC_PAIRS: usize = 128;
+
+/// Depth pairs per step of the AMX tile, each step asking for one part of the tile's share of the next block.
+const PREFETCH_STEP_PAIRS: usize = crate::cpu::amx::STEP;
 
 /// The panels a product reads (see [`super::Bf16B`] for their layout): a weight's, packed at load, or an operand's,
 /// packed per call ([`run_operands`]).
@@ -78,6 +82,28 @@ trait Tile {
         acc: &mut [f32; MAX_MR * NR],
         accumulate: bool,
     );
+
+    /// [`Tile::tile`], asking L2 for `prefetch`'s lines (of the block after this one): all at once before it, unless
+    /// the tile spreads them over its steps (the AMX tile does).
+    ///
+    /// # Safety
+    /// As [`Tile::tile`].
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    unsafe fn tile_prefetching(
+        a: *const u8,
+        a_rs: usize,
+        rows: usize,
+        b: *const u16,
+        pairs: usize,
+        acc: &mut [f32; MAX_MR * NR],
+        accumulate: bool,
+        prefetch: Prefetch,
+    ) {
+        prefetch.issue_all();
+        // SAFETY: forwarded.
+        unsafe { Self::tile(a, a_rs, rows, b, pairs, acc, accumulate) }
+    }
 
     /// Rounds row `x` into `out` (`out.len() / A_BYTES` elements, those past `x` zero).
     ///
@@ -327,11 +353,17 @@ unsafe fn row_block<T: Tile>(
             let count = KC_PAIRS.min(pairs - q0);
             let next = panel.wrapping_add((q0 + count) * NR * 2);
             for (t, ir) in (0..rows).step_by(T::MR).enumerate() {
-                super::super::prefetch_next_block(next.cast(), KC_PAIRS * NR * 2 * 2, t, tiles);
+                // This tile's share of the next block, in a part per step of the AMX tile.
+                let prefetch = Prefetch::share(
+                    next.cast(),
+                    KC_PAIRS * NR * 2 * 2,
+                    (t, tiles),
+                    count.div_ceil(PREFETCH_STEP_PAIRS),
+                );
                 // SAFETY: rows ir..ir + MR.min(rows − ir) of the block hold `pairs` rounded pairs,
                 // pairs q0..q0 + count of which are read; the panel holds `pairs` pairs.
                 unsafe {
-                    T::tile(
+                    T::tile_prefetching(
                         bytes[ir * stride + T::A_BYTES * 2 * q0..].as_ptr(),
                         stride,
                         T::MR.min(rows - ir),
@@ -339,6 +371,7 @@ unsafe fn row_block<T: Tile>(
                         count,
                         &mut all_sums[t],
                         q0 > 0,
+                        prefetch,
                     )
                 };
             }

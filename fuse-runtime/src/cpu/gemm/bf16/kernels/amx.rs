@@ -17,7 +17,7 @@
 use std::arch::asm;
 use std::arch::x86_64::*;
 
-use super::{row_block, Call, Tile, MAX_MR, NR};
+use super::{row_block, Call, Prefetch, Tile, MAX_MR, NR};
 use crate::cpu::amx::{Configured, PANEL_ROW_BYTES, ROWS, ROW_BYTES, STEP};
 
 /// One step of `tdpbf16ps`: A's `MR` rows of 64 bytes at `a` (stride `a_rs`) times 16 rows of a panel at `b`
@@ -146,11 +146,31 @@ impl<const MR: usize> Tile for Amx<MR> {
     unsafe fn tile(
         a: *const u8,
         a_rs: usize,
+        rows: usize,
+        b: *const u16,
+        pairs: usize,
+        acc: &mut [f32; MAX_MR * NR],
+        accumulate: bool,
+    ) {
+        // SAFETY: forwarded.
+        unsafe { Self::tile_prefetching(a, a_rs, rows, b, pairs, acc, accumulate, Prefetch::NONE) }
+    }
+
+    /// [`Tile::tile`] asking for one part of `prefetch`'s lines before each step: asked for all at once, as
+    /// they were, they held W2's 64-row products 16–26 % back (BENCHMARKS.md, twenty-ninth run).
+    ///
+    /// # Safety
+    /// As [`Amx::tile`].
+    #[target_feature(enable = "avx512f,avx512bf16,avx512vl,avx2,fma")]
+    unsafe fn tile_prefetching(
+        a: *const u8,
+        a_rs: usize,
         _rows: usize,
         b: *const u16,
         pairs: usize,
         acc: &mut [f32; MAX_MR * NR],
         accumulate: bool,
+        mut prefetch: Prefetch,
     ) {
         let sums = acc.as_mut_ptr() as *mut u8;
         let steps = pairs / STEP;
@@ -163,6 +183,7 @@ impl<const MR: usize> Tile for Amx<MR> {
                 zero();
             }
             for i in 0..steps {
+                prefetch.issue();
                 let b_step = (b as *const u8).add(i * STEP * PANEL_ROW_BYTES);
                 step::<MR>(a.add(i * ROW_BYTES), a_rs, b_step);
             }
