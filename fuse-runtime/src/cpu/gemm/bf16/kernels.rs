@@ -69,10 +69,14 @@ trait Tile {
     /// Bytes per element of rounded A: 2 (bf16, a pair read as one 4-byte lane), or 4 for a tile that reads A as
     /// f32 holding bf16 values.
     const A_BYTES: usize = 2;
+    /// Whether [`Tile::tile`] asks for its `prefetch` (its share of the next block) part by part as it goes;
+    /// otherwise the driver asks for all of it before the tile (the AMX tile spreads it).
+    const SPREADS_PREFETCH: bool = false;
 
     /// # Safety
     /// The CPU runs the tile's instruction set; `a` holds `rows` rows of `pairs` pairs (2 elements of `A_BYTES`
     /// bytes each) at stride `a_rs` bytes; `b` holds as many pairs of `NR · 2` bf16 values.
+    #[allow(clippy::too_many_arguments)]
     unsafe fn tile(
         a: *const u8,
         a_rs: usize,
@@ -81,29 +85,8 @@ trait Tile {
         pairs: usize,
         acc: &mut [f32; MAX_MR * NR],
         accumulate: bool,
-    );
-
-    /// [`Tile::tile`], asking L2 for `prefetch`'s lines (of the block after this one): all at once before it, unless
-    /// the tile spreads them over its steps (the AMX tile does).
-    ///
-    /// # Safety
-    /// As [`Tile::tile`].
-    #[allow(clippy::too_many_arguments)]
-    #[inline(always)]
-    unsafe fn tile_prefetching(
-        a: *const u8,
-        a_rs: usize,
-        rows: usize,
-        b: *const u16,
-        pairs: usize,
-        acc: &mut [f32; MAX_MR * NR],
-        accumulate: bool,
         prefetch: Prefetch,
-    ) {
-        prefetch.issue_all();
-        // SAFETY: forwarded.
-        unsafe { Self::tile(a, a_rs, rows, b, pairs, acc, accumulate) }
-    }
+    );
 
     /// Rounds row `x` into `out` (`out.len() / A_BYTES` elements, those past `x` zero).
     ///
@@ -360,10 +343,13 @@ unsafe fn row_block<T: Tile>(
                     (t, tiles),
                     count.div_ceil(PREFETCH_STEP_PAIRS),
                 );
+                if !T::SPREADS_PREFETCH {
+                    prefetch.issue_all();
+                }
                 // SAFETY: rows ir..ir + MR.min(rows − ir) of the block hold `pairs` rounded pairs,
                 // pairs q0..q0 + count of which are read; the panel holds `pairs` pairs.
                 unsafe {
-                    T::tile_prefetching(
+                    T::tile(
                         bytes[ir * stride + T::A_BYTES * 2 * q0..].as_ptr(),
                         stride,
                         T::MR.min(rows - ir),
@@ -395,6 +381,7 @@ impl Tile for Portable {
         pairs: usize,
         acc: &mut [f32; MAX_MR * NR],
         accumulate: bool,
+        _prefetch: Prefetch,
     ) {
         for r in 0..Self::MR {
             // SAFETY: row min(r, rows − 1) holds `pairs` pairs of bf16; b holds as many of NR · 2 (the trait's
@@ -427,7 +414,7 @@ impl Tile for Portable {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{drive, round_row_scalar, row_block, Call, Tile, MAX_MR, NR};
+    use super::{drive, round_row_scalar, row_block, Call, Prefetch, Tile, MAX_MR, NR};
 
     /// Row `r`'s pair `q` of bf16 values, as one i32 to broadcast.
     #[inline(always)]
@@ -538,6 +525,7 @@ mod x86 {
             pairs: usize,
             acc: &mut [f32; MAX_MR * NR],
             accumulate: bool,
+            _prefetch: Prefetch,
         ) {
             let p = crate::cpu::gemm::tile_rows::<MR>(a, a_rs, rows);
             // SAFETY: the loads stay inside the tile's rows and the panel (the trait's contract); bf16 vectors are
@@ -596,6 +584,7 @@ mod x86 {
             pairs: usize,
             acc: &mut [f32; MAX_MR * NR],
             accumulate: bool,
+            _prefetch: Prefetch,
         ) {
             let p = crate::cpu::gemm::tile_rows::<MR>(a, a_rs, rows);
             // SAFETY: as for `Avx512`.
@@ -656,6 +645,7 @@ mod x86 {
             pairs: usize,
             acc: &mut [f32; MAX_MR * NR],
             accumulate: bool,
+            _prefetch: Prefetch,
         ) {
             let p = crate::cpu::gemm::tile_rows::<MR>(a, a_rs, rows);
             // SAFETY: as for `Avx512`; A's cells are f32s.

@@ -123,6 +123,7 @@ pub struct Amx<const MR: usize>;
 
 impl<const MR: usize> Tile for Amx<MR> {
     const MR: usize = MR;
+    const SPREADS_PREFETCH: bool = true;
 
     row_block_here_on!(
         /// [`row_block`] with the tile registers configured for it, and released after.
@@ -139,30 +140,14 @@ impl<const MR: usize> Tile for Amx<MR> {
         unsafe { super::x86::round_bf16_avx512(x, out) }
     }
 
+    /// One part of `prefetch`'s lines is asked for before each step: asked for all at once before the tile, as
+    /// they were, they held W2's 64-row products back (18–48 % slower, BENCHMARKS.md, twenty-ninth run).
+    ///
     /// # Safety
     /// The trait's, except that rows `rows..MR` are read from the `MR` rows at `a` (inside the driver's row
     /// block: see the module documentation); the tile registers are configured as full tiles.
     #[target_feature(enable = "avx512f,avx512bf16,avx512vl,avx2,fma")]
     unsafe fn tile(
-        a: *const u8,
-        a_rs: usize,
-        rows: usize,
-        b: *const u16,
-        pairs: usize,
-        acc: &mut [f32; MAX_MR * NR],
-        accumulate: bool,
-    ) {
-        // SAFETY: forwarded.
-        unsafe { Self::tile_prefetching(a, a_rs, rows, b, pairs, acc, accumulate, Prefetch::NONE) }
-    }
-
-    /// [`Tile::tile`] asking for one part of `prefetch`'s lines before each step: asked for all at once, as
-    /// they were, they held W2's 64-row products 16–26 % back (BENCHMARKS.md, twenty-ninth run).
-    ///
-    /// # Safety
-    /// As [`Amx::tile`].
-    #[target_feature(enable = "avx512f,avx512bf16,avx512vl,avx2,fma")]
-    unsafe fn tile_prefetching(
         a: *const u8,
         a_rs: usize,
         _rows: usize,
