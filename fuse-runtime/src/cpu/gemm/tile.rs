@@ -29,10 +29,11 @@ pub trait Lanes {
     unsafe fn first(n: usize) -> Self::Mask;
 }
 
-/// Cache lines a tile asks into L2 while it works, a few per chunk of its depth loop: its share of the block
-/// of B that the next panel's tiles read first. Asked for in one burst before the tile started, as they were,
-/// the requests queued behind each other and held the tile's first steps up: W2's 64-row products, whose six
-/// tiles share a 72 KiB block, ran 13 % faster spread (BENCHMARKS.md, twenty-ninth run).
+/// Cache lines a tile asks into L2 while it works, in parts: its share of the block of B that the tiles read
+/// next. The f32 tile asks for a part after each chunk of its depth loop (bf16's AMX tile before each step; the
+/// other reduced-precision tiles all at once, before they start). Asked for in one burst before the f32 tile
+/// started, as they were, the requests queued behind each other and held the tile's first steps up: W2's 64-row
+/// products, whose six tiles share a 72 KiB block, ran 13 % faster spread (BENCHMARKS.md, twenty-ninth run).
 #[derive(Clone, Copy)]
 pub struct Prefetch {
     next: *const u8,
