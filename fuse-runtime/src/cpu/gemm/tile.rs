@@ -33,7 +33,7 @@ pub trait Lanes {
 /// next. The f32 tile asks for a part after each chunk of its depth loop (bf16's AMX tile before each step; the
 /// other reduced-precision tiles all at once, before they start). Asked for in one burst before the f32 tile
 /// started, as they were, the requests queued behind each other and held the tile's first steps up: W2's 64-row
-/// products, whose six tiles share a 72 KiB block, ran 13 % faster spread (BENCHMARKS.md, twenty-ninth run).
+/// products, whose six tiles share a 72 KiB block, ran 10–27 % faster spread (BENCHMARKS.md, twenty-ninth run).
 #[derive(Clone, Copy)]
 pub struct Prefetch {
     next: *const u8,

@@ -141,7 +141,7 @@ impl<const MR: usize> Tile for Amx<MR> {
     }
 
     /// One part of `prefetch`'s lines is asked for before each step: asked for all at once before the tile, as
-    /// they were, they held W2's 64-row products back (18–48 % slower, BENCHMARKS.md, twenty-ninth run).
+    /// they were, they held W2's 64-row products back (22–48 % faster spread, BENCHMARKS.md, twenty-ninth run).
     ///
     /// # Safety
     /// The trait's, except that rows `rows..MR` are read from the `MR` rows at `a` (inside the driver's row
