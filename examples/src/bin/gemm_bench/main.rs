@@ -6,11 +6,14 @@
 //! is what packing B costs per call. The int8 kernels come first (`int8`; `--int8` stops after them), then the
 //! bf16 ones (`bf16`; `--bf16` runs only them). `--attention` runs only attention kernels: an encoder layer's, and
 //! a decoding step's over a KV cache (`decode_attention`).
+//! Where the process may run AMX, the int8 part starts with what the AMX loop itself reaches on W2's middle block
+//! (`amx_ceiling`): the ceiling under the int8 kernel there.
 
 use fuse_examples::timing::{cpu_line, thread_seconds};
 use fuse_runtime::cpu::gemm::{sgemm_on, BView, Backend, PackedB, Strided};
 
 mod amx;
+mod amx_ceiling;
 mod bf16;
 mod decode_attention;
 mod fma_peak;
@@ -199,6 +202,9 @@ fn main() {
     let (amx_int8, amx_bf16) = amx::peaks();
     if let Some(gops) = amx_int8 {
         println!("one-thread AMX int8 (tdpbusd) peak: {gops:.0} GOP/s");
+        if !std::env::args().any(|a| a == "--bf16") {
+            amx_ceiling::report();
+        }
     }
     // Shares are of the AMX peak where the process may run AMX, else of the VNNI 256-bit peak where the CPU
     // has VNNI, else of the `vpmaddwd` one.
