@@ -11,7 +11,7 @@
 //! Next to it, the kernel itself on the same block as the model runs it ([`kernel_as_w2_runs_it`]): A quantised
 //! once for all of a product's column blocks, B a 4096-column pack whose column blocks follow each other, and
 //! nothing else running in between (the int8 table below interleaves every kernel, which leaves the AMX kernel
-//! well below this).
+//! well below this). x86-64 only, as AMX is.
 
 use fuse_runtime::cpu::gemm::int8::{Int8Kernel, QuantB};
 use fuse_runtime::cpu::gemm::{BView, Strided};
@@ -43,7 +43,6 @@ const READOUTS: [(Readout, &str); 3] = [
 
 /// Prints the three rates, and the kernel's, where the process may run AMX-INT8.
 pub fn report() {
-    #[cfg(target_arch = "x86_64")]
     if fuse_runtime::cpu::amx::features().int8 {
         x86::report();
         println!(
@@ -97,7 +96,6 @@ fn kernel_as_w2_runs_it() -> f64 {
     2.0 * (ROWS * DEPTH * COLS) as f64 / best / 1e9
 }
 
-#[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::asm;
     use std::arch::x86_64::*;
@@ -114,7 +112,7 @@ mod x86 {
     const PANEL_ROW: usize = 128;
     const PANEL_STEP: usize = 16 * PANEL_ROW;
 
-    /// A 64-byte aligned, zero-filled region of `bytes` bytes inside a vector that owns it.
+    /// A 64-byte aligned region of `bytes` bytes, byte i set to `fill(i)`, inside a vector that owns it.
     struct Aligned {
         store: Vec<u8>,
         start: usize,
@@ -136,7 +134,8 @@ mod x86 {
     }
 
     /// The operands of one run: A's quantised rows, B's ring of packed column blocks, two blocks of stored
-    /// sums, the row tiles' f32 sums, and one group's column sums, scales and zero points.
+    /// sums, the row tiles' f32 sums, and a panel's column sums (the dequantisation makes each row's scale and
+    /// zero point from the row and group instead of loading them).
     struct Operands {
         a: Aligned,
         b: Aligned,

@@ -13,6 +13,7 @@ use fuse_examples::timing::{cpu_line, thread_seconds};
 use fuse_runtime::cpu::gemm::{sgemm_on, BView, Backend, PackedB, Strided};
 
 mod amx;
+#[cfg(target_arch = "x86_64")]
 mod amx_ceiling;
 mod bf16;
 mod decode_attention;
@@ -202,6 +203,7 @@ fn main() {
     let (amx_int8, amx_bf16) = amx::peaks();
     if let Some(gops) = amx_int8 {
         println!("one-thread AMX int8 (tdpbusd) peak: {gops:.0} GOP/s");
+        #[cfg(target_arch = "x86_64")]
         if !std::env::args().any(|a| a == "--bf16") {
             amx_ceiling::report();
         }
