@@ -235,20 +235,6 @@ fn tile_rows<const MR: usize>(a: *const u8, a_rs: usize, rows: usize) -> [*const
     std::array::from_fn(|r| a.wrapping_add(r.min(rows - 1) * a_rs))
 }
 
-/// Asks L2 for row tile `tile`'s share (of `tiles`) of the `bytes` at `next`: the depth block of a packed panel
-/// that the tiles read after the current one. Packs lay each panel's depth blocks one after another and the
-/// panels likewise, so the next block is always the bytes that follow the current block. Spread over the tiles,
-/// the first tile of the next block finds its lines in L2 instead of waiting on L3 for each: W2's int8 middle
-/// layer (a 4 MiB block of B) went from 270–332 to 339–362 GOP/s per thread with both cores busy
-/// (BENCHMARKS.md, twenty-first run). A block of one row tile (a decoding step) asks for nothing: no later tile
-/// would give the lines time to arrive, the hardware's stream prefetcher already follows a lone tile, and asking
-/// made W5's int8 batch-1 step slower.
-/// The f32 tiles spread their share over their depth loop instead (`tile::Prefetch`).
-#[inline(always)]
-fn prefetch_next_block(next: *const u8, bytes: usize, tile: usize, tiles: usize) {
-    tile::Prefetch::share(next, bytes, (tile, tiles), 1).issue();
-}
-
 /// Row `i` of A as a slice of `k` floats: in place when its elements are contiguous, else gathered into
 /// `gather` (at least `k` floats). The drivers of the reduced-precision GEMMs round or quantise A row by row.
 ///

@@ -30,7 +30,14 @@ pub trait Lanes {
 }
 
 /// Cache lines a tile asks into L2 while it works, in parts: its share of the block of B that the tiles read
-/// next. The f32 tile asks for a part after each chunk of its depth loop (bf16's AMX tile before each step; the
+/// next. Packs lay each panel's depth blocks one after another and the panels likewise, so the next block is
+/// always the bytes that follow the current one. Shared out between a block's row tiles, the first tile of the
+/// next block finds its lines in L2 instead of waiting on L3 for each: W2's int8 middle layer (a 4 MiB block of
+/// B) went from 270–332 to 339–362 GOP/s per thread with both cores busy (BENCHMARKS.md, twenty-first run). A
+/// block of one row tile (a decoding step) asks for nothing: no later tile would give the lines time to arrive,
+/// the hardware's stream prefetcher already follows a lone tile, and asking made W5's int8 batch-1 step slower.
+///
+/// The f32 tile asks for a part after each chunk of its depth loop (bf16's AMX tile before each step; the
 /// other reduced-precision tiles all at once, before they start). Asked for in one burst before the f32 tile
 /// started, as they were, the requests queued behind each other and held the tile's first steps up: W2's 64-row
 /// products, whose six tiles share a 72 KiB block, ran 10–27 % faster spread (BENCHMARKS.md, twenty-ninth run).
@@ -50,7 +57,7 @@ impl Prefetch {
     };
 
     /// Tile `tile`'s share, of `tiles`, of the `bytes` from `block`, to ask for in `issues` (at least one) equal
-    /// parts; nothing for a block of one tile (see `super::prefetch_next_block`). Only ever a hint: an address
+    /// parts; nothing for a block of one tile (see above). Only ever a hint: an address
     /// outside memory the process owns is asked for, not read.
     pub fn share(
         block: *const u8,

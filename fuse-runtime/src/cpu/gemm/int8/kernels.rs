@@ -2,6 +2,7 @@
 //! one `#[target_feature]` function per kernel, so the quantisation of A and the dequantisation of C vectorise
 //! with the tile's instruction set.
 
+use super::super::tile::Prefetch;
 use super::quantize::quantize_row;
 use super::{Int8Kernel, QuantB, A_GROUP, NR};
 use crate::cpu::scratch::{with_buffer, GEMM_A, GEMM_B};
@@ -433,12 +434,15 @@ unsafe fn panels<T: Tile>(
             let next = panel.wrapping_add((q0 + count * GROUP_QUADS).min(quads) * NR * 4);
             for (t, ir) in (0..rows).step_by(T::MR).enumerate() {
                 let tr = T::MR.min(rows - ir);
-                super::super::prefetch_next_block(
+                // This tile's share of the next block, at once (spread over the tile, it measured within the
+                // noise).
+                Prefetch::share(
                     next.cast(),
                     KC_GROUPS * GROUP_QUADS * NR * 4,
-                    t,
-                    rows.div_ceil(T::MR),
-                );
+                    (t, rows.div_ceil(T::MR)),
+                    1,
+                )
+                .issue_all();
                 let block = Groups {
                     count,
                     last_quads: last_quads.min(GROUP_QUADS),
