@@ -49,7 +49,8 @@ impl Tile for Avx512 {
     }
 
     /// [`Tile::pack_transposed`] by 16×16 blocks: 16 source columns are 16 contiguous loads, transposed in
-    /// registers into 16 panel rows.
+    /// registers into 16 panel rows. A panel narrower than 16 (an A panel of the tile's 12 rows) is
+    /// [`pack_narrow`]'s.
     #[target_feature(enable = "avx512f")]
     unsafe fn pack_transposed(
         kc: usize,
@@ -58,6 +59,10 @@ impl Tile for Avx512 {
         m: Strided<*const f32>,
         panel: &mut [f32],
     ) -> (usize, usize) {
+        if width < 16 {
+            // SAFETY: forwarded contract.
+            return unsafe { pack_narrow(kc, cols, width, m, panel) };
+        }
         if !width.is_multiple_of(16) {
             return (0, 0);
         }
@@ -81,6 +86,40 @@ impl Tile for Avx512 {
 
 const MR: usize = 12;
 const NR: usize = 32;
+
+/// [`Tile::pack_transposed`] for a panel of `width` < 16 columns: each 16-step block of its `cols` source columns
+/// goes through a 16×16 transpose with the missing columns as zeros, and each of the 16 panel rows is stored
+/// under a mask of `width` lanes, its padding columns included. Packing A for the 12×32 tile element by element
+/// took 32 µs of a 410 µs W3 projection (256×384×384) on an Intel Xeon (BENCHMARKS.md, thirty-first run).
+#[target_feature(enable = "avx512f")]
+unsafe fn pack_narrow(
+    kc: usize,
+    cols: usize,
+    width: usize,
+    m: Strided<*const f32>,
+    panel: &mut [f32],
+) -> (usize, usize) {
+    let rows16 = kc / 16 * 16;
+    // SAFETY: width < 16 lanes.
+    let mask = unsafe { Zmm::first(width) };
+    for l0 in (0..rows16).step_by(16) {
+        // SAFETY: columns 0..cols hold rows l0..l0 + 16 (inside the block); the masked stores write panel rows
+        // l0..l0 + 16, columns 0..width, inside the panel's kc rows of `width`.
+        unsafe {
+            let columns = std::array::from_fn(|t| {
+                if t < cols {
+                    _mm512_loadu_ps(m.ptr.offset(t as isize * m.cs).add(l0))
+                } else {
+                    _mm512_setzero_ps()
+                }
+            });
+            for (t, row) in transpose16(columns).into_iter().enumerate() {
+                _mm512_mask_storeu_ps(panel.as_mut_ptr().add((l0 + t) * width), mask, row);
+            }
+        }
+    }
+    (rows16, cols)
+}
 
 /// The transpose of a 16×16 block held as 16 rows: unpack pairs of floats, then pairs of pairs, within each
 /// 128-bit lane (giving 4×4 transposes per lane), then regroup the lanes with two rounds of lane shuffles.
