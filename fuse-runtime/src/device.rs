@@ -44,13 +44,16 @@ use crate::error::{Error, Result};
 use crate::model::{CompiledModel, PlanMode};
 use crate::tensor::Tensor;
 
-/// How float tensors are stored on the GPU. Kernels compute in f32 either way; bf16 halves the bytes moved.
+/// How float tensors are stored on the GPU. Kernels compute in f32 either way; bf16 and f16 halve the bytes moved.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Precision {
     #[default]
     F32,
     /// JIT-compiled with NVRTC (the AOT fatbins are f32); inputs and outputs stay f32 on the host.
     Bf16,
+    /// IEEE half, JIT-compiled as bf16 is: 11 significant bits where bf16 keeps 8, so a half-precision checkpoint
+    /// is stored exactly, but its range ends at 65504, past which a stored value becomes ±∞ (bf16 has f32's range).
+    F16,
 }
 
 /// How a model is placed on a GPU: the storage precision, and which steps of the fallback chain to skip (the

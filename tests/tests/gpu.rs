@@ -15,13 +15,16 @@
 //! - op models: twice each op's CPU-against-f64 tolerance in `tests/ops.rs`, since both sides may err by that;
 //! - example models: 2e-4 + 2e-4 (f32 sums over up to 4096 terms in another order, cuBLAS or the tiled GEMM);
 //! - bf16 storage (fused plans): relative L2 error `‖gpu - cpu‖ / ‖cpu‖ ≤ 2e-2` (bf16 keeps 8 significant bits,
-//!   ~4e-3 per rounding, and every stored intermediate is rounded).
+//!   ~4e-3 per rounding, and every stored intermediate is rounded);
+//! - f16 storage (fused plans): the same error ≤ 2.5e-3, the bf16 bound scaled by f16's 8× finer rounding.
 
 use fuse_examples::models::llama::tiny::{TinyLlama, TinyLlamaCached};
 use fuse_examples::models::{
     chain::chain::Chain, encoder::encoder::EncoderLayer, minilm::minilm::MiniLm, mlp::mlp::Mlp,
 };
-use fuse_kernels::back::cuda::{launches, write_cuda, Grid, Role};
+use fuse_kernels::back::cuda::{
+    launches, write_cuda, write_cuda_with, Grid, Options, Role, StorageType,
+};
 use fuse_kernels::plan::{plan, Mode};
 use fuse_runtime::cuda::spec::{CudaProgram, EmbeddedCuda, GridSpec, LaunchRole};
 use fuse_runtime::{
@@ -31,6 +34,15 @@ use fuse_tests::harness::{assert_close, graph_of, to_ref};
 use fuse_tests::op_models::ops::*;
 
 const BF16_REL_L2: f64 = 2e-2;
+const F16_REL_L2: f64 = 2.5e-3;
+
+/// The relative L2 bound of half-precision storage (f32 has none: it is compared elementwise).
+fn half_bound(precision: Precision) -> f64 {
+    match precision {
+        Precision::F16 => F16_REL_L2,
+        _ => BF16_REL_L2,
+    }
+}
 
 /// The first GPU, or `None` after printing why the test is skipped.
 fn gpu() -> Option<Device> {
@@ -69,7 +81,7 @@ fn moved(model: &CompiledModel, device: &Device, options: GpuOptions) -> Compile
     let report = copy.device_report();
     eprintln!("{} ({options:?}):\n{report}", model.spec().name);
     // The path asked for is the path taken (the report says where each plan's code and GEMMs come from).
-    if options.jit || options.precision == Precision::Bf16 {
+    if options.jit || options.precision != Precision::F32 {
         assert!(!report.contains("AOT fatbin for"), "{report}");
     }
     assert_eq!(
@@ -107,8 +119,8 @@ fn rel_l2(got: &Tensor, want: &Tensor) -> f64 {
 }
 
 /// The GPU copies of one model, one per path: f32 storage with the default chain (the AOT fatbin when the
-/// model's crate built one, else NVRTC; cuBLAS), f32 through NVRTC with the generated GEMM, and bf16 storage
-/// (always NVRTC) with cuBLAS and with the generated GEMM.
+/// model's crate built one, else NVRTC; cuBLAS), f32 through NVRTC with the generated GEMM, and bf16 and f16
+/// storage (always NVRTC) with cuBLAS and with the generated GEMM.
 ///
 /// On the simulator the example models (hidden sizes 384 to 4096) leave out the generated GEMM: its 64×64 tiles
 /// are billions of interpreted instructions there; the op models run it, and the examples take NVRTC with cuBLAS
@@ -116,7 +128,8 @@ fn rel_l2(got: &Tensor, want: &Tensor) -> f64 {
 struct OnGpu {
     cpu: CompiledModel,
     f32: Vec<(&'static str, CompiledModel)>,
-    bf16: Vec<(&'static str, CompiledModel)>,
+    /// bf16 and f16 storage, with the relative L2 bound of each.
+    half: Vec<(&'static str, CompiledModel, f64)>,
 }
 
 impl OnGpu {
@@ -137,17 +150,21 @@ impl OnGpu {
             generated_gemm,
             ..f32
         };
-        let bf16 = GpuOptions {
-            precision: Precision::Bf16,
-            ..f32
-        };
-        let mut bf16_paths = vec![("bf16", moved(&cpu, device, bf16))];
-        if generated_gemm {
-            let generated = GpuOptions {
-                generated_gemm: true,
-                ..bf16
-            };
-            bf16_paths.push(("bf16 generated GEMM", moved(&cpu, device, generated)));
+        let mut half = Vec::new();
+        for (name, generated_name, precision) in [
+            ("bf16", "bf16 generated GEMM", Precision::Bf16),
+            ("f16", "f16 generated GEMM", Precision::F16),
+        ] {
+            let options = GpuOptions { precision, ..f32 };
+            let bound = half_bound(precision);
+            half.push((name, moved(&cpu, device, options), bound));
+            if generated_gemm {
+                let generated = GpuOptions {
+                    generated_gemm: true,
+                    ..options
+                };
+                half.push((generated_name, moved(&cpu, device, generated), bound));
+            }
         }
         let jit_name = if generated_gemm {
             "f32 NVRTC, generated GEMM"
@@ -159,7 +176,7 @@ impl OnGpu {
                 ("f32", moved(&cpu, device, f32)),
                 (jit_name, moved(&cpu, device, jit)),
             ],
-            bf16: bf16_paths,
+            half,
             cpu,
         }
     }
@@ -182,21 +199,27 @@ impl OnGpu {
                     }
                 }
             }
-            for (path, model) in &self.bf16 {
+            for (path, model, bound) in &self.half {
                 let got = model
                     .run(PlanMode::Fused, inputs)
                     .unwrap_or_else(|e| panic!("{what} {path} on the GPU: {e}"));
                 for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                     let err = rel_l2(g, w);
                     assert!(
-                        err <= BF16_REL_L2,
+                        err <= *bound,
                         "{what} {path} {call} output {i}: relative L2 error {err:.2e}"
                     );
                 }
             }
         }
         // The third call replayed a graph: capture must not have failed quietly.
-        for (path, model) in self.f32.iter().chain(&self.bf16) {
+        let half = self.half.iter().map(|(path, model, _)| (*path, model));
+        for (path, model) in self
+            .f32
+            .iter()
+            .map(|(path, model)| (*path, model))
+            .chain(half)
+        {
             let report = model.device_report();
             assert!(
                 !report.contains("capture failed"),
@@ -299,10 +322,15 @@ fn check_program(spec: &ModelSpec, mode: Mode, code: &CudaProgram) {
         code.source == write_cuda(&p, spec.name),
         "{what}: embedded source"
     );
-    assert!(
-        code.source_bf16.contains("FUSE_STORAGE_BF16"),
-        "{what}: bf16 source"
-    );
+    for (source, storage) in [
+        (code.source_bf16, StorageType::Bf16),
+        (code.source_f16, StorageType::F16),
+    ] {
+        assert!(
+            source == write_cuda_with(&p, spec.name, &Options { storage }),
+            "{what}: embedded {storage:?} source"
+        );
+    }
     assert_eq!(code.kernels.len(), p.kernels.len(), "{what}: kernel count");
     let want = launches(&p, spec.name);
     assert_eq!(code.launches.len(), want.len(), "{what}: launch count");
@@ -896,7 +924,14 @@ fn stale_kernels_are_refused() {
     let real = Mlp::spec();
     let code = real.cuda.expect("GPU code");
     let stale = |p: &EmbeddedCuda| {
-        EmbeddedCuda::new(p.plan_hash ^ 1, p.source, p.source_bf16, p.tables, None)
+        EmbeddedCuda::new(
+            p.plan_hash ^ 1,
+            p.source,
+            p.source_bf16,
+            p.source_f16,
+            p.tables,
+            None,
+        )
     };
     let cuda = Box::leak(Box::new(fuse_runtime::cuda::CudaSpec {
         fused: stale(&code.fused),
@@ -935,7 +970,14 @@ fn a_broken_generated_kernel_is_caught_on_the_simulator() {
             "the writer's elementwise loop changed"
         );
         let source = Box::leak(p.source.replacen(guard, off_by_one, 1).into_boxed_str());
-        EmbeddedCuda::new(p.plan_hash, source, p.source_bf16, p.tables, None)
+        EmbeddedCuda::new(
+            p.plan_hash,
+            source,
+            p.source_bf16,
+            p.source_f16,
+            p.tables,
+            None,
+        )
     };
     let cuda = Box::leak(Box::new(fuse_runtime::cuda::CudaSpec {
         fused: broken(&code.fused),
@@ -1025,6 +1067,14 @@ fn a_model_with_state_runs_on_the_gpu_across_calls() {
             },
             3e-2,
         ),
+        (
+            "f16",
+            GpuOptions {
+                precision: Precision::F16,
+                ..GpuOptions::default()
+            },
+            4e-3,
+        ),
     ] {
         let gpu = moved(&cpu, &device, options);
         let batch = 2;
@@ -1103,7 +1153,8 @@ fn a_model_with_state_runs_on_the_gpu_across_calls() {
 
 /// The tiny Llama with its KV cache decoding on the GPU: a left-padded batch of prompts prefilled into the
 /// session on the device, then one token per sequence per step (the CPU's greedy token, fed to both), every step's
-/// logits as the CPU's: within 2e-4 in f32, within bf16's relative L2 bound with bf16 storage (the cache too).
+/// logits as the CPU's: within 2e-4 in f32, within bf16's or f16's relative L2 bound with half storage (the cache
+/// too).
 /// Decodes three prompts for six calls (a prefill and five steps, each a new `past`) on the CPU and on `gpu`,
 /// comparing every step's logits; returns what the GPU's shape cache did.
 fn decode_on_gpu_and_cpu(cpu: &CompiledModel, device: &Device, options: GpuOptions) -> GpuShapes {
@@ -1126,9 +1177,10 @@ fn decode_on_gpu_and_cpu(cpu: &CompiledModel, device: &Device, options: GpuOptio
             );
             match options.precision {
                 Precision::F32 => assert_close(&what, &g, &to_ref(&w), 2e-4, 2e-4),
-                Precision::Bf16 => {
+                half => {
                     let err = rel_l2(&g, &w);
-                    assert!(err <= BF16_REL_L2, "{what}: relative L2 error {err:.2e}");
+                    let bound = half_bound(half);
+                    assert!(err <= bound, "{what}: relative L2 error {err:.2e}");
                 }
             }
         }
@@ -1146,8 +1198,8 @@ fn decode_on_gpu_and_cpu(cpu: &CompiledModel, device: &Device, options: GpuOptio
 fn cached_tiny_llama_decodes_on_the_gpu_as_on_the_cpu() {
     let Some(device) = gpu() else { return };
     let cpu = TinyLlamaCached::random(12).into_compiled();
-    let bf16 = GpuOptions {
-        precision: Precision::Bf16,
+    let half = |precision| GpuOptions {
+        precision,
         ..GpuOptions::default()
     };
     // The generated GEMM too: the head's product reads one row per sequence through a length-1 axis of stride 0,
@@ -1156,7 +1208,8 @@ fn cached_tiny_llama_decodes_on_the_gpu_as_on_the_cpu() {
         generated_gemm: true,
         ..GpuOptions::default()
     };
-    for options in [GpuOptions::default(), bf16, generated_gemm] {
+    let (bf16, f16) = (half(Precision::Bf16), half(Precision::F16));
+    for options in [GpuOptions::default(), bf16, f16, generated_gemm] {
         let held = decode_on_gpu_and_cpu(&cpu, &device, options);
         // Each call is a new shape, none called twice. The first step launches its kernels, the second makes the
         // graph the steps share, and every later one updates it to its own dims and buffers.

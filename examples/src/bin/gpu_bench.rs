@@ -76,11 +76,13 @@ fn bench(
         (PlanMode::Eager, Precision::F32) => "eager",
         (PlanMode::Fused, Precision::Bf16) => "fused bf16",
         (PlanMode::Eager, Precision::Bf16) => "eager bf16",
+        (PlanMode::Fused, Precision::F16) => "fused f16",
+        (PlanMode::Eager, Precision::F16) => "eager f16",
     };
-    // The report models f32 storage; bf16 moves half the bytes.
+    // The report models f32 storage; bf16 and f16 move half the bytes.
     let bytes = match precision {
         Precision::F32 => report.bytes_moved(),
-        Precision::Bf16 => report.bytes_moved() / 2,
+        Precision::Bf16 | Precision::F16 => report.bytes_moved() / 2,
     };
     row(what, plan, &t, bytes);
     Ok(t)
@@ -260,7 +262,7 @@ fn main() -> Res<()> {
 
     let inputs = minilm_inputs(32, 128)?;
     let refs: Vec<&Tensor> = inputs.iter().collect();
-    for precision in [Precision::F32, Precision::Bf16] {
+    for precision in [Precision::F32, Precision::Bf16, Precision::F16] {
         let m = minilm(0);
         let report = m.plan().at(&[32, 128]);
         bench(

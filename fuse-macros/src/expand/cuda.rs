@@ -34,9 +34,13 @@ fn program(plan: &Plan, model: &str, suffix: &str) -> TokenStream {
         storage: StorageType::Bf16,
     };
     let source_bf16 = cuda::write_cuda_with(plan, model, &bf16);
+    let f16 = Options {
+        storage: StorageType::F16,
+    };
+    let source_f16 = cuda::write_cuda_with(plan, model, &f16);
     let tables = fuse_tables::encode(&tables(plan, model));
     let aot = aot(model, suffix);
-    quote!(#rt::EmbeddedCuda::new(#hash, #source, #source_bf16, #tables, #aot))
+    quote!(#rt::EmbeddedCuda::new(#hash, #source, #source_bf16, #source_f16, #tables, #aot))
 }
 
 fn tables(plan: &Plan, model: &str) -> CudaTables {

@@ -1,10 +1,10 @@
-//! Device buffers in the storage type of the plan: float values as f32 or bf16 (converted on the host on the way
+//! Device buffers in the storage type of the plan: float values as f32, bf16 or f16 (converted on the host on the way
 //! in and out), ids as i64, the arena as bytes. Lengths are checked before every copy, since cudarc asserts them.
 
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DeviceRepr, DriverError, ValidAsZeroBits};
-use half::bf16;
+use half::{bf16, f16};
 
 use crate::device::Precision;
 use crate::error::{Error, Result};
@@ -13,6 +13,7 @@ use crate::tensor::{DType, Tensor};
 pub enum DeviceBuffer {
     F32(CudaSlice<f32>),
     Bf16(CudaSlice<bf16>),
+    F16(CudaSlice<f16>),
     I64(CudaSlice<i64>),
     Bytes(CudaSlice<u8>),
 }
@@ -61,7 +62,7 @@ impl DeviceBuffer {
             if zeroed {
                 stream.alloc_zeros(n)
             } else {
-                // SAFETY: f32, bf16 and i64 have no invalid bit patterns, and device memory is only ever read
+                // SAFETY: f32, bf16, f16 and i64 have no invalid bit patterns, and device memory is only ever read
                 // through copies and kernels, never as a Rust reference.
                 unsafe { stream.alloc(n) }
             }
@@ -73,6 +74,7 @@ impl DeviceBuffer {
             (DType::I64, _) => DeviceBuffer::I64(slice(stream, n, zeroed).map_err(alloc)?),
             (_, Precision::F32) => DeviceBuffer::F32(slice(stream, n, zeroed).map_err(alloc)?),
             (_, Precision::Bf16) => DeviceBuffer::Bf16(slice(stream, n, zeroed).map_err(alloc)?),
+            (_, Precision::F16) => DeviceBuffer::F16(slice(stream, n, zeroed).map_err(alloc)?),
         })
     }
 
@@ -98,6 +100,7 @@ impl DeviceBuffer {
         match self {
             DeviceBuffer::F32(s) => stream.memset_zeros(s).map_err(fill),
             DeviceBuffer::Bf16(s) => stream.memset_zeros(s).map_err(fill),
+            DeviceBuffer::F16(s) => stream.memset_zeros(s).map_err(fill),
             DeviceBuffer::I64(s) => stream.memset_zeros(s).map_err(fill),
             DeviceBuffer::Bytes(s) => stream.memset_zeros(s).map_err(fill),
         }
@@ -108,6 +111,7 @@ impl DeviceBuffer {
         match self {
             DeviceBuffer::F32(s) => s.device_ptr(stream).0,
             DeviceBuffer::Bf16(s) => s.device_ptr(stream).0,
+            DeviceBuffer::F16(s) => s.device_ptr(stream).0,
             DeviceBuffer::I64(s) => s.device_ptr(stream).0,
             DeviceBuffer::Bytes(s) => s.device_ptr(stream).0,
         }
@@ -117,6 +121,7 @@ impl DeviceBuffer {
         match self {
             DeviceBuffer::F32(s) => s.len(),
             DeviceBuffer::Bf16(s) => s.len(),
+            DeviceBuffer::F16(s) => s.len(),
             DeviceBuffer::I64(s) => s.len(),
             DeviceBuffer::Bytes(s) => s.len(),
         }
@@ -133,10 +138,8 @@ impl DeviceBuffer {
         let copy = |e| failed("copying to the GPU", e);
         match (self, t.as_f32(), t.as_i64()) {
             (DeviceBuffer::F32(d), Some(src), _) => stream.memcpy_htod(src, d).map_err(copy),
-            (DeviceBuffer::Bf16(d), Some(src), _) => {
-                let v: Vec<bf16> = src.iter().map(|&x| bf16::from_f32(x)).collect();
-                stream.memcpy_htod(&v, d).map_err(copy)
-            }
+            (DeviceBuffer::Bf16(d), Some(src), _) => upload_half(stream, src, d, bf16::from_f32),
+            (DeviceBuffer::F16(d), Some(src), _) => upload_half(stream, src, d, f16::from_f32),
             (DeviceBuffer::I64(d), _, Some(src)) => stream.memcpy_htod(src, d).map_err(copy),
             _ => Err(failed(
                 "uploading a tensor",
@@ -153,12 +156,10 @@ impl DeviceBuffer {
                 stream.memcpy_dtoh(s, out).map_err(copy)
             }
             DeviceBuffer::Bf16(s) if s.len() == out.len() => {
-                let mut v = vec![bf16::ZERO; s.len()];
-                stream.memcpy_dtoh(s, &mut v).map_err(copy)?;
-                for (o, x) in out.iter_mut().zip(v) {
-                    *o = x.to_f32();
-                }
-                Ok(())
+                download_half(stream, s, out, bf16::ZERO, bf16::to_f32)
+            }
+            DeviceBuffer::F16(s) if s.len() == out.len() => {
+                download_half(stream, s, out, f16::ZERO, f16::to_f32)
             }
             _ => Err(failed(
                 "downloading an output",
@@ -166,4 +167,35 @@ impl DeviceBuffer {
             )),
         }
     }
+}
+
+/// `src` rounded to a half type by `round` and copied into `d` (as long as `src` or longer).
+fn upload_half<T: DeviceRepr>(
+    stream: &Arc<CudaStream>,
+    src: &[f32],
+    d: &mut CudaSlice<T>,
+    round: fn(f32) -> T,
+) -> Result<()> {
+    let v: Vec<T> = src.iter().map(|&x| round(x)).collect();
+    stream
+        .memcpy_htod(&v, d)
+        .map_err(|e| failed("copying to the GPU", e))
+}
+
+/// `s` copied out and widened to f32 by `widen` into `out` (exactly its length).
+fn download_half<T: DeviceRepr + Copy>(
+    stream: &Arc<CudaStream>,
+    s: &CudaSlice<T>,
+    out: &mut [f32],
+    zero: T,
+    widen: fn(T) -> f32,
+) -> Result<()> {
+    let mut v = vec![zero; s.len()];
+    stream
+        .memcpy_dtoh(s, &mut v)
+        .map_err(|e| failed("copying from the GPU", e))?;
+    for (o, x) in out.iter_mut().zip(v) {
+        *o = widen(x);
+    }
+    Ok(())
 }

@@ -53,6 +53,7 @@ pub fn load(
     let sm = format!("{}{}", arch.0, arch.1);
     let why_not_aot = match (precision, &code.aot) {
         (Precision::Bf16, _) => "bf16 storage is compiled at run time only".to_string(),
+        (Precision::F16, _) => "f16 storage is compiled at run time only".to_string(),
         (Precision::F32, _) if options.jit => "NVRTC was requested".to_string(),
         (Precision::F32, None) => {
             "no AOT fatbin: the crate's build.rs does not run fuse_build::compile()".to_string()
@@ -92,6 +93,7 @@ pub fn load(
     let source = match precision {
         Precision::F32 => code.source,
         Precision::Bf16 => code.source_bf16,
+        Precision::F16 => code.source_f16,
     };
     let opts = CompileOptions {
         options: vec![format!("--gpu-architecture=compute_{sm}")],

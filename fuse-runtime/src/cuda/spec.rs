@@ -1,4 +1,4 @@
-//! What the macro embeds for the GPU: per plan, the CUDA source (f32 and bf16 storage), the launch table of
+//! What the macro embeds for the GPU: per plan, the CUDA source (f32, bf16 and f16 storage), the launch table of
 //! `fuse_kernels::back::cuda::launches`, the plan buffers behind each kernel's pointer parameters, the GEMM of
 //! each matmul kernel, and the AOT fatbin when the crate's `build.rs` ran `fuse_build::compile()`.
 //!
@@ -30,6 +30,8 @@ pub struct EmbeddedCuda {
     pub source: &'static str,
     /// The same kernels with bf16 storage (always JIT-compiled: `fuse_build` builds f32 only).
     pub source_bf16: &'static str,
+    /// The same kernels with f16 storage (JIT-compiled too).
+    pub source_f16: &'static str,
     /// `fuse_tables::encode` of the plan's `CudaTables`.
     pub tables: &'static str,
     /// nvcc's fatbin from `fuse_build`; `None` when the crate's build script did not run it.
@@ -42,6 +44,7 @@ impl EmbeddedCuda {
         plan_hash: u64,
         source: &'static str,
         source_bf16: &'static str,
+        source_f16: &'static str,
         tables: &'static str,
         aot: Option<AotCode>,
     ) -> Self {
@@ -49,6 +52,7 @@ impl EmbeddedCuda {
             plan_hash,
             source,
             source_bf16,
+            source_f16,
             tables,
             aot,
             decoded: OnceLock::new(),
@@ -63,6 +67,7 @@ impl EmbeddedCuda {
                 plan_hash: self.plan_hash,
                 source: self.source,
                 source_bf16: self.source_bf16,
+                source_f16: self.source_f16,
                 launches: tables.launches,
                 kernels: tables.kernels,
                 aot: self.aot,
@@ -83,6 +88,7 @@ pub struct CudaProgram {
     pub plan_hash: u64,
     pub source: &'static str,
     pub source_bf16: &'static str,
+    pub source_f16: &'static str,
     /// One entry per generated `__global__` function, in plan order.
     pub launches: Vec<CudaLaunch>,
     /// One entry per plan kernel.

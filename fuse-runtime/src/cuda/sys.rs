@@ -119,6 +119,7 @@ pub fn enqueue(stream: &CudaStream, blas: Option<&CudaBlas>, step: &Step) -> Res
             let (ty, size) = match g.precision {
                 Precision::F32 => (cublas_sys::cudaDataType::CUDA_R_32F, 4u64),
                 Precision::Bf16 => (cublas_sys::cudaDataType::CUDA_R_16BF, 2u64),
+                Precision::F16 => (cublas_sys::cudaDataType::CUDA_R_16F, 2u64),
             };
             let op = |t: bool| {
                 if t {
