@@ -52,7 +52,8 @@ pub enum Precision {
     /// JIT-compiled with NVRTC (the AOT fatbins are f32); inputs and outputs stay f32 on the host.
     Bf16,
     /// IEEE half, JIT-compiled as bf16 is: 11 significant bits where bf16 keeps 8, so a half-precision checkpoint
-    /// is stored exactly, but its range ends at 65504, past which a stored value becomes ±∞ (bf16 has f32's range).
+    /// is stored exactly, but its range ends at 65504 (bf16 has f32's): a weight, state or input past it is
+    /// refused ([`Error::OutsideStorageRange`]), and an intermediate result past it is stored as ±∞.
     F16,
 }
 

@@ -308,6 +308,13 @@ pub enum Error {
     #[error("CUDA error: {message}")]
     Cuda { message: String },
 
+    /// A finite value that the GPU's half-precision storage would hold as ±∞ (f16 ends at 65504).
+    #[error(
+        "{value}, in a weight, state or input copied to the GPU, is past the largest finite {storage}, so it would \
+         be stored as infinity; move the model with a wider Precision (Bf16 or F32)"
+    )]
+    OutsideStorageRange { value: f32, storage: &'static str },
+
     #[error(
         "the {plan} plan of `{model}` does not decode ({why}): the crate was built by a fuse-macros of another \
          version than this fuse-runtime"

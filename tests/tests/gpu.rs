@@ -951,6 +951,41 @@ fn stale_kernels_are_refused() {
     }
 }
 
+/// f16 storage ends at 65504: a weight or an input past it is refused with a typed error on its way to the device,
+/// never stored as infinity. bf16, with f32's range, takes the same weight.
+#[test]
+fn f16_storage_refuses_values_past_its_range() {
+    let Some(device) = gpu() else { return };
+    let spec = Mlp::spec();
+    let mut weights = Mlp::random(3).into_compiled().weights().unwrap().to_vec();
+    let mut first = weights[0].to_f32_vec();
+    first[7] = 1.0e5;
+    weights[0] = Tensor::from_f32(weights[0].shape(), first).unwrap();
+    let big = CompiledModel::from_weights(spec, weights).unwrap();
+    match big.to_device_with(device.clone(), Precision::F16) {
+        Err(Error::OutsideStorageRange { value, storage }) => {
+            assert_eq!((value, storage), (1.0e5, "f16"))
+        }
+        other => panic!("expected OutsideStorageRange, got {other:?}"),
+    }
+    big.to_device_with(device.clone(), Precision::Bf16)
+        .expect("bf16 holds 1e5");
+
+    let model = Mlp::random(3).into_compiled();
+    model
+        .to_device_with(device, Precision::F16)
+        .expect("weights in range");
+    let mut x = Tensor::randn(&[2, 1024], 1).to_f32_vec();
+    x[1500] = -7.0e4;
+    let x = Tensor::from_f32(&[2, 1024], x).unwrap();
+    match model.run(PlanMode::Fused, &[&x]) {
+        Err(Error::OutsideStorageRange { value, storage }) => {
+            assert_eq!((value, storage), (-7.0e4, "f16"))
+        }
+        other => panic!("expected OutsideStorageRange, got {other:?}"),
+    }
+}
+
 #[test]
 fn a_broken_generated_kernel_is_caught_on_the_simulator() {
     let Some(device) = gpu() else { return };

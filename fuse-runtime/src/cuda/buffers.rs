@@ -138,8 +138,12 @@ impl DeviceBuffer {
         let copy = |e| failed("copying to the GPU", e);
         match (self, t.as_f32(), t.as_i64()) {
             (DeviceBuffer::F32(d), Some(src), _) => stream.memcpy_htod(src, d).map_err(copy),
-            (DeviceBuffer::Bf16(d), Some(src), _) => upload_half(stream, src, d, bf16::from_f32),
-            (DeviceBuffer::F16(d), Some(src), _) => upload_half(stream, src, d, f16::from_f32),
+            (DeviceBuffer::Bf16(d), Some(src), _) => {
+                upload_half(stream, src, d, (bf16::from_f32, bf16::to_f32), "bf16")
+            }
+            (DeviceBuffer::F16(d), Some(src), _) => {
+                upload_half(stream, src, d, (f16::from_f32, f16::to_f32), "f16")
+            }
             (DeviceBuffer::I64(d), _, Some(src)) => stream.memcpy_htod(src, d).map_err(copy),
             _ => Err(failed(
                 "uploading a tensor",
@@ -169,14 +173,27 @@ impl DeviceBuffer {
     }
 }
 
-/// `src` rounded to a half type by `round` and copied into `d` (as long as `src` or longer).
-fn upload_half<T: DeviceRepr>(
+/// Rounding f32 to a half type, and widening it back.
+type Conversions<T> = (fn(f32) -> T, fn(T) -> f32);
+
+/// `src` rounded to a half type by `round` and copied into `d` (as long as `src` or longer);
+/// [`Error::OutsideStorageRange`] when a finite value would be stored as ±∞ (`widen` reads a rounded one back):
+/// every result it reached would be wrong, and nothing would say so.
+fn upload_half<T: DeviceRepr + Copy>(
     stream: &Arc<CudaStream>,
     src: &[f32],
     d: &mut CudaSlice<T>,
-    round: fn(f32) -> T,
+    (round, widen): Conversions<T>,
+    storage: &'static str,
 ) -> Result<()> {
     let v: Vec<T> = src.iter().map(|&x| round(x)).collect();
+    let overflow = src
+        .iter()
+        .zip(&v)
+        .find(|&(x, &h)| x.is_finite() && !widen(h).is_finite());
+    if let Some((&value, _)) = overflow {
+        return Err(Error::OutsideStorageRange { value, storage });
+    }
     stream
         .memcpy_htod(&v, d)
         .map_err(|e| failed("copying to the GPU", e))

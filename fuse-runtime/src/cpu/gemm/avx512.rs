@@ -90,7 +90,8 @@ const NR: usize = 32;
 /// [`Tile::pack_transposed`] for a panel of `width` < 16 columns: each 16-step block of its `cols` source columns
 /// goes through a 16×16 transpose with the missing columns as zeros, and each of the 16 panel rows is stored
 /// under a mask of `width` lanes, its padding columns included. Packing A for the 12×32 tile element by element
-/// took 32 µs of a 410 µs W3 projection (256×384×384) on an Intel Xeon (BENCHMARKS.md, thirty-first run).
+/// took 32 µs of a 410 µs W3 projection (256×384×384) on an Intel Xeon, and 15 µs this way (BENCHMARKS.md,
+/// thirty-first run).
 #[target_feature(enable = "avx512f")]
 unsafe fn pack_narrow(
     kc: usize,
