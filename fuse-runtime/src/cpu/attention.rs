@@ -497,7 +497,7 @@ mod tests {
     }
 
     impl RowTask for ScaledSoftmax {
-        fn run(&self, _: usize, rows: &mut [f32]) {
+        fn run<A: crate::cpu::math::Arith>(&self, _: usize, rows: &mut [f32]) {
             for row in rows.chunks_exact_mut(self.n) {
                 row.iter_mut().for_each(|x| *x *= self.scale);
                 softmax_in_place(row);

@@ -8,7 +8,8 @@
 //! Rules kept throughout:
 //! - no `f32::round`, `f32::floor` or `mul_add`: on the baseline x86-64 target these lower to library calls
 //!   (there is no SSE2 instruction for them), which would stop vectorisation. Rounding uses the 1.5·2²³ trick.
-//!   The one exception, [`exp_fused`], is for callers that dispatch to an FMA copy themselves (the softmax).
+//!   The exception is the `_in` forms over [`Fused`] (and [`exp_fused`]), for callers that dispatch to an FMA
+//!   copy themselves: the softmax, and every generated kernel's task through `par::simd_run`.
 //! - integer arithmetic on bit patterns is `wrapping_*`, so debug builds have no overflow-check branches.
 //! - clamping goes through `clamp_nan`, which keeps NaN (`f32::max`/`min` would turn NaN into a bound).
 //!
@@ -25,6 +26,36 @@ const ROUND_MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23
 /// ln 2 split in two: `LN2_HI` has few enough bits that `n * LN2_HI` is exact for |n| < 2⁸.
 const LN2_HI: f32 = 0.693_359_4;
 const LN2_LO: f32 = -2.121_944_4e-4;
+
+/// How the polynomials' multiply-adds are computed. The `_in` forms of the functions below take it as a type
+/// parameter; the plain forms are [`Plain`]. `par::simd_run` runs a generated kernel's task with [`Fused`] in its
+/// AVX-512 and AVX2+FMA copies and [`Plain`] in the portable one: the erf GELU over 393k floats took 141–154 µs
+/// plain and 101–105 µs fused on an Intel Xeon with AVX-512 (BENCHMARKS.md, thirty-first run).
+pub trait Arith {
+    /// a·b + c.
+    fn mad(a: f32, b: f32, c: f32) -> f32;
+}
+
+/// A multiply, then an add: the only vectorisable choice on the baseline target.
+pub struct Plain;
+
+/// One rounding (`mul_add`): a `vfmadd` where the caller is compiled with FMA, a library call elsewhere (correct
+/// but not vectorised), so only for callers that dispatch to an FMA copy.
+pub struct Fused;
+
+impl Arith for Plain {
+    #[inline(always)]
+    fn mad(a: f32, b: f32, c: f32) -> f32 {
+        a * b + c
+    }
+}
+
+impl Arith for Fused {
+    #[inline(always)]
+    fn mad(a: f32, b: f32, c: f32) -> f32 {
+        a.mul_add(b, c)
+    }
+}
 
 /// `x` limited to `[lo, hi]`, with NaN passed through.
 #[inline(always)]
@@ -47,7 +78,7 @@ fn pow2i(n: i32) -> f32 {
 /// x > 88.73 gives +∞, NaN gives NaN.
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
-    exp_with(x, |a, b, c| a * b + c)
+    exp_in::<Plain>(x)
 }
 
 /// [`exp`] with its multiply-adds fused: as accurate, in fewer instructions where the caller is compiled with FMA
@@ -55,12 +86,13 @@ pub fn exp(x: f32) -> f32 {
 /// stops vectorisation (the rule above).
 #[inline(always)]
 pub fn exp_fused(x: f32) -> f32 {
-    exp_with(x, f32::mul_add)
+    exp_in::<Fused>(x)
 }
 
-/// [`exp`] with `mad(a, b, c)` standing for `a·b + c`.
+/// [`exp`] with its multiply-adds as `A` computes them.
 #[inline(always)]
-fn exp_with(x: f32, mad: impl Fn(f32, f32, f32) -> f32) -> f32 {
+pub fn exp_in<A: Arith>(x: f32) -> f32 {
+    let mad = A::mad;
     // Beyond these bounds the result is 0 or ∞ anyway; clamping keeps n small enough for the bit tricks.
     let x = clamp_nan(x, -104.0, 89.0);
     let t = mad(x, LOG2_E, ROUND_MAGIC);
@@ -128,17 +160,23 @@ pub fn log(x: f32) -> f32 {
 /// is well conditioned. Past 7.9, tanh is within 3e-7 of ±1 and the result is exactly ±1.
 #[inline(always)]
 pub fn tanh(x: f32) -> f32 {
+    tanh_in::<Plain>(x)
+}
+
+/// [`tanh`] with its multiply-adds as `A` computes them.
+#[inline(always)]
+pub fn tanh_in<A: Arith>(x: f32) -> f32 {
     let s = x * x;
     let p = 1.525_968_2e-8;
-    let p = p * s + 2.190_341_7e-5;
-    let p = p * s + 3.571_695_9e-3;
-    let p = p * s + 1.344_445_2e-1;
-    let p = p * s + 1.0;
+    let p = A::mad(p, s, 2.190_341_7e-5);
+    let p = A::mad(p, s, 3.571_695_9e-3);
+    let p = A::mad(p, s, 1.344_445_2e-1);
+    let p = A::mad(p, s, 1.0);
     let q = 8.530_548e-7;
-    let q = q * s + 3.411_743e-4;
-    let q = q * s + 2.616_441_2e-2;
-    let q = q * s + 4.677_777_3e-1;
-    let q = q * s + 1.0;
+    let q = A::mad(q, s, 3.411_743e-4);
+    let q = A::mad(q, s, 2.616_441_2e-2);
+    let q = A::mad(q, s, 4.677_777_3e-1);
+    let q = A::mad(q, s, 1.0);
     // A select, not a clamp of x, so that huge inputs (whose s overflows) never reach the result and NaN falls
     // through to `x * p / q`.
     if x.abs() >= 7.9 {
@@ -157,19 +195,25 @@ pub fn tanh(x: f32) -> f32 {
 /// what f32 models tolerate.
 #[inline(always)]
 pub fn erf(x: f32) -> f32 {
+    erf_in::<Plain>(x)
+}
+
+/// [`erf`] with its multiply-adds as `A` computes them.
+#[inline(always)]
+pub fn erf_in<A: Arith>(x: f32) -> f32 {
     let s = x * x;
     let p = 1.992_146e-8;
-    let p = p * s - 1.994_306_3e-6;
-    let p = p * s + 1.489_877e-4;
-    let p = p * s + 3.972_922e-3;
-    let p = p * s + 5.139_735_7e-2;
-    let p = p * s + 2.061_148_6e-1;
-    let p = p * s + 1.128_378_7;
+    let p = A::mad(p, s, -1.994_306_3e-6);
+    let p = A::mad(p, s, 1.489_877e-4);
+    let p = A::mad(p, s, 3.972_922e-3);
+    let p = A::mad(p, s, 5.139_735_7e-2);
+    let p = A::mad(p, s, 2.061_148_6e-1);
+    let p = A::mad(p, s, 1.128_378_7);
     let q = 1.024_132e-3;
-    let q = q * s + 1.488_927_2e-2;
-    let q = q * s + 1.175_648_2e-1;
-    let q = q * s + 5.159_933e-1;
-    let q = q * s + 1.0;
+    let q = A::mad(q, s, 1.488_927_2e-2);
+    let q = A::mad(q, s, 1.175_648_2e-1);
+    let q = A::mad(q, s, 5.159_933e-1);
+    let q = A::mad(q, s, 1.0);
     if x.abs() >= 3.92 {
         1.0f32.copysign(x)
     } else {
@@ -180,26 +224,50 @@ pub fn erf(x: f32) -> f32 {
 /// Logistic function 1 / (1 + e⁻ˣ).
 #[inline(always)]
 pub fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + exp(-x))
+    sigmoid_in::<Plain>(x)
+}
+
+/// [`sigmoid`] with its multiply-adds as `A` computes them.
+#[inline(always)]
+pub fn sigmoid_in<A: Arith>(x: f32) -> f32 {
+    1.0 / (1.0 + exp_in::<A>(-x))
 }
 
 /// GELU, exact (erf) form: x·Φ(x).
 #[inline(always)]
 pub fn gelu(x: f32) -> f32 {
-    0.5 * x * (1.0 + erf(x * FRAC_1_SQRT_2))
+    gelu_in::<Plain>(x)
+}
+
+/// [`gelu`] with its multiply-adds as `A` computes them.
+#[inline(always)]
+pub fn gelu_in<A: Arith>(x: f32) -> f32 {
+    0.5 * x * (1.0 + erf_in::<A>(x * FRAC_1_SQRT_2))
 }
 
 /// GELU, tanh approximation (as in GPT-2 and PyTorch's `approximate="tanh"`).
 #[inline(always)]
 pub fn gelu_tanh(x: f32) -> f32 {
+    gelu_tanh_in::<Plain>(x)
+}
+
+/// [`gelu_tanh`] with its multiply-adds as `A` computes them.
+#[inline(always)]
+pub fn gelu_tanh_in<A: Arith>(x: f32) -> f32 {
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    0.5 * x * (1.0 + tanh(SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)))
+    0.5 * x * (1.0 + tanh_in::<A>(SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)))
 }
 
 /// SiLU (swish): x·sigmoid(x).
 #[inline(always)]
 pub fn silu(x: f32) -> f32 {
-    x / (1.0 + exp(-x))
+    silu_in::<Plain>(x)
+}
+
+/// [`silu`] with its multiply-adds as `A` computes them.
+#[inline(always)]
+pub fn silu_in<A: Arith>(x: f32) -> f32 {
+    x / (1.0 + exp_in::<A>(-x))
 }
 
 /// 1/√x (a real square root and division: `sqrtps`/`divps` vectorise and are exact enough for normalisation).

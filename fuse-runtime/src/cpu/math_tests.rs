@@ -147,78 +147,108 @@ fn log_accuracy() {
     assert!(log(f32::NAN).is_nan());
 }
 
+/// A function's plain form and its form with fused multiply-adds (`Fused` runs the library's `fmaf` here, which
+/// rounds as `vfmadd` does, so this covers the FMA copies of `par::simd_run` too).
+type Forms = [(&'static str, fn(f32) -> f32); 2];
+
 #[test]
 fn tanh_accuracy() {
-    check(
-        "tanh",
-        worst(linear(-10.0, 10.0, 500_000), tanh, f64::tanh, abs_err),
-        5e-7,
-    );
-    check(
-        "tanh all f32",
-        worst(all_finite(500_000), tanh, f64::tanh, abs_err),
-        5e-7,
-    );
-    assert_eq!(tanh(f32::INFINITY), 1.0);
-    assert_eq!(tanh(f32::NEG_INFINITY), -1.0);
-    assert!(tanh(f32::NAN).is_nan());
+    let forms: Forms = [("tanh", tanh), ("tanh fused", tanh_in::<Fused>)];
+    for (name, f) in forms {
+        check(
+            name,
+            worst(linear(-10.0, 10.0, 500_000), f, f64::tanh, abs_err),
+            5e-7,
+        );
+        check(
+            &format!("{name}, all f32"),
+            worst(all_finite(500_000), f, f64::tanh, abs_err),
+            5e-7,
+        );
+        assert_eq!(f(f32::INFINITY), 1.0);
+        assert_eq!(f(f32::NEG_INFINITY), -1.0);
+        assert!(f(f32::NAN).is_nan());
+    }
 }
 
 #[test]
 fn erf_accuracy() {
-    check(
-        "erf",
-        worst(linear(-5.0, 5.0, 500_000), erf, libm::erf, abs_err),
-        5e-7,
-    );
-    check(
-        "erf all f32",
-        worst(all_finite(500_000), erf, libm::erf, abs_err),
-        5e-7,
-    );
-    assert_eq!(erf(0.0), 0.0);
-    assert_eq!(erf(f32::INFINITY), 1.0);
-    assert_eq!(erf(f32::NEG_INFINITY), -1.0);
-    assert!(erf(f32::NAN).is_nan());
+    let forms: Forms = [("erf", erf), ("erf fused", erf_in::<Fused>)];
+    for (name, f) in forms {
+        check(
+            name,
+            worst(linear(-5.0, 5.0, 500_000), f, libm::erf, abs_err),
+            5e-7,
+        );
+        check(
+            &format!("{name}, all f32"),
+            worst(all_finite(500_000), f, libm::erf, abs_err),
+            5e-7,
+        );
+        assert_eq!(f(0.0), 0.0);
+        assert_eq!(f(f32::INFINITY), 1.0);
+        assert_eq!(f(f32::NEG_INFINITY), -1.0);
+        assert!(f(f32::NAN).is_nan());
+    }
 }
 
 #[test]
 fn activations_accuracy() {
     let sig = |x: f64| 1.0 / (1.0 + (-x).exp());
-    check(
-        "sigmoid",
-        worst(linear(-30.0, 30.0, 300_000), sigmoid, sig, abs_err),
-        4e-7,
-    );
-    check(
-        "silu",
-        worst(
-            linear(-30.0, 30.0, 300_000),
-            silu,
-            |x| x * sig(x),
-            mixed_err,
-        ),
-        5e-7,
-    );
-    check(
-        "gelu (abs, scaled by max(1, |x|))",
-        input_scaled(gelu, gelu_ref),
-        3e-7,
-    );
-    check(
-        "gelu x >= -3",
-        worst(linear(-3.0, 12.0, 300_000), gelu, gelu_ref, mixed_err),
-        5e-7,
-    );
     let gelu_tanh_ref = |x: f64| {
         let k = (2.0 / std::f64::consts::PI).sqrt();
         0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh())
     };
-    check(
-        "gelu_tanh (abs, scaled by max(1, |x|))",
-        input_scaled(gelu_tanh, gelu_tanh_ref),
-        3e-7,
-    );
+    let plain = [sigmoid, silu, gelu, gelu_tanh];
+    let fused = [
+        sigmoid_in::<Fused>,
+        silu_in::<Fused>,
+        gelu_in::<Fused>,
+        gelu_tanh_in::<Fused>,
+    ];
+    for (form, [sigmoid, silu, gelu, gelu_tanh]) in [("", plain), (" fused", fused)] {
+        check(
+            &format!("sigmoid{form}"),
+            worst(linear(-30.0, 30.0, 300_000), sigmoid, sig, abs_err),
+            4e-7,
+        );
+        check(
+            &format!("silu{form}"),
+            worst(
+                linear(-30.0, 30.0, 300_000),
+                silu,
+                |x| x * sig(x),
+                mixed_err,
+            ),
+            5e-7,
+        );
+        check(
+            &format!("gelu{form} (abs, scaled by max(1, |x|))"),
+            input_scaled(gelu, gelu_ref),
+            3e-7,
+        );
+        check(
+            &format!("gelu{form}, x >= -3"),
+            worst(linear(-3.0, 12.0, 300_000), gelu, gelu_ref, mixed_err),
+            5e-7,
+        );
+        check(
+            &format!("gelu_tanh{form} (abs, scaled by max(1, |x|))"),
+            input_scaled(gelu_tanh, gelu_tanh_ref),
+            3e-7,
+        );
+        for f in [sigmoid, silu, gelu, gelu_tanh] {
+            assert!(f(f32::NAN).is_nan());
+        }
+        for f in [silu, gelu, gelu_tanh] {
+            assert_eq!(f(0.0), 0.0);
+        }
+        assert_eq!(sigmoid(0.0), 0.5);
+        assert_eq!(sigmoid(f32::INFINITY), 1.0);
+        assert_eq!(sigmoid(f32::NEG_INFINITY), 0.0);
+        assert_eq!(gelu(-20.0), 0.0);
+        assert_eq!(gelu(20.0), 20.0);
+    }
     check(
         "rsqrt",
         worst(
@@ -229,17 +259,6 @@ fn activations_accuracy() {
         ),
         2.5e-7,
     );
-    for f in [sigmoid, silu, gelu, gelu_tanh] {
-        assert!(f(f32::NAN).is_nan());
-    }
-    for f in [silu, gelu, gelu_tanh] {
-        assert_eq!(f(0.0), 0.0);
-    }
-    assert_eq!(sigmoid(0.0), 0.5);
-    assert_eq!(sigmoid(f32::INFINITY), 1.0);
-    assert_eq!(sigmoid(f32::NEG_INFINITY), 0.0);
-    assert_eq!(gelu(-20.0), 0.0);
-    assert_eq!(gelu(20.0), 20.0);
 }
 
 /// A loop compiled with AVX2/FMA enabled must compute what the baseline build computes (no contraction into

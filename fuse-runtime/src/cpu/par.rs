@@ -4,16 +4,17 @@
 use rayon::prelude::*;
 
 use super::gemm::{sgemm, BView, Backend, Strided, WeightPack, GEMV_MAX_ROWS};
-use super::math::{dispatch_avx2, dispatch_avx512};
+use super::math::{dispatch_avx2, dispatch_avx512, Arith, Plain};
 use super::scratch;
 
 /// Below this many elements a kernel runs on the calling thread: rayon's hand-off costs more than it saves.
 const PARALLEL_MIN_ELEMENTS: usize = 1 << 15;
 
-/// A kernel's per-row work: `run(first_row, rows)` fills whole output rows. Generated kernels implement it with an
-/// `#[inline(always)]` `run`, so each `#[target_feature]` copy below gets its own vectorised instance of the body.
+/// A kernel's per-row work: `run(first_row, rows)` fills whole output rows, its transcendentals' multiply-adds as
+/// `A` computes them (`math::Arith`). Generated kernels implement it with an `#[inline(always)]` `run`, so each
+/// `#[target_feature]` copy below gets its own vectorised instance of the body.
 pub trait RowTask {
-    fn run(&self, first_row: usize, rows: &mut [f32]);
+    fn run<A: Arith>(&self, first_row: usize, rows: &mut [f32]);
 }
 
 /// Adapts a closure (for drivers whose per-row work is a plain copy, not worth a vectorised copy of its own).
@@ -21,7 +22,7 @@ pub struct FnTask<F>(pub F);
 
 impl<F: Fn(usize, &mut [f32])> RowTask for FnTask<F> {
     #[inline(always)]
-    fn run(&self, first_row: usize, rows: &mut [f32]) {
+    fn run<A: Arith>(&self, first_row: usize, rows: &mut [f32]) {
         (self.0)(first_row, rows)
     }
 }
@@ -41,18 +42,18 @@ impl<T: RowTask + Sync> SimdTask for T {
     }
 }
 
-/// Runs `task` compiled for the widest vector unit this CPU has.
+/// Runs `task` compiled for the widest vector unit this CPU has, with fused multiply-adds where that unit has them.
 #[inline(always)]
 pub fn simd_run<T: RowTask>(task: &T, first_row: usize, rows: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
         #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
         unsafe fn avx512<T: RowTask>(task: &T, first_row: usize, rows: &mut [f32]) {
-            task.run(first_row, rows)
+            task.run::<crate::cpu::math::Fused>(first_row, rows)
         }
         #[target_feature(enable = "avx2,fma")]
         unsafe fn avx2<T: RowTask>(task: &T, first_row: usize, rows: &mut [f32]) {
-            task.run(first_row, rows)
+            task.run::<crate::cpu::math::Fused>(first_row, rows)
         }
         if dispatch_avx512() {
             // SAFETY: the CPU supports every feature `avx512` is compiled for.
@@ -63,7 +64,7 @@ pub fn simd_run<T: RowTask>(task: &T, first_row: usize, rows: &mut [f32]) {
             return unsafe { avx2(task, first_row, rows) };
         }
     }
-    task.run(first_row, rows)
+    task.run::<Plain>(first_row, rows)
 }
 
 /// Runs `f` on a worker of the pool, the calling thread waiting for it once, when the caller is not a worker
@@ -652,7 +653,7 @@ mod tests {
     struct PlusOne;
 
     impl RowTask for PlusOne {
-        fn run(&self, _: usize, rows: &mut [f32]) {
+        fn run<A: Arith>(&self, _: usize, rows: &mut [f32]) {
             rows.iter_mut().for_each(|v| *v += 1.0);
         }
     }

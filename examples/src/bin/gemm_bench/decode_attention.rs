@@ -3,6 +3,7 @@
 //! as a decoder's attention kernel calls it. Single thread (`RAYON_NUM_THREADS=1` keeps the heads on it); µs per
 //! call, and for the decoding steps the keys and values read per call over that time, GB/s.
 
+use fuse_runtime::__private::math::Arith;
 use fuse_runtime::__private::rows::softmax_in_place;
 use fuse_runtime::__private::{
     attention, AttentionSpec, Operand, Placement, Products, Query, RowTask,
@@ -26,7 +27,7 @@ struct Unchanged;
 
 impl RowTask for Unchanged {
     #[inline(always)]
-    fn run(&self, _: usize, _: &mut [f32]) {}
+    fn run<A: Arith>(&self, _: usize, _: &mut [f32]) {}
 }
 
 struct Softmax {
@@ -37,7 +38,7 @@ impl RowTask for Softmax {
     // Inlined into the vector-width dispatch, and a `for` loop, as the generated tasks are: `for_each` went
     // through an `Iterator::fold` that was not inlined, so the softmax ran with SSE only.
     #[inline(always)]
-    fn run(&self, _: usize, rows: &mut [f32]) {
+    fn run<A: Arith>(&self, _: usize, rows: &mut [f32]) {
         for row in rows.chunks_exact_mut(self.n) {
             softmax_in_place(row);
         }

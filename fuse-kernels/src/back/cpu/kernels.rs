@@ -86,7 +86,7 @@ pub(super) fn task(fields: &[(Ident, TokenStream)], body: TokenStream) -> TokenS
         }
         impl #rt::RowTask for Task<'_> {
             #[inline(always)]
-            fn run(&self, row0: usize, chunk: &mut [f32]) {
+            fn run<A: #rt::math::Arith>(&self, row0: usize, chunk: &mut [f32]) {
                 let Task { #(#names,)* .. } = *self;
                 #body
             }
