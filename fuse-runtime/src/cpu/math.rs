@@ -8,7 +8,7 @@
 //! Rules kept throughout:
 //! - no `f32::round`, `f32::floor` or `mul_add`: on the baseline x86-64 target these lower to library calls
 //!   (there is no SSE2 instruction for them), which would stop vectorisation. Rounding uses the 1.5·2²³ trick.
-//!   The exception is the `_in` forms over [`Fused`] (and [`exp_fused`]), for callers that dispatch to an FMA
+//!   The exception is the `_in` forms over [`Fused`], for callers that dispatch to an FMA
 //!   copy themselves: the softmax, and every generated kernel's task through `par::simd_run`.
 //! - integer arithmetic on bit patterns is `wrapping_*`, so debug builds have no overflow-check branches.
 //! - clamping goes through `clamp_nan`, which keeps NaN (`f32::max`/`min` would turn NaN into a bound).
@@ -79,14 +79,6 @@ fn pow2i(n: i32) -> f32 {
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
     exp_in::<Plain>(x)
-}
-
-/// [`exp`] with its multiply-adds fused: as accurate, in fewer instructions where the caller is compiled with FMA
-/// enabled (`vfmadd`). Only for such callers: elsewhere each `mul_add` is a library call, which is correct but
-/// stops vectorisation (the rule above).
-#[inline(always)]
-pub fn exp_fused(x: f32) -> f32 {
-    exp_in::<Fused>(x)
 }
 
 /// [`exp`] with its multiply-adds as `A` computes them.

@@ -89,11 +89,14 @@ fn gelu_ref(x: f64) -> f64 {
     0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2))
 }
 
+/// A function's plain form and its form with fused multiply-adds (`Fused` runs the library's `fmaf` here, which
+/// rounds as `vfmadd` does, so this covers the FMA copies of `par::simd_run` and the softmax's too).
+type Forms = [(&'static str, fn(f32) -> f32); 2];
+
 #[test]
 fn exp_accuracy() {
-    // `exp_fused` runs the library's `fmaf` here; the softmax's FMA copy runs `vfmadd`, which rounds the same
-    // (once per fused multiply-add), so this covers that copy too.
-    for (name, f) in [("exp", exp as fn(f32) -> f32), ("exp_fused", exp_fused)] {
+    let forms: Forms = [("exp", exp), ("exp fused", exp_in::<Fused>)];
+    for (name, f) in forms {
         check(
             name,
             worst(linear(-87.0, 88.0, 1_000_000), f, f64::exp, rel_err),
@@ -146,10 +149,6 @@ fn log_accuracy() {
     assert!(log(-1.0).is_nan());
     assert!(log(f32::NAN).is_nan());
 }
-
-/// A function's plain form and its form with fused multiply-adds (`Fused` runs the library's `fmaf` here, which
-/// rounds as `vfmadd` does, so this covers the FMA copies of `par::simd_run` too).
-type Forms = [(&'static str, fn(f32) -> f32); 2];
 
 #[test]
 fn tanh_accuracy() {

@@ -119,8 +119,8 @@ pub fn softmax_in_place(row: &mut [f32]) {
 }
 
 /// Replaces each x of the row by eˣ⁻ˢʰⁱᶠᵗ and returns their sum. This is the softmax's costly pass, so where the
-/// CPU has FMA it runs [`math::exp_fused`]: one instruction per multiply-add of the polynomial instead of
-/// [`math::exp`]'s two. The caller is usually compiled for FMA already but cannot say so to an inlined function,
+/// CPU has FMA it runs [`math::exp_in`] over [`math::Fused`]: one instruction per multiply-add of the polynomial
+/// instead of [`math::exp`]'s two. The caller is usually compiled for FMA already but cannot say so to an inlined function,
 /// hence the check here: one cached load per row.
 #[inline(always)]
 fn exp_shifted(row: &mut [f32], shift: f32) -> f32 {
@@ -128,11 +128,11 @@ fn exp_shifted(row: &mut [f32], shift: f32) -> f32 {
     {
         #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
         fn avx512(row: &mut [f32], shift: f32) -> f32 {
-            exp_shifted_with(row, shift, math::exp_fused)
+            exp_shifted_in::<math::Fused>(row, shift)
         }
         #[target_feature(enable = "avx2,fma")]
         fn avx2(row: &mut [f32], shift: f32) -> f32 {
-            exp_shifted_with(row, shift, math::exp_fused)
+            exp_shifted_in::<math::Fused>(row, shift)
         }
         if math::dispatch_avx512() {
             // SAFETY: the CPU has every feature `avx512` is compiled for.
@@ -143,11 +143,12 @@ fn exp_shifted(row: &mut [f32], shift: f32) -> f32 {
             return unsafe { avx2(row, shift) };
         }
     }
-    exp_shifted_with(row, shift, math::exp)
+    exp_shifted_in::<math::Plain>(row, shift)
 }
 
 #[inline(always)]
-fn exp_shifted_with(row: &mut [f32], shift: f32, exp: impl Fn(f32) -> f32) -> f32 {
+fn exp_shifted_in<A: math::Arith>(row: &mut [f32], shift: f32) -> f32 {
+    let exp = math::exp_in::<A>;
     let mut acc = [0.0f32; LANES];
     let mut chunks = row.chunks_exact_mut(LANES);
     for chunk in &mut chunks {
@@ -280,7 +281,7 @@ mod tests {
                 .iter()
                 .map(|v| (v - f64::from(shift)).exp())
                 .collect();
-            let plain = |r: &mut [f32]| exp_shifted_with(r, shift, math::exp);
+            let plain = |r: &mut [f32]| exp_shifted_in::<math::Plain>(r, shift);
             let dispatched = |r: &mut [f32]| exp_shifted(r, shift);
             for (path, pass) in [
                 ("plain", &plain as &dyn Fn(&mut [f32]) -> f32),

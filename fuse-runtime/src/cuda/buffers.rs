@@ -139,10 +139,10 @@ impl DeviceBuffer {
         match (self, t.as_f32(), t.as_i64()) {
             (DeviceBuffer::F32(d), Some(src), _) => stream.memcpy_htod(src, d).map_err(copy),
             (DeviceBuffer::Bf16(d), Some(src), _) => {
-                upload_half(stream, src, d, (bf16::from_f32, bf16::to_f32), "bf16")
+                stream.memcpy_htod(&rounded(src, BF16)?, d).map_err(copy)
             }
             (DeviceBuffer::F16(d), Some(src), _) => {
-                upload_half(stream, src, d, (f16::from_f32, f16::to_f32), "f16")
+                stream.memcpy_htod(&rounded(src, F16)?, d).map_err(copy)
             }
             (DeviceBuffer::I64(d), _, Some(src)) => stream.memcpy_htod(src, d).map_err(copy),
             _ => Err(failed(
@@ -159,12 +159,8 @@ impl DeviceBuffer {
             DeviceBuffer::F32(s) if s.len() == out.len() => {
                 stream.memcpy_dtoh(s, out).map_err(copy)
             }
-            DeviceBuffer::Bf16(s) if s.len() == out.len() => {
-                download_half(stream, s, out, bf16::ZERO, bf16::to_f32)
-            }
-            DeviceBuffer::F16(s) if s.len() == out.len() => {
-                download_half(stream, s, out, f16::ZERO, f16::to_f32)
-            }
+            DeviceBuffer::Bf16(s) if s.len() == out.len() => download_half(stream, s, out, BF16),
+            DeviceBuffer::F16(s) if s.len() == out.len() => download_half(stream, s, out, F16),
             _ => Err(failed(
                 "downloading an output",
                 format!("buffer of {} elements for {} values", self.len(), out.len()),
@@ -173,41 +169,34 @@ impl DeviceBuffer {
     }
 }
 
-/// Rounding f32 to a half type, and widening it back.
-type Conversions<T> = (fn(f32) -> T, fn(T) -> f32);
+/// A half type's name, its rounding from f32, and its widening back.
+type Half<T> = (&'static str, fn(f32) -> T, fn(T) -> f32);
 
-/// `src` rounded to a half type by `round` and copied into `d` (as long as `src` or longer);
-/// [`Error::OutsideStorageRange`] when a finite value would be stored as ±∞ (`widen` reads a rounded one back):
-/// every result it reached would be wrong, and nothing would say so.
-fn upload_half<T: DeviceRepr + Copy>(
-    stream: &Arc<CudaStream>,
-    src: &[f32],
-    d: &mut CudaSlice<T>,
-    (round, widen): Conversions<T>,
-    storage: &'static str,
-) -> Result<()> {
+const BF16: Half<bf16> = ("bf16", bf16::from_f32, bf16::to_f32);
+const F16: Half<f16> = ("f16", f16::from_f32, f16::to_f32);
+
+/// `src` rounded to the half type; [`Error::OutsideStorageRange`] when a finite value would be stored as ±∞ (read
+/// back through the widening): every result it reached would be wrong, and nothing would say so.
+fn rounded<T: Copy>(src: &[f32], (storage, round, widen): Half<T>) -> Result<Vec<T>> {
     let v: Vec<T> = src.iter().map(|&x| round(x)).collect();
     let overflow = src
         .iter()
         .zip(&v)
         .find(|&(x, &h)| x.is_finite() && !widen(h).is_finite());
-    if let Some((&value, _)) = overflow {
-        return Err(Error::OutsideStorageRange { value, storage });
+    match overflow {
+        Some((&value, _)) => Err(Error::OutsideStorageRange { value, storage }),
+        None => Ok(v),
     }
-    stream
-        .memcpy_htod(&v, d)
-        .map_err(|e| failed("copying to the GPU", e))
 }
 
-/// `s` copied out and widened to f32 by `widen` into `out` (exactly its length).
-fn download_half<T: DeviceRepr + Copy>(
+/// `s` copied out and widened to f32 into `out` (exactly its length).
+fn download_half<T: DeviceRepr + Copy + Default>(
     stream: &Arc<CudaStream>,
     s: &CudaSlice<T>,
     out: &mut [f32],
-    zero: T,
-    widen: fn(T) -> f32,
+    (_, _, widen): Half<T>,
 ) -> Result<()> {
-    let mut v = vec![zero; s.len()];
+    let mut v = vec![T::default(); s.len()];
     stream
         .memcpy_dtoh(s, &mut v)
         .map_err(|e| failed("copying from the GPU", e))?;
