@@ -116,6 +116,63 @@ fn exp_accuracy() {
     }
 }
 
+/// `exp_zmm` (the softmax's AVX-512 exp) takes `exp_in::<Fused>`'s values wherever those are normal floats, and
+/// its special cases; below the normal range it rounds once, to the subnormal nearest its polynomial's value.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn exp_zmm_matches_the_fused_form() {
+    #[target_feature(enable = "avx512f")]
+    fn lanes(xs: &[f32]) -> [f32; 16] {
+        use std::arch::x86_64::*;
+        let mut out = [0.0; 16];
+        // SAFETY: 16 floats each side; the caller checked AVX-512F.
+        unsafe { _mm512_storeu_ps(out.as_mut_ptr(), exp_zmm(_mm512_loadu_ps(xs.as_ptr()))) };
+        out
+    }
+    if !dispatch_avx512() {
+        eprintln!("no AVX-512 on this CPU; skipped");
+        return;
+    }
+    let special = [
+        f32::NEG_INFINITY,
+        f32::INFINITY,
+        f32::NAN,
+        -f32::MAX,
+        -1e7,
+        -200.0,
+        -100.0,
+        0.0,
+        88.7,
+        89.0,
+        1e7,
+        f32::MAX,
+    ];
+    let xs: Vec<f32> = linear(-105.0, 90.0, 1_000_000).chain(special).collect();
+    for chunk in xs.chunks(16) {
+        let mut padded = [0.0; 16];
+        padded[..chunk.len()].copy_from_slice(chunk);
+        // SAFETY: dispatch_avx512 confirmed AVX-512F.
+        let got = unsafe { lanes(&padded) };
+        for (&x, &g) in chunk.iter().zip(&got) {
+            let want = exp_in::<Fused>(x);
+            if want.is_nan() {
+                assert!(g.is_nan(), "x = {x:e}: {g:e}");
+            } else if want == 0.0 || want.is_infinite() || want >= f32::MIN_POSITIVE {
+                assert_eq!(g.to_bits(), want.to_bits(), "x = {x:e}: {g:e} vs {want:e}");
+            } else {
+                let exact = f64::from(x).exp();
+                // Half a step of the subnormal grid, plus exp's relative error before that rounding.
+                let least = 1.401_298_464e-45;
+                let ulps = (f64::from(g) - exact).abs() / least;
+                assert!(
+                    ulps <= 0.5 + 4e-7 * exact / least,
+                    "x = {x:e}: {g:e} vs {exact:e}, {ulps} of the least subnormal; fused {want:e}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn log_accuracy() {
     check(

@@ -120,15 +120,43 @@ pub fn softmax_in_place(row: &mut [f32]) {
 
 /// Replaces each x of the row by eˣ⁻ˢʰⁱᶠᵗ and returns their sum. This is the softmax's costly pass, so where the
 /// CPU has FMA it runs [`math::exp_in`] over [`math::Fused`]: one instruction per multiply-add of the polynomial
-/// instead of [`math::exp`]'s two. The caller is usually compiled for FMA already but cannot say so to an inlined function,
-/// hence the check here: one cached load per row.
+/// instead of [`math::exp`]'s two; with AVX-512, [`math::exp_zmm`], which also scales in one instruction. The
+/// caller is usually compiled for FMA already but cannot say so to an inlined function, hence the check here: one
+/// cached load per row.
 #[inline(always)]
 fn exp_shifted(row: &mut [f32], shift: f32) -> f32 {
     #[cfg(target_arch = "x86_64")]
     {
         #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
         fn avx512(row: &mut [f32], shift: f32) -> f32 {
-            exp_shifted_in::<math::Fused>(row, shift)
+            use std::arch::x86_64::*;
+            // As `exp_shifted_in`, 16 lanes a step with `math::exp_zmm`: the same lanes take the same values, so
+            // the sum is reduced in the same order.
+            let shift = _mm512_set1_ps(shift);
+            let mut acc = _mm512_setzero_ps();
+            let mut chunks = row.chunks_exact_mut(LANES);
+            // SAFETY (both): the CPU has AVX-512F; each access is inside its chunk (the tail's under its mask).
+            for chunk in &mut chunks {
+                unsafe {
+                    let e = math::exp_zmm(_mm512_sub_ps(_mm512_loadu_ps(chunk.as_ptr()), shift));
+                    _mm512_storeu_ps(chunk.as_mut_ptr(), e);
+                    acc = _mm512_add_ps(acc, e);
+                }
+            }
+            let tail = chunks.into_remainder();
+            if !tail.is_empty() {
+                let mask = (1u16 << tail.len()) - 1;
+                unsafe {
+                    let x = _mm512_maskz_loadu_ps(mask, tail.as_ptr());
+                    let e = math::exp_zmm(_mm512_sub_ps(x, shift));
+                    _mm512_mask_storeu_ps(tail.as_mut_ptr(), mask, e);
+                    acc = _mm512_mask_add_ps(acc, mask, acc, e);
+                }
+            }
+            let mut lanes = [0.0f32; LANES];
+            // SAFETY: 16 floats.
+            unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), acc) };
+            reduce_sum(lanes)
         }
         #[target_feature(enable = "avx2,fma")]
         fn avx2(row: &mut [f32], shift: f32) -> f32 {
