@@ -115,8 +115,9 @@ pub fn exp_in<A: Arith>(x: f32) -> f32 {
 }
 
 /// [`exp_in::<Fused>`] on 16 lanes, scaling by 2ⁿ with one `vscalefps` instead of building two powers of two
-/// from integer bits (eight vector operations): the softmax's exp pass, which is a third of an encoder's
-/// attention, took 24 vector operations per 16 floats and takes 16 (BENCHMARKS.md, thirty-second run).
+/// from integer bits (eight vector operations). The softmax's exp pass, a quarter of an encoder's
+/// attention, took 25 vector operations per 16 floats (its running sum's included) and takes 17; the softmax
+/// alone took 18 % less (BENCHMARKS.md, thirty-second run).
 /// The same values as `exp_in::<Fused>` wherever the result is a normal float; below that `vscalefps` rounds
 /// once where the two factors rounded twice. NaN stays NaN (`vmaxps` and `vminps` return their second operand
 /// when either is NaN).
