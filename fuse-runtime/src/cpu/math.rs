@@ -9,7 +9,8 @@
 //! - no `f32::round`, `f32::floor` or `mul_add`: on the baseline x86-64 target these lower to library calls
 //!   (there is no SSE2 instruction for them), which would stop vectorisation. Rounding uses the 1.5·2²³ trick.
 //!   The exception is the `_in` forms over [`Fused`], for callers that dispatch to an FMA
-//!   copy themselves: the softmax, and every generated kernel's task through `par::simd_run`.
+//!   copy themselves: the softmax, and every generated kernel's task through `par::simd_run`. [`exp_zmm`] is
+//!   written with AVX-512 intrinsics for the one caller that loops over vectors itself, the softmax's exp pass.
 //! - integer arithmetic on bit patterns is `wrapping_*`, so debug builds have no overflow-check branches.
 //! - clamping goes through `clamp_nan`, which keeps NaN (`f32::max`/`min` would turn NaN into a bound).
 //!
