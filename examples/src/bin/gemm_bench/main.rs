@@ -3,11 +3,13 @@
 //! `cargo run --release -p fuse-examples --bin gemm_bench`; best of interleaved rounds, GFLOP/s, and for fuse's
 //! tiles the share of this core's FMA peak for their vector width, measured first by [`fma_peak`]. Each of fuse's
 //! tiles also runs with B packed beforehand ("packed B", as a model packs its weights at load): the difference
-//! is what packing B costs per call. The int8 kernels come first (`int8`; `--int8` stops after them), then the
-//! bf16 ones (`bf16`; `--bf16` runs only them). `--attention` runs only attention kernels: an encoder layer's, and
-//! a decoding step's over a KV cache (`decode_attention`).
+//! is what packing B costs per call (`--f32` runs only that table, after the FMA peaks). The int8 kernels come
+//! first (`int8`; `--int8` stops after them), then the bf16 ones (`bf16`; `--bf16` runs only them).
+//! `--attention` runs only attention kernels: an encoder layer's, and a decoding step's over a KV cache
+//! (`decode_attention`).
 //! Where the process may run AMX, the int8 part starts with what the AMX loop itself reaches on W2's middle block
-//! (`amx_ceiling`): the ceiling under the int8 kernel there.
+//! (`amx_ceiling`): the ceiling under the int8 kernel there. `--bandwidth` prints only the read bandwidth over
+//! working sets from 1 MiB to 1 GiB on the pool's threads (`bandwidth`): where a model's weights are read from.
 
 use fuse_examples::timing::{cpu_line, thread_seconds};
 use fuse_runtime::cpu::gemm::{sgemm_on, BView, Backend, PackedB, Strided};
@@ -15,6 +17,7 @@ use fuse_runtime::cpu::gemm::{sgemm_on, BView, Backend, PackedB, Strided};
 mod amx;
 #[cfg(target_arch = "x86_64")]
 mod amx_ceiling;
+mod bandwidth;
 mod bf16;
 mod decode_attention;
 mod fma_peak;
@@ -188,6 +191,12 @@ fn best_per_kernel<K: Copy>(kernels: &[K], flops: f64, mut run: impl FnMut(K)) -
 
 fn main() {
     println!("cpu: {}", cpu_line());
+    if std::env::args().any(|a| a == "--f32") {
+        return f32_report();
+    }
+    if std::env::args().any(|a| a == "--bandwidth") {
+        return bandwidth::report();
+    }
     if std::env::args().any(|a| a == "--attention") {
         decode_attention::encoder_report();
         return decode_attention::report();
@@ -235,6 +244,12 @@ fn main() {
     if only("--bf16") {
         return;
     }
+    f32_report();
+}
+
+/// The FMA peaks, then the f32 table: `matrixmultiply` and fuse's tiles on every shape, with B packed per call and
+/// beforehand.
+fn f32_report() {
     let peaks = fma_peak::measure();
     for (backend, gflops) in &peaks {
         println!("one-thread FMA peak, {backend:?} vectors: {gflops:.1} GFLOP/s");
