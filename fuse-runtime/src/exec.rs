@@ -672,10 +672,35 @@ impl Executor {
         self.program
     }
 
-    /// Makes sure a call with `dims` finds an arena in the pool, allocating (and page-faulting) it now.
+    /// Makes sure a call with `dims` finds an arena in the pool, allocating (and page-faulting) it now, and that the
+    /// calling thread holds the scratch its int8 products quantise their rows into.
     pub fn reserve(&self, dims: &[usize]) -> Result<()> {
         let (_, bytes) = self.program.layout(dims)?;
-        self.pool.reserve(bytes)
+        self.pool.reserve(bytes)?;
+        self.reserve_int8_rows(dims);
+        Ok(())
+    }
+
+    /// The calling thread's scratch for the int8 products that, at `dims`, quantise A's rows once for all their
+    /// column blocks ([`crate::cpu::par::reserve_int8_rows`]). A product's rows are its output's elements over its
+    /// columns: the rows of every batch, as the GEMM folds them.
+    fn reserve_int8_rows(&self, dims: &[usize]) {
+        for entry in self.program.packed_b.iter().filter(|e| !e.gather) {
+            let Some(WeightPack::Int8(pack)) =
+                self.packs.get(entry.kernel).and_then(|p| p.as_deref())
+            else {
+                continue;
+            };
+            let output = self
+                .program
+                .kernels
+                .get(entry.kernel)
+                .and_then(|k| k.buffers.first());
+            let Some(spec) = output.and_then(|&b| self.program.buffers.get(b)) else {
+                continue;
+            };
+            crate::cpu::par::reserve_int8_rows(pack, spec.numel.eval(dims) / entry.n.max(1));
+        }
     }
 
     /// Releases the idle arenas; returns the bytes released.

@@ -212,6 +212,34 @@ fn int8_layer_matches_the_quantised_f64_forward_on_every_gemm_path() {
     matches_reference(CpuPrecision::Int8, quantised_product, 2e-3);
 }
 
+/// `reserve` prepares an int8 model's call on the calling thread: the product that splits its columns between
+/// threads (the first, at batch 70) quantises its rows into the scratch `reserve` gave, and allocates none.
+#[test]
+fn reserve_gives_an_int8_call_the_scratch_it_quantises_rows_into() {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .unwrap();
+    pool.install(|| {
+        let model = Layer::from_weights(weights(3))
+            .unwrap()
+            .with_cpu_precision(CpuPrecision::Int8)
+            .unwrap();
+        let held = || {
+            fuse_runtime::cpu::scratch::INT8_ROWS.with(|c| (c.borrow().as_ptr(), c.borrow().len()))
+        };
+        assert_eq!(held().1, 0, "a fresh pool's thread holds no rows yet");
+        model.compiled().reserve(&[("batch", 70)]).unwrap();
+        let reserved = held();
+        assert!(reserved.1 > 0);
+        let x = Tensor::randn(&[70, D], 2);
+        let want = model.forward_eager(&x).unwrap().to_f32_vec();
+        assert_eq!(held(), reserved);
+        assert_eq!(model.forward(&x).unwrap().to_f32_vec(), want);
+        assert_eq!(held(), reserved);
+    });
+}
+
 #[test]
 fn bf16_layer_matches_the_rounded_f64_forward_on_every_gemm_path() {
     // f32 sums of ~300 exact products, and a hidden value near a bf16 step may round to the neighbouring one

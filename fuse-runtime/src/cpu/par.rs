@@ -3,6 +3,7 @@
 
 use rayon::prelude::*;
 
+use super::gemm::int8::QuantB;
 use super::gemm::{sgemm, BView, Backend, Strided, WeightPack, GEMV_MAX_ROWS};
 use super::math::{dispatch_avx2, dispatch_avx512, Arith, Plain};
 use super::scratch;
@@ -184,21 +185,11 @@ pub fn gemm_with(
                 }
     });
     let threads = rayon::current_num_threads();
-    let flops = batches * m * n * k;
     let row_tasks = groups * blocks_per_group;
-    // A product of a few rows over a packed B (a decoding step) streams B at memory speed, so what decides whether
-    // to share it between threads is B's size, not its FLOPs: each thread then reads its own columns of B.
-    let streams_b = packed.is_some() && streams_b_in_parallel(groups * rows_per_group, k, n);
-    let col_block_min = if streams_b {
-        GEMV_COL_BLOCK_MIN
-    } else {
-        COL_BLOCK_MIN
-    };
-    // Too few row blocks to keep every thread busy (a small batch): the columns are split too.
-    let split_columns = threads > 1
-        && (flops >= (1 << 20) || streams_b)
-        && row_tasks < 2 * threads
-        && n >= 2 * col_block_min;
+    // Too few row blocks to keep every thread busy (a small batch): the columns are split too, in blocks of at
+    // least this many.
+    let col_block_min = column_split(threads, (groups, rows_per_group), (k, n), packed.is_some());
+    let split_columns = col_block_min.is_some();
     // Column blocks of an int8 product share one quantisation of A's rows (one matrix of them: a single group),
     // held in the calling thread's scratch until every block is done.
     let mut quantised_rows = None;
@@ -277,7 +268,7 @@ pub fn gemm_with(
                 );
             }
         };
-    if split_columns {
+    if let Some(col_block_min) = col_block_min {
         // The epilogue then runs as a second, row-parallel pass over the just-written (cache-warm) output.
         let splits = (2 * threads).div_ceil(row_tasks).min(n / col_block_min);
         // Column blocks start at whole panels of a packed B.
@@ -316,7 +307,7 @@ pub fn gemm_with(
     for group in out.chunks_mut(rows_per_group * n) {
         blocks.extend(group.chunks_mut(ROW_BLOCK * n));
     }
-    if flops < (1 << 20) || threads == 1 {
+    if batches * m * n * k < PARALLEL_MIN_FLOPS || threads == 1 {
         for (t, block) in blocks.into_iter().enumerate() {
             task(t, block);
         }
@@ -363,6 +354,45 @@ impl Rows {
             rows_per_group,
             a_rs,
         }
+    }
+}
+
+/// Multiply-adds below which a product's row blocks run on the calling thread alone.
+const PARALLEL_MIN_FLOPS: usize = 1 << 20;
+
+/// Whether [`gemm_with`] splits the columns of a product of `groups` matrices of `rows` rows between `threads`
+/// threads (too few row blocks to keep every thread busy: a small batch), and if so its narrowest column block.
+fn column_split(
+    threads: usize,
+    (groups, rows): (usize, usize),
+    (k, n): (usize, usize),
+    packed: bool,
+) -> Option<usize> {
+    let flops = groups * rows * n * k;
+    let row_tasks = groups * rows.div_ceil(ROW_BLOCK);
+    // A product of a few rows over a packed B (a decoding step) streams B at memory speed, so what decides whether
+    // to share it between threads is B's size, not its FLOPs: each thread then reads its own columns of B.
+    let streams_b = packed && streams_b_in_parallel(groups * rows, k, n);
+    let col_block_min = if streams_b {
+        GEMV_COL_BLOCK_MIN
+    } else {
+        COL_BLOCK_MIN
+    };
+    let split = threads > 1
+        && (flops >= PARALLEL_MIN_FLOPS || streams_b)
+        && row_tasks < 2 * threads
+        && n >= 2 * col_block_min;
+    split.then_some(col_block_min)
+}
+
+/// Gives the calling thread the scratch ([`scratch::INT8_ROWS`]) in which [`gemm_with`] quantises A's rows once
+/// for all the column blocks of an int8 product of `rows` rows over `pack`, when it splits that product's columns
+/// between threads: a call that `CompiledModel::reserve` prepared then allocates nothing for it. The rows are
+/// counted over the product's batches, as `gemm_with` folds them: at least what it quantises.
+pub fn reserve_int8_rows(pack: &QuantB, rows: usize) {
+    let (threads, view) = (rayon::current_num_threads(), pack.view());
+    if column_split(threads, (1, rows), (view.k, view.n), true).is_some() {
+        scratch::with_buffer(&scratch::INT8_ROWS, pack.quantised_len(rows), |_| ());
     }
 }
 
@@ -859,6 +889,61 @@ mod tests {
         let mut buf = vec![0.0; q.quantised_len(m)];
         assert!(q.quantise_rows(&at, (1, 1, m), m, &mut buf).is_none());
         assert!(q.quantise_rows(&at, (0, 1, m), m, &mut buf[1..]).is_none());
+    }
+
+    /// What `reserve_int8_rows` gives the calling thread is the buffer an int8 product whose columns are split
+    /// between two threads quantises its rows into: the product takes it and puts it back, and allocates nothing.
+    #[test]
+    fn reserved_int8_rows_are_what_a_split_product_quantises_into() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            // Few rows and many columns, so the columns are split; 3 batches of 16 rows fold into 48.
+            let (batches, m, k, n) = (3, 16, 640, 1024);
+            let a = Tensor::randn(&[batches * m * k], 5).to_f32_vec();
+            let b = Tensor::randn(&[k, n], 6).to_f32_vec();
+            let view = BView {
+                offset: 0,
+                rs: n,
+                cs: 1,
+                k,
+                n,
+            };
+            let quant = QuantB::new(&b, view).unwrap().unwrap();
+            let rows = batches * m;
+            let whole = whole_int8_product(&quant, &a, (rows, k, n));
+            reserve_int8_rows(&quant, rows);
+            let held = || scratch::INT8_ROWS.with(|c| (c.borrow().as_ptr(), c.borrow().len()));
+            let reserved = held();
+            assert!(reserved.1 >= quant.quantised_len(rows), "{reserved:?}");
+            let spec = GemmSpec {
+                batch: &[batches],
+                a_batch: &[m * k],
+                b_batch: &[0],
+                m,
+                k,
+                n,
+                a_offset: 0,
+                a_rs: k,
+                a_cs: 1,
+                b_offset: 0,
+                b_rs: n,
+                b_cs: 1,
+            };
+            let mut out = vec![f32::NAN; rows * n];
+            gemm_with(
+                &spec,
+                &a,
+                &b,
+                Some(&WeightPack::Int8(quant)),
+                &mut out,
+                None,
+            );
+            assert_eq!(out, whole);
+            assert_eq!(held(), reserved);
+        });
     }
 
     /// Row blocks only (large M), and rows × column blocks (small M, wide N): both against a plain f64 product.
