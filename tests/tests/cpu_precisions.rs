@@ -2,7 +2,7 @@
 //! epilogue runs on the dequantised or f32-summed tile) against an f64 evaluation of the quantised or rounded
 //! product, on both plans and every GEMM path (one row block, columns split across threads, several row blocks);
 //! a reduced model holds its matrices only packed (the f32 copies released, a weight read otherwise kept); the device
-//! report names the precision.
+//! report names the precision; `reserve` gives an int8 call the scratch it quantises rows into.
 
 use fuse_runtime::cpu::gemm::bf16::{from_bf16, to_bf16};
 use fuse_runtime::cpu::gemm::half::to_f16;

@@ -831,6 +831,20 @@ mod tests {
     }
 
     /// A (m×k, contiguous) times `quant` as one int8 product on this thread.
+    /// A random row-major k×n B and its int8 pack.
+    fn random_int8_b(k: usize, n: usize, seed: u64) -> (Vec<f32>, QuantB) {
+        let b = Tensor::randn(&[k, n], seed).to_f32_vec();
+        let view = BView {
+            offset: 0,
+            rs: n,
+            cs: 1,
+            k,
+            n,
+        };
+        let quant = QuantB::new(&b, view).unwrap().unwrap();
+        (b, quant)
+    }
+
     fn whole_int8_product(quant: &QuantB, a: &[f32], (m, k, n): (usize, usize, usize)) -> Vec<f32> {
         assert_eq!(a.len(), m * k);
         let mut whole = vec![f32::NAN; m * n];
@@ -854,15 +868,7 @@ mod tests {
         let (m, k, n) = (71, 1000, 512);
         let at = Tensor::randn(&[k, m], 3).to_f32_vec();
         let a: Vec<f32> = (0..m * k).map(|x| at[(x % k) * m + x / k]).collect();
-        let b = Tensor::randn(&[k, n], 4).to_f32_vec();
-        let view = BView {
-            offset: 0,
-            rs: n,
-            cs: 1,
-            k,
-            n,
-        };
-        let quant = QuantB::new(&b, view).unwrap().unwrap();
+        let (b, quant) = random_int8_b(k, n, 4);
         let whole = whole_int8_product(&quant, &a, (m, k, n));
         let spec = GemmSpec {
             batch: &[],
@@ -903,15 +909,7 @@ mod tests {
             // Few rows and many columns, so the columns are split; 3 batches of 16 rows fold into 48.
             let (batches, m, k, n) = (3, 16, 640, 1024);
             let a = Tensor::randn(&[batches * m * k], 5).to_f32_vec();
-            let b = Tensor::randn(&[k, n], 6).to_f32_vec();
-            let view = BView {
-                offset: 0,
-                rs: n,
-                cs: 1,
-                k,
-                n,
-            };
-            let quant = QuantB::new(&b, view).unwrap().unwrap();
+            let (b, quant) = random_int8_b(k, n, 6);
             let rows = batches * m;
             let whole = whole_int8_product(&quant, &a, (rows, k, n));
             reserve_int8_rows(&quant, rows);
