@@ -1,14 +1,14 @@
 //! Row primitives on contiguous f32 slices: reductions, softmax and normalisation.
 //!
-//! Reductions keep [`LANES`] independent partial sums. A single running sum is a serial dependency chain that
-//! LLVM may not reorder (float addition is not associative), so it would stay scalar; independent lanes map
-//! straight onto SIMD registers (16 = one AVX-512 register, or four SSE registers). Everything is
+//! Reductions keep [`LANES`] independent partial sums (the norms' passes `WIDE`). A single running sum is a serial
+//! dependency chain that LLVM may not reorder (float addition is not associative), so it would stay scalar;
+//! independent lanes map straight onto SIMD registers (16 = one AVX-512 register, or four SSE registers). Everything is
 //! `#[inline(always)]` so that a generated kernel compiled under `#[target_feature]` (see
 //! [`super::math::dispatch_avx512`]) gets copies vectorised for its instruction set.
 
 use super::math;
 
-/// Number of independent accumulators in the reductions.
+/// Number of independent accumulators in the row sums, maxima and the softmax's exp pass.
 pub const LANES: usize = 16;
 
 /// Independent accumulators of the normalisations' passes: four AVX-512 registers. With one, each pass over a row
