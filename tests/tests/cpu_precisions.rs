@@ -6,7 +6,7 @@
 
 use fuse_runtime::cpu::gemm::bf16::{from_bf16, to_bf16};
 use fuse_runtime::cpu::gemm::half::to_f16;
-use fuse_runtime::cpu::gemm::int8::A_GROUP;
+use fuse_runtime::cpu::gemm::int8::activation_group;
 use fuse_runtime::{CpuPrecision, Error, Tensor};
 
 #[fuse_runtime::fused_model]
@@ -51,10 +51,10 @@ fn quantised(x: &[f32]) -> (f64, Vec<i64>) {
     )
 }
 
-/// The documented quantisation of a row of A, written out: each group of `A_GROUP` depths asymmetric over
-/// [min(x, 0), max(x, 0)] with 255 steps; per group (scale, u − zero) per element.
+/// The documented quantisation of a row of A, written out: each group of `activation_group` depths asymmetric
+/// over [min(x, 0), max(x, 0)] with 255 steps; per group (scale, u − zero) per element.
 fn quantised_row(x: &[f32]) -> Vec<(f64, Vec<i64>)> {
-    x.chunks(A_GROUP)
+    x.chunks(activation_group(x.len()))
         .map(|group| {
             let lo = group.iter().fold(0.0f32, |m, &v| m.min(v));
             let hi = group.iter().fold(0.0f32, |m, &v| m.max(v));
@@ -85,7 +85,7 @@ fn quantised_product(x: &[Vec<f32>], columns: &[Vec<f32>]) -> Vec<Vec<f64>> {
                 .map(|(sb, q)| {
                     let sum: f64 = groups
                         .iter()
-                        .zip(q.chunks(A_GROUP))
+                        .zip(q.chunks(activation_group(q.len())))
                         .map(|((sa, qa), qg)| {
                             qa.iter().zip(qg).map(|(a, b)| a * b).sum::<i64>() as f64 * sa
                         })
@@ -602,4 +602,48 @@ fn an_f16_checkpoint_runs_in_f16_as_its_f32_load_does_at_half_the_bytes() {
         );
     }
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// W2 (1024 → 4096 → 4096 → 1024, each with GELU but the last), where `activation_group` quantises the two
+/// 4096-deep products' activations in groups of 512 and the first layer's in groups of 128: each output row's
+/// cosine to f32 meets the int8 bounds for a sentence embedding (each ≥ 0.995, the mean ≥ 0.999).
+/// Measured: mean 0.999844, worst 0.999823; with every group 128 deep, 0.999852 and 0.999827.
+#[test]
+fn int8_mlp_with_4096_deep_products_stays_close_to_f32() {
+    use fuse_examples::models::mlp::mlp::{Mlp, D_HIDDEN, D_IN, D_OUT};
+    use fuse_runtime::PlanMode;
+    assert_eq!(activation_group(D_HIDDEN), 512);
+    assert_eq!(activation_group(D_IN), 128);
+    let rows = 64;
+    let x = Tensor::randn(&[rows, D_IN], 2);
+    let run = |precision| {
+        let model = Mlp::random(1).into_compiled().with_cpu_precision(precision);
+        let out = model.unwrap().run(PlanMode::Fused, &[&x]).unwrap();
+        out[0].to_f32_vec()
+    };
+    let (exact, approx) = (run(CpuPrecision::F32), run(CpuPrecision::Int8));
+    let cosines: Vec<f64> = exact
+        .chunks(D_OUT)
+        .zip(approx.chunks(D_OUT))
+        .map(|(e, a)| {
+            let dot: f64 = e
+                .iter()
+                .zip(a)
+                .map(|(&p, &q)| f64::from(p) * f64::from(q))
+                .sum();
+            let norm = |v: &[f32]| v.iter().map(|&p| f64::from(p).powi(2)).sum::<f64>().sqrt();
+            dot / (norm(e) * norm(a))
+        })
+        .collect();
+    let mean = cosines.iter().sum::<f64>() / rows as f64;
+    let worst = cosines.iter().fold(1.0f64, |m, &c| m.min(c));
+    eprintln!("int8 W2 against f32: mean cosine {mean:.6}, worst row {worst:.6}");
+    assert!(
+        worst >= 0.995 && mean >= 0.999,
+        "mean {mean}, worst {worst}"
+    );
+    assert!(
+        worst < 1.0 - 1e-9,
+        "int8 equal to f32: nothing was quantised"
+    );
 }

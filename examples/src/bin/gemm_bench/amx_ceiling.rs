@@ -1,13 +1,16 @@
 //! What the AMX int8 loop can reach on W2's middle column block (64 rows, 4096 deep, 1024 columns) with nothing
 //! but its tile work: the loop nest of the int8 driver (panels of 32 columns → depth blocks of 512 → row tiles of
 //! 16 rows) over a B read from beyond L2, as the model's weights are, with no quantisation of A, no scaling of
-//! C's columns and no epilogue. It reads the sums out of the tiles three ways:
-//! - once per depth block, which one activation scale per row allows (ONNX Runtime's dynamic quantisation);
-//! - once per activation group of 128 depths (`int8::A_GROUP`, which MiniLM's accuracy bound needs), only
+//! C's columns and no epilogue. It reads the sums out of the tiles four ways:
+//! - once per depth block, only storing them, which one activation scale per row allows (ONNX Runtime's dynamic
+//!   quantisation);
+//! - the same, dequantised into the tile's f32 sums as the kernel does: groups of 512 depths, which
+//!   `int8::activation_group` gives this 4096-deep product;
+//! - once per activation group of 128 depths (`int8::A_GROUP`, which MiniLM's shallower products keep), only
 //!   storing them;
-//! - the same, each group's sums dequantised into the tile's f32 sums as the kernel does.
+//! - the same, each group's sums dequantised.
 //!
-//! The last is a ceiling for fuse's int8 kernel at this shape (BENCHMARKS.md sets it against ONNX Runtime int8).
+//! The second is a ceiling for fuse's int8 kernel at this shape (BENCHMARKS.md sets it against ONNX Runtime int8).
 //! Next to it, the kernel itself on the same block as the model runs it ([`kernel_as_w2_runs_it`]): A quantised
 //! once for all of a product's column blocks, B a 4096-column pack whose column blocks follow each other, and
 //! nothing else running in between (the int8 table below interleaves every kernel, which leaves the AMX kernel
@@ -28,20 +31,19 @@ const RING: usize = 8;
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Readout {
     Block,
+    BlockDequantised,
     Group,
     GroupDequantised,
 }
 
-const READOUTS: [(Readout, &str); 3] = [
+const READOUTS: [(Readout, &str); 4] = [
     (Readout::Block, "stored once per 512-deep block"),
+    (Readout::BlockDequantised, "the same and dequantised"),
     (Readout::Group, "stored per 128-deep group"),
-    (
-        Readout::GroupDequantised,
-        "stored per group and dequantised",
-    ),
+    (Readout::GroupDequantised, "the same and dequantised"),
 ];
 
-/// Prints the three rates, and the kernel's, where the process may run AMX-INT8.
+/// Prints the four rates, and the kernel's, where the process may run AMX-INT8.
 pub fn report() {
     if fuse_runtime::cpu::amx::features().int8 {
         x86::report();
@@ -192,7 +194,8 @@ mod x86 {
                             col_sums,
                         };
                         match readout {
-                            Readout::Block => tile.whole_block(),
+                            Readout::Block => tile.whole_block(false),
+                            Readout::BlockDequantised => tile.whole_block(true),
                             Readout::Group => tile.groups(false),
                             Readout::GroupDequantised => tile.groups(true),
                         }
@@ -250,12 +253,13 @@ mod x86 {
     }
 
     impl Tile {
-        /// All steps of the block into one pair of sum tiles, stored once.
+        /// All steps of the block into one pair of sum tiles, stored once and, when `dequantise`, dequantised
+        /// (one group of 512: the kernel's order, which has no next group to overlap).
         ///
         /// # Safety
         /// Tiles configured; the pointers hold the block.
         #[target_feature(enable = "avx512f")]
-        unsafe fn whole_block(&self) {
+        unsafe fn whole_block(&self, dequantise: bool) {
             // SAFETY: the caller's contract.
             unsafe {
                 zero!("tmm0", "tmm1");
@@ -268,6 +272,9 @@ mod x86 {
                     );
                 }
                 store!("tmm0", "tmm1", self.ints);
+                if dequantise {
+                    self.dequantise(self.ints, 0);
+                }
             }
         }
 

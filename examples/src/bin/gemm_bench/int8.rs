@@ -80,7 +80,9 @@ pub fn report(shapes: &[Shape], peak: Option<(&str, f64)>) {
         // Quantising the block's rows alone, as the driver does once per product (on the best kernel).
         let k4 = s.k.next_multiple_of(4);
         let mut cells = vec![0u16; k4];
-        let groups = s.k.div_ceil(fuse_runtime::cpu::gemm::int8::A_GROUP).max(1);
+        let groups =
+            s.k.div_ceil(fuse_runtime::cpu::gemm::int8::activation_group(s.k))
+                .max(1);
         let (mut scales, mut zeros) = (vec![0.0f32; groups], vec![0.0f32; groups]);
         let mut quant = f64::MAX;
         for _ in 0..ROUNDS {

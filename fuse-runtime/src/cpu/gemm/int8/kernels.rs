@@ -4,7 +4,7 @@
 
 use super::super::tile::Prefetch;
 use super::quantize::quantize_row;
-use super::{Int8Kernel, QuantB, A_GROUP, NR};
+use super::{Int8Kernel, QuantB, MAX_A_GROUP, NR};
 use crate::cpu::scratch::{with_buffer, GEMM_A, GEMM_B};
 
 /// Rows of the tallest tile (AMX's).
@@ -17,12 +17,10 @@ const MAX_MR: usize = 16;
 /// (BENCHMARKS.md, thirteenth run); the other measured shapes moved within noise.
 const A_BLOCK_BYTES: usize = 576 << 10;
 
-/// Quads (groups of 4 depths, one `vpdpbusd` lane) per activation group.
-const GROUP_QUADS: usize = A_GROUP / 4;
-
-/// Activation groups per depth block: a 512-deep slice of a panel (16 KiB) stays in L1 while every row tile of
+/// Quads (groups of 4 depths, one `vpdpbusd` lane) per depth block, which holds whole activation groups (one of
+/// the deepest, or several shallower): a 512-deep slice of a panel (16 KiB) stays in L1 while every row tile of
 /// the block passes it; deeper products carry each tile's f32 sums across blocks.
-const KC_GROUPS: usize = 4;
+const KC_QUADS: usize = MAX_A_GROUP / 4;
 
 /// One product over a pack of this precision.
 pub(super) type Call<'p> = super::super::PackCall<'p, QuantB>;
@@ -34,7 +32,9 @@ pub(super) type Call<'p> = super::super::PackCall<'p, QuantB>;
 struct Groups {
     /// Activation groups in the call.
     count: usize,
-    /// Quads of its last group (the depth's end); every other group has [`GROUP_QUADS`].
+    /// Quads per activation group (the pack's group over 4).
+    group_quads: usize,
+    /// Quads of its last group (the depth's end); every other group has `group_quads`.
     last_quads: usize,
     scales: *const f32,
     zeros: *const f32,
@@ -50,7 +50,7 @@ impl Groups {
         if g + 1 == self.count {
             self.last_quads
         } else {
-            GROUP_QUADS
+            self.group_quads
         }
     }
 
@@ -102,12 +102,13 @@ macro_rules! quantize_groups_on {
     ($quantiser:path) => {
         unsafe fn quantize_groups(
             x: &[f32],
+            group: usize,
             cells: &mut [u8],
             scales: &mut [f32],
             zeros: &mut [f32],
         ) {
             // SAFETY: the caller runs on this tile's instruction set.
-            unsafe { $quantiser(x, cells, scales, zeros) }
+            unsafe { $quantiser(x, group, cells, scales, zeros) }
         }
     };
 }
@@ -140,14 +141,21 @@ trait Tile {
         accumulate: bool,
     );
 
-    /// Row `x` of A quantised as the driver does ([`quantize_each_group`] with [`quantize_row`]), compiled for the
-    /// tile's instruction set.
+    /// Row `x` of A quantised as the driver does ([`quantize_each_group`] with [`quantize_row`]), in groups of
+    /// `group` depths, compiled for the tile's instruction set.
     ///
     /// # Safety
     /// The CPU runs the tile's instruction set; as [`quantize_each_group`].
-    unsafe fn quantize_groups(x: &[f32], cells: &mut [u8], scales: &mut [f32], zeros: &mut [f32]) {
+    unsafe fn quantize_groups(
+        x: &[f32],
+        group: usize,
+        cells: &mut [u8],
+        scales: &mut [f32],
+        zeros: &mut [f32],
+    ) {
+        let a_bytes = Self::A_BYTES;
         // SAFETY: forwarded.
-        unsafe { quantize_each_group(x, cells, scales, zeros, Self::A_BYTES, quantize_row) }
+        unsafe { quantize_each_group(x, group, cells, scales, zeros, a_bytes, quantize_row) }
     }
 
     panels_here_on!(
@@ -188,6 +196,7 @@ pub(super) unsafe fn run(kernel: Int8Kernel, call: &Call<'_>, pre: Option<Quanti
 pub(super) unsafe fn quantize_on(
     kernel: Int8Kernel,
     x: &[f32],
+    group: usize,
     out: &mut [u16],
     scales: &mut [f32],
     zeros: &mut [f32],
@@ -198,10 +207,10 @@ pub(super) unsafe fn quantize_on(
     let row = super::super::Strided::new(x.as_ptr(), x.len() as isize, 1);
     let cells = &mut bytes[..row_bytes(kernel, x.len())];
     // SAFETY: the caller's contract; the row is `x`, its cells fit in `out` (k rounded to 4 cells of the width).
-    unsafe { quantize_rows_on(kernel, row, (0, 1, x.len()), cells, scales, zeros) }
+    unsafe { quantize_rows_on(kernel, row, (0, 1, x.len()), group, cells, scales, zeros) }
 }
 
-/// Quantises row `x` of A as the driver does: each group of [`A_GROUP`] depths on its own with `quantize` (as
+/// Quantises row `x` of A as the driver does: each group of `group` depths on its own with `quantize` (as
 /// [`quantize_row`] defines it), into `cells` (the row's cells of `a_bytes` bytes, the last group's running to
 /// their end, past its values), with its scale and zero point into `scales[g]` and `zeros[g]` (one per group).
 ///
@@ -211,6 +220,7 @@ pub(super) unsafe fn quantize_on(
 #[inline(always)]
 unsafe fn quantize_each_group(
     x: &[f32],
+    group: usize,
     cells: &mut [u8],
     scales: &mut [f32],
     zeros: &mut [f32],
@@ -219,7 +229,7 @@ unsafe fn quantize_each_group(
 ) {
     let groups = scales.len();
     for (g, (scale, zero)) in scales.iter_mut().zip(zeros.iter_mut()).enumerate() {
-        let (from, to) = (g * A_GROUP, ((g + 1) * A_GROUP).min(x.len()));
+        let (from, to) = (g * group, ((g + 1) * group).min(x.len()));
         let cell_end = if g + 1 == groups {
             cells.len() / a_bytes
         } else {
@@ -277,8 +287,8 @@ pub(super) fn rows_past(kernel: Int8Kernel) -> usize {
     }
 }
 
-/// Quantises `rows` rows of A (k deep) from row `row0` on, as `kernel`'s driver does, into `cells` (rows of
-/// [`row_bytes`]) and each row's group scales and zero points.
+/// Quantises `rows` rows of A (k deep) from row `row0` on, as `kernel`'s driver does, in groups of `group` depths,
+/// into `cells` (rows of [`row_bytes`]) and each row's group scales and zero points.
 ///
 /// # Safety
 /// `kernel` runs on this CPU; A's rows `row0..row0 + rows` are readable over k elements; `cells` starts 2-byte
@@ -287,13 +297,14 @@ pub(super) unsafe fn quantize_rows_on(
     kernel: Int8Kernel,
     a: super::super::Strided<*const f32>,
     (row0, rows, k): (usize, usize, usize),
+    group: usize,
     cells: &mut [u8],
     scales: &mut [f32],
     zeros: &mut [f32],
 ) {
     let gather = if a.cs == 1 { 0 } else { k };
     with_buffer(&GEMM_A, gather, |row| {
-        let block = (row0, rows, k);
+        let block = (row0, rows, k, group);
         // SAFETY (each arm): the caller's contract; `row` holds a row of A where it is gathered.
         match kernel {
             #[cfg(target_arch = "x86_64")]
@@ -309,7 +320,7 @@ pub(super) unsafe fn quantize_rows_on(
     })
 }
 
-/// Rows `row0..row0 + rows` of A (k deep) quantised on `T` into `cells` (rows of `k4 · T::A_BYTES` bytes) and per
+/// Rows `row0..row0 + rows` of A (k deep) quantised on `T`, in groups of `group` depths, into `cells` (rows of `k4 · T::A_BYTES` bytes) and per
 /// row and group `scales` and `zeros`; a row whose elements are not contiguous is gathered into `row` first.
 ///
 /// # Safety
@@ -317,13 +328,13 @@ pub(super) unsafe fn quantize_rows_on(
 #[inline(always)]
 unsafe fn quantize_block<T: Tile>(
     a: super::super::Strided<*const f32>,
-    (row0, rows, k): (usize, usize, usize),
+    (row0, rows, k, group): (usize, usize, usize, usize),
     row: &mut [f32],
     cells: &mut [u8],
     scales: &mut [f32],
     zeros: &mut [f32],
 ) {
-    let groups = k.div_ceil(A_GROUP).max(1);
+    let groups = k.div_ceil(group).max(1);
     let stride = k.next_multiple_of(4) * T::A_BYTES;
     for r in 0..rows {
         // SAFETY: row row0 + r of A is readable over k elements (the caller's contract).
@@ -333,6 +344,7 @@ unsafe fn quantize_block<T: Tile>(
         unsafe {
             T::quantize_groups(
                 x,
+                group,
                 &mut cells[r * stride..(r + 1) * stride],
                 &mut scales[params.clone()],
                 &mut zeros[params],
@@ -342,7 +354,7 @@ unsafe fn quantize_block<T: Tile>(
 }
 
 /// The loop nest: row blocks of A (quantised into this thread's scratch per row and activation group, unless
-/// `pre` holds them quantised already) → panels of B → depth blocks of [`KC_GROUPS`] groups → row tiles, each
+/// `pre` holds them quantised already) → panels of B → depth blocks of [`KC_QUADS`] quads → row tiles, each
 /// tile dequantising its groups' sums into its f32 sums (carried across depth blocks), which are scaled per
 /// column into C after the last block.
 ///
@@ -352,7 +364,7 @@ unsafe fn quantize_block<T: Tile>(
 unsafe fn drive<T: Tile>(call: &Call<'_>, pre: Option<Quantised>) {
     let &Call { pack, m, a, .. } = call;
     let (k, k4) = (pack.view.k, pack.k4);
-    let groups = k.div_ceil(A_GROUP).max(1);
+    let groups = pack.groups();
     // Quantised rows of A sit `stride` bytes apart (padding them off multiples of 1 KiB measured no faster).
     let stride = k4 * T::A_BYTES;
     let mc = (A_BLOCK_BYTES / stride.max(1))
@@ -389,7 +401,8 @@ unsafe fn drive<T: Tile>(call: &Call<'_>, pre: Option<Quantised>) {
             for ic in (0..m).step_by(mc) {
                 let rows = mc.min(m - ic);
                 // SAFETY: rows ic.. of A are readable (the caller's contract); the scratch holds `rows` rows.
-                unsafe { quantize_block::<T>(a, (ic, rows, k), row, bytes, scales, zeros) };
+                let block = (ic, rows, k, pack.group);
+                unsafe { quantize_block::<T>(a, block, row, bytes, scales, zeros) };
                 let quantised = Quantised {
                     cells: bytes.as_ptr(),
                     stride,
@@ -420,32 +433,30 @@ unsafe fn panels<T: Tile>(
     let &Call {
         pack, n, col0, c, ..
     } = call;
-    let (k, k4) = (pack.view.k, pack.k4);
-    let groups = k.div_ceil(A_GROUP).max(1);
+    let k4 = pack.k4;
+    let (groups, group_quads) = (pack.groups(), pack.group / 4);
+    // Groups per depth block.
+    let block_groups = KC_QUADS / group_quads;
     let quads = k4 / 4;
     for p0 in (0..n).step_by(NR) {
         let cols = NR.min(n - p0);
         let first = col0 + p0;
         let panel = pack.panels[first / NR * k4 * NR..].as_ptr();
-        for g0 in (0..groups).step_by(KC_GROUPS) {
-            let count = KC_GROUPS.min(groups - g0);
-            let q0 = g0 * GROUP_QUADS;
-            let last_quads = (quads - q0) - (count - 1) * GROUP_QUADS;
-            let next = panel.wrapping_add((q0 + count * GROUP_QUADS).min(quads) * NR * 4);
+        for g0 in (0..groups).step_by(block_groups) {
+            let count = block_groups.min(groups - g0);
+            let q0 = g0 * group_quads;
+            let last_quads = (quads - q0) - (count - 1) * group_quads;
+            let next = panel.wrapping_add((q0 + count * group_quads).min(quads) * NR * 4);
             for (t, ir) in (0..rows).step_by(T::MR).enumerate() {
                 let tr = T::MR.min(rows - ir);
                 // This tile's share of the next block, at once (spread over the tile, it measured within the
                 // noise).
-                Prefetch::share(
-                    next.cast(),
-                    KC_GROUPS * GROUP_QUADS * NR * 4,
-                    (t, rows.div_ceil(T::MR)),
-                    1,
-                )
-                .issue_all();
+                Prefetch::share(next.cast(), KC_QUADS * NR * 4, (t, rows.div_ceil(T::MR)), 1)
+                    .issue_all();
                 let block = Groups {
                     count,
-                    last_quads: last_quads.min(GROUP_QUADS),
+                    group_quads,
+                    last_quads: last_quads.min(group_quads),
                     scales: a.scales.wrapping_add(ir * groups + g0),
                     zeros: a.zeros.wrapping_add(ir * groups + g0),
                     row_stride: groups,
@@ -731,6 +742,7 @@ mod x86 {
         /// 8-byte load) instead of widening them per row, quad and strip.
         unsafe fn quantize_groups(
             x: &[f32],
+            depths: usize,
             cells: &mut [u8],
             scales: &mut [f32],
             zeros: &mut [f32],
@@ -746,7 +758,9 @@ mod x86 {
                 unsafe { quantize_u16_avx2(x, words) }
             }
             // SAFETY: forwarded; the cells are u16.
-            unsafe { super::quantize_each_group(x, cells, scales, zeros, Self::A_BYTES, group) }
+            unsafe {
+                super::quantize_each_group(x, depths, cells, scales, zeros, Self::A_BYTES, group)
+            }
         }
 
         /// Per 8-column strip and group: each 32-byte quad of the panel (8 columns × 4 depths) widened to two i16

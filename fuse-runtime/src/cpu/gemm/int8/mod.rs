@@ -4,14 +4,14 @@
 //!   `q[l][j] = round(B[l][j] / s_j)` in [-127, 127] (ties to even), packed in panels of [`NR`] columns where each
 //!   group of 4 depths is one 4-byte lane per column: the operand layout of VNNI's `vpdpbusd` (u8 × s8, four
 //!   products summed into an i32 lane). The depth is padded to a multiple of 4 with zeros.
-//! - **A** (activations, m×k): per row and per group of [`A_GROUP`] depths, dynamically and asymmetrically into
-//!   u8 (`vpdpbusd` multiplies unsigned by signed bytes): `s = (max − min) / 255` over the group's range with 0
-//!   in it, a zero point `z`, and `u = round(x / s) + z` ([`quantize_row`]). The zero point adds `z · Σ q[l][j]`
-//!   (over the group's depths) to every column; those sums are precomputed at load, so a group's i32 sum minus
-//!   `z · Σq` is exactly `Σ (u − z) · q`. An asymmetric range spends all 256 steps on the values a group has: a
-//!   GELU output (nearly all ≥ −0.17) gets twice the resolution of a symmetric scale (MiniLM's mean cosine to f32
-//!   went from 0.99689 with a symmetric scale to 0.99872, `tests/tests/minilm_precisions.rs`); groups rather than
-//!   whole rows took it to 0.9992 (see [`A_GROUP`]).
+//! - **A** (activations, m×k): per row and per group of [`activation_group`] depths, dynamically and
+//!   asymmetrically into u8 (`vpdpbusd` multiplies unsigned by signed bytes): `s = (max − min) / 255` over the
+//!   group's range with 0 in it, a zero point `z`, and `u = round(x / s) + z` ([`quantize_row`]). The zero point
+//!   adds `z · Σ q[l][j]` (over the group's depths) to every column; those sums are precomputed at load, so a
+//!   group's i32 sum minus `z · Σq` is exactly `Σ (u − z) · q`. An asymmetric range spends all 256 steps on the
+//!   values a group has: a GELU output (nearly all ≥ −0.17) gets twice the resolution of a symmetric scale
+//!   (MiniLM's mean cosine to f32 went from 0.99689 with a symmetric scale to 0.99872,
+//!   `tests/tests/minilm_precisions.rs`); groups rather than whole rows took it to 0.9992 (see [`A_GROUP`]).
 //! - **C**: `Σ_groups (acc_g − z_g·Σq_g) · s_g`, in f32, times `s_j`. The register tile makes each group's i32
 //!   sums and dequantises them in registers as the group ends (a conversion and two FMAs per vector) into f32
 //!   sums, which it carries across depth blocks of four groups in this thread's scratch; C is written after the
@@ -52,12 +52,31 @@ pub const NR: usize = 32;
 /// The deepest product the int8 path takes (the packs' offsets and column sums stay small).
 pub const MAX_DEPTH: usize = 65_536;
 
-/// Depths per activation scale: each row of A is quantised in groups of this many depths, each with its own scale
-/// and zero point, and each group's i32 sums are dequantised before the next group's are added (in f32). One
-/// scale per whole row let a few large activations coarsen every other value of the row: on MiniLM, groups of
-/// 128 took the mean cosine to f32 from 0.9987 to 0.9992 and the worst sentence from 0.9947 to 0.9960. A multiple
-/// of 4 (the `vpdpbusd` group).
+/// Depths per activation scale, at the least: each row of A is quantised in groups of [`activation_group`] depths
+/// (this many, or a deeper product's more), each with its own scale and zero point, and each group's i32 sums are
+/// dequantised before the next group's are added (in f32). One scale per whole row let a few large activations
+/// coarsen every other value of the row: on MiniLM, groups of 128 took the mean cosine to f32 from 0.9987 to
+/// 0.9992 and the worst sentence from 0.9947 to 0.9960. A multiple of 4 (the `vpdpbusd` group).
 pub const A_GROUP: usize = 128;
+
+/// The deepest activation group: one depth block of the driver, so a group never spans two.
+pub const MAX_A_GROUP: usize = 512;
+
+/// Groups a row keeps at least when [`activation_group`] makes them deeper than [`A_GROUP`].
+const MIN_GROUPS_PER_ROW: usize = 8;
+
+/// Depths per activation group of a k-deep product: the deepest of 128, 256 and 512 that still cuts a row into at
+/// least eight groups, so one large activation coarsens at most an eighth of its row (MiniLM's rows of 384, in
+/// groups of 128, give it a third). Each group ends in a pass that dequantises its sums, which cost the AMX loop a
+/// third of its rate at 128 depths (BENCHMARKS.md, thirtieth run): 4096-deep products (W2's, a decoder's FFN)
+/// take groups of 512 and pay it a quarter as often. Products up to 2047 deep (all of MiniLM's) keep 128.
+pub fn activation_group(k: usize) -> usize {
+    let mut group = A_GROUP;
+    while 2 * group <= MAX_A_GROUP && k >= MIN_GROUPS_PER_ROW * 2 * group {
+        group *= 2;
+    }
+    group
+}
 
 /// Elements of A below which [`QuantB::quantise_rows`] quantises on the calling thread alone: about 15 µs of
 /// quantising, the order of a fork and join of the pool.
@@ -123,11 +142,11 @@ impl Int8Kernel {
         all
     }
 
-    /// Quantises one row of A as this kernel's driver does (per group of [`A_GROUP`] depths, compiled for its
-    /// instruction set) into `out`, cells of the width the kernel reads (bytes in the first half of `out`, or
-    /// u16), and each group's scale and zero point into `scales` and `zeros`; for measuring what quantisation
-    /// costs. `None` when this CPU cannot run the kernel, or `out` holds fewer than `x.len()` rounded up to 4
-    /// cells, or `scales` or `zeros` do not hold one value per group.
+    /// Quantises one row of A as this kernel's driver does (per group of [`activation_group`]`(x.len())` depths,
+    /// compiled for its instruction set) into `out`, cells of the width the kernel reads (bytes in the first half
+    /// of `out`, or u16), and each group's scale and zero point into `scales` and `zeros`; for measuring what
+    /// quantisation costs. `None` when this CPU cannot run the kernel, or `out` holds fewer than `x.len()` rounded
+    /// up to 4 cells, or `scales` or `zeros` do not hold one value per group.
     pub fn quantize_row(
         self,
         x: &[f32],
@@ -136,13 +155,14 @@ impl Int8Kernel {
         zeros: &mut [f32],
     ) -> Option<()> {
         static SUPPORTED: OnceLock<Vec<Int8Kernel>> = OnceLock::new();
-        let groups = x.len().div_ceil(A_GROUP).max(1);
+        let group = activation_group(x.len());
+        let groups = x.len().div_ceil(group).max(1);
         let fits = out.len() >= x.len().next_multiple_of(4)
             && scales.len() == groups
             && zeros.len() == groups;
         let runs = SUPPORTED.get_or_init(Int8Kernel::supported).contains(&self);
         // SAFETY: the kernel runs on this CPU and the buffers fit (both checked).
-        (runs && fits).then(|| unsafe { kernels::quantize_on(self, x, out, scales, zeros) })
+        (runs && fits).then(|| unsafe { kernels::quantize_on(self, x, group, out, scales, zeros) })
     }
 
     /// How the device report names it.
@@ -166,9 +186,11 @@ pub struct QuantB {
     panels: super::LinePack<i8>,
     /// Per column (padded to whole panels): the dequantisation scale `s_j`.
     scales: Vec<f32>,
-    /// Per activation group `g` (depths `g·A_GROUP..`), per column (padded): `Σ_l q[l][j]` over the group's
+    /// Depths per activation group: [`activation_group`] of the depth.
+    group: usize,
+    /// Per activation group `g` (depths `g·group..`), per column (padded): `Σ_l q[l][j]` over the group's
     /// depths, which the row's zero point for that group multiplies; `g · width + j`. Held in f32, where they are
-    /// exact (|Σ| ≤ A_GROUP · 127 < 2²⁴), so the tiles correct a group's sums with one FMA.
+    /// exact (|Σ| ≤ MAX_A_GROUP · 127 < 2²⁴), so the tiles correct a group's sums with one FMA.
     col_sums: Vec<f32>,
     /// Columns of the padded pack (a multiple of [`NR`]): the row length of `col_sums`.
     width: usize,
@@ -200,7 +222,8 @@ impl QuantB {
         })?;
         let mut panels = super::zeroed_pack("int8 packed weights", bytes)?;
         let mut scales = vec![0.0f32; width];
-        let mut col_sums = vec![0.0f32; k.div_ceil(A_GROUP).max(1) * width];
+        let group = activation_group(k);
+        let mut col_sums = vec![0.0f32; k.div_ceil(group).max(1) * width];
         let at = |l: usize, j: usize| source[view.offset + l * view.rs + j * view.cs];
         let mut column = vec![0.0f32; k];
         for j in 0..n {
@@ -212,7 +235,7 @@ impl QuantB {
             let (panel, lane) = (j / NR, j % NR);
             for (l, &v) in column.iter().enumerate() {
                 let q = quantize::to_i8(v, inv);
-                col_sums[l / A_GROUP * width + j] += f32::from(q);
+                col_sums[l / group * width + j] += f32::from(q);
                 panels[panel * k4 * NR + (l / 4) * NR * 4 + lane * 4 + l % 4] = q;
             }
         }
@@ -221,6 +244,7 @@ impl QuantB {
             k4,
             panels,
             scales,
+            group,
             col_sums,
             width,
         }))
@@ -229,6 +253,11 @@ impl QuantB {
     /// What it was packed from.
     pub fn view(&self) -> BView {
         self.view
+    }
+
+    /// Depths per activation group of its products ([`activation_group`] of its depth).
+    pub fn group(&self) -> usize {
+        self.group
     }
 
     /// Column `j` of B as packed, dequantised (its values times its scale) into `out` (`k` values); `false` when
@@ -359,6 +388,7 @@ impl QuantB {
                     kernel,
                     a0,
                     (row0, scales.len() / groups, k),
+                    self.group,
                     cells,
                     scales,
                     zeros,
@@ -418,6 +448,6 @@ impl QuantB {
 
     /// Activation groups over the depth.
     fn groups(&self) -> usize {
-        self.view.k.div_ceil(A_GROUP).max(1)
+        self.view.k.div_ceil(self.group).max(1)
     }
 }

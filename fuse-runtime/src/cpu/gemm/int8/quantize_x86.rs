@@ -1,13 +1,12 @@
 //! [`super::quantize::quantize_row`] written with intrinsics: each row's groups into bytes for the AVX-512 tiles
 //! ([`quantize_groups_u8_avx512`], their ranges reduced 16 at a time), one group into u16 cells for the AVX2 tile.
-//! The driver quantises each row in groups of 128 depths, so a call's set-up and its horizontal reductions come
-//! every 128 elements; the auto-vectorised version spent most of its time there (BENCHMARKS.md, twelfth run).
+//! The driver quantises each row in groups of 128 to 512 depths, so a call's set-up and its horizontal reductions
+//! come every 128 elements at most; the auto-vectorised version spent most of its time there (BENCHMARKS.md, twelfth run).
 //! Both give the portable version's levels, scale and zero point bit for bit (`tests.rs` checks it).
 
 use std::arch::x86_64::*;
 
 use super::quantize::{level, row_params};
-use super::A_GROUP;
 
 /// Round to nearest, ties to even, without raising exceptions: `f32::round_ties_even`.
 const NEAREST: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
@@ -15,8 +14,8 @@ const NEAREST: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 /// Groups whose ranges are reduced together: one per lane of a vector.
 const BATCH: usize = 16;
 
-/// Row `x` quantised per group of [`A_GROUP`] depths into bytes, as [`super::quantize::quantize_row`] does each
-/// group on its own: group g's levels at `cells[g·A_GROUP..]` (the last group's running to the end of `cells`,
+/// Row `x` quantised per group of `group` depths into bytes, as [`super::quantize::quantize_row`] does each
+/// group on its own: group g's levels at `cells[g·group..]` (the last group's running to the end of `cells`,
 /// padded with its zero point), its scale and zero point at `scales[g]` and `zeros[g]`.
 ///
 /// Done group by group, a group's fixed work (three horizontal reductions, two divisions, the branches of
@@ -36,12 +35,13 @@ const BATCH: usize = 16;
 #[target_feature(enable = "avx512f")]
 pub unsafe fn quantize_groups_u8_avx512(
     x: &[f32],
+    group: usize,
     cells: &mut [u8],
     scales: &mut [f32],
     zeros: &mut [f32],
 ) {
     let groups = scales.len();
-    let span = |g: usize| (g * A_GROUP, ((g + 1) * A_GROUP).min(x.len()));
+    let span = |g: usize| (g * group, ((g + 1) * group).min(x.len()));
     for first in (0..groups).step_by(BATCH) {
         let count = BATCH.min(groups - first);
         let mut ranges = Ranges::new();
@@ -96,7 +96,7 @@ impl Ranges {
         }
     }
 
-    /// Scans group `j`'s values `x` (at most [`A_GROUP`]). `v · 0` is NaN exactly for a NaN or an infinity, and a
+    /// Scans group `j`'s values `x`. `v · 0` is NaN exactly for a NaN or an infinity, and a
     /// sum of NaN stays NaN.
     ///
     /// # Safety

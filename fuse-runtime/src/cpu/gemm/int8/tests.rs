@@ -19,10 +19,10 @@ fn quantised(x: &[f32]) -> (f64, Vec<i64>) {
     (f64::from(amax / 127.0), q)
 }
 
-/// The documented quantisation of a row of A, written out: each group of [`A_GROUP`] depths asymmetric over
-/// [min(x, 0), max(x, 0)] with 255 steps; per group its scale and each element's u − zero.
+/// The documented quantisation of a row of A, written out: each group of [`activation_group`] depths asymmetric
+/// over [min(x, 0), max(x, 0)] with 255 steps; per group its scale and each element's u − zero.
 fn quantised_row(x: &[f32]) -> Vec<(f64, Vec<i64>)> {
-    x.chunks(A_GROUP)
+    x.chunks(activation_group(x.len()))
         .map(|group| {
             let lo = group.iter().fold(0.0f32, |m, &v| m.min(v));
             let hi = group.iter().fold(0.0f32, |m, &v| m.max(v));
@@ -68,7 +68,7 @@ fn check_case(kernel: Int8Kernel, case: &Case, seed: u64) {
             // Σ over groups of (the group's integer dot product · its scale), then · s_b.
             let terms: Vec<f64> = groups
                 .iter()
-                .zip(b.chunks(A_GROUP))
+                .zip(b.chunks(activation_group(b.len())))
                 .map(|((sa, a), b)| {
                     a.iter().zip(b).map(|(x, y)| x * y).sum::<i64>() as f64 * sa * sb
                 })
@@ -111,9 +111,47 @@ fn check_case(kernel: Int8Kernel, case: &Case, seed: u64) {
     }
 }
 
+/// Products deep enough for groups of 256 and 512 depths ([`activation_group`]), on blocks of rows and on a
+/// decoding step's few, with a depth block's second group left short (its last quads short of an AMX step).
+fn deep_cases() -> [Case; 3] {
+    let case = |m, k, n, b_trans, pad, col0, cols| Case {
+        m,
+        k,
+        n,
+        b_trans,
+        pad,
+        col0,
+        cols,
+    };
+    [
+        case(19, 2404, 40, false, 1, 0, 40),
+        case(17, 4100, 70, true, 2, 32, 38),
+        case(3, 5000, 64, false, 0, 32, 32),
+    ]
+}
+
+#[test]
+fn activation_groups_deepen_only_where_a_row_keeps_eight() {
+    let groups = [
+        (1, 128),
+        (384, 128),
+        (2047, 128),
+        (2048, 256),
+        (4095, 256),
+        (4096, 512),
+    ];
+    for (k, group) in groups.into_iter().chain([(MAX_DEPTH, MAX_A_GROUP)]) {
+        assert_eq!(activation_group(k), group, "k = {k}");
+    }
+    for case in deep_cases() {
+        assert!(activation_group(case.k) > A_GROUP, "{case:?}");
+    }
+}
+
 #[test]
 fn every_kernel_matches_the_quantised_product_on_odd_shapes_and_views() {
-    let cases = cases(NR);
+    let mut cases = cases(NR);
+    cases.extend(deep_cases());
     let kernels = Int8Kernel::supported();
     if kernels.len() < 5 {
         eprintln!("int8 kernels this CPU (or OS) cannot run are skipped; testing {kernels:?}");
@@ -213,17 +251,26 @@ fn every_quantiser_gives_the_portable_levels() {
     }
     // Rows of more groups than the AVX-512 quantiser reduces together (16), its last batch partial, with odd
     // groups among common ones: a NaN, an infinity, all zeros, and a range so narrow that 255 / width overflows.
-    let mut long = randv(17 * A_GROUP + 52, 80);
-    long[5 * A_GROUP + 7] = f32::NAN;
-    long[16 * A_GROUP + 3] = f32::NEG_INFINITY;
-    long[2 * A_GROUP..3 * A_GROUP].fill(0.0);
-    long[9 * A_GROUP..10 * A_GROUP].fill(0.0);
-    long[9 * A_GROUP + 1] = 1e-45;
-    long[12 * A_GROUP + 100] = f32::INFINITY;
+    let g = MAX_A_GROUP;
+    let mut long = randv(17 * g + 52, 80);
+    assert_eq!(activation_group(long.len()), g);
+    long[5 * g + 7] = f32::NAN;
+    long[16 * g + 3] = f32::NEG_INFINITY;
+    long[2 * g..3 * g].fill(0.0);
+    long[9 * g..10 * g].fill(0.0);
+    long[9 * g + 1] = 1e-45;
+    long[12 * g + 100] = f32::INFINITY;
     rows.push(long);
-    rows.push(randv(32 * A_GROUP, 81));
+    // Exactly 16 groups of the shallowest size, and rows in groups of 256 and 512.
+    for (n, seed) in [
+        (16 * A_GROUP - 1, 81),
+        (17 * A_GROUP + 52, 82),
+        (32 * A_GROUP, 83),
+    ] {
+        rows.push(randv(n, seed));
+    }
     let levels = |kernel: Int8Kernel, x: &[f32]| {
-        let groups = x.len().div_ceil(A_GROUP).max(1);
+        let groups = x.len().div_ceil(activation_group(x.len())).max(1);
         let mut out = vec![0xAAAAu16; x.len().next_multiple_of(4)];
         let (mut scales, mut zeros) = (vec![0.0; groups], vec![0.0; groups]);
         kernel

@@ -2,10 +2,10 @@
 //!
 //! A panel's quads of depths are laid out as `tdpbusd` reads its second operand (16 quads of a 16-column half
 //! panel are one tile register, at the panel's stride of 128 bytes between quads), and the quantised rows of A
-//! are its first operand as they lie, so neither is copied. Per activation group (128 depths: two steps of 64),
-//! the tile makes the group's i32 sums in two sum tiles and stores them to a block on the stack; the group's last
-//! quads short of a step are added there with `vpdpbusd`, and the sums dequantised into the tile's f32 sums as
-//! the vector tiles do.
+//! are its first operand as they lie, so neither is copied. Per activation group (128 to 512 depths: 2 to 8
+//! steps of 64), the tile makes the group's i32 sums in two sum tiles and stores them to a block on the stack;
+//! the group's last quads short of a step are added there with `vpdpbusd`, and the sums dequantised into the
+//! tile's f32 sums as the vector tiles do.
 //!
 //! The groups alternate between two pairs of sum tiles (`tmm0`/`tmm1`, `tmm2`/`tmm3`) and two blocks on the
 //! stack, and a group is dequantised only after the next group's products are issued: the vector work then
@@ -21,7 +21,7 @@ use std::mem::MaybeUninit;
 
 use super::super::quantize_x86::quantize_groups_u8_avx512;
 use super::x86::dequant16;
-use super::{panels, Call, Groups, Quantised, Tile, GROUP_QUADS, MAX_MR, NR};
+use super::{panels, Call, Groups, Quantised, Tile, MAX_MR, NR};
 use crate::cpu::amx::{Configured, PANEL_ROW_BYTES, ROWS, STEP};
 
 /// Quantised rows an AMX tile may read past a product's last: its 16 rows less the one it has.
@@ -189,7 +189,7 @@ unsafe fn finish_group(
     accumulate: bool,
 ) {
     let quads = groups.quads(g);
-    let q0 = g * GROUP_QUADS;
+    let q0 = g * groups.group_quads;
     let whole = q0 + quads / STEP * STEP;
     // SAFETY: the caller's contract; the sum tiles' store wrote all of `ints`.
     unsafe {
