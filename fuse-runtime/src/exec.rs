@@ -672,8 +672,8 @@ impl Executor {
         self.program
     }
 
-    /// Makes sure a call with `dims` finds an arena in the pool, allocating (and page-faulting) it now, and that the
-    /// calling thread holds the scratch its int8 products quantise their rows into.
+    /// Makes sure a call with `dims` finds an arena in the pool, allocating (and page-faulting) it now, and that
+    /// every thread that may run it holds the scratch its int8 products quantise their rows into.
     pub fn reserve(&self, dims: &[usize]) -> Result<()> {
         let (_, bytes) = self.program.layout(dims)?;
         self.pool.reserve(bytes)?;
@@ -681,25 +681,30 @@ impl Executor {
         Ok(())
     }
 
-    /// The calling thread's scratch for the int8 products that, at `dims`, quantise A's rows once for all their
-    /// column blocks ([`crate::cpu::par::reserve_int8_rows`]). A product's rows are its output's elements over its
-    /// columns: the rows of every batch, as the GEMM folds them.
+    /// The scratch for the int8 products that, at `dims`, quantise A's rows once for all their column blocks
+    /// ([`crate::cpu::par::int8_rows_len`]), on every worker of the pool and the calling thread: a call runs its
+    /// kernels inside a rayon scope, on the calling thread where it is a worker and on any worker where it is
+    /// not (a server's request thread), so each may be the one that takes it. A product's rows are its output's
+    /// elements over its columns: the rows of every batch, as the GEMM folds them.
     fn reserve_int8_rows(&self, dims: &[usize]) {
-        for entry in self.program.packed_b.iter().filter(|e| !e.gather) {
-            let Some(WeightPack::Int8(pack)) =
-                self.packs.get(entry.kernel).and_then(|p| p.as_deref())
-            else {
-                continue;
-            };
-            let output = self
-                .program
-                .kernels
-                .get(entry.kernel)
-                .and_then(|k| k.buffers.first());
-            let Some(spec) = output.and_then(|&b| self.program.buffers.get(b)) else {
-                continue;
-            };
-            crate::cpu::par::reserve_int8_rows(pack, spec.numel.eval(dims) / entry.n.max(1));
+        let longest = self
+            .program
+            .packed_b
+            .iter()
+            .filter(|e| !e.gather)
+            .filter_map(|entry| {
+                let Some(WeightPack::Int8(pack)) =
+                    self.packs.get(entry.kernel).and_then(|p| p.as_deref())
+                else {
+                    return None;
+                };
+                let output = self.program.kernels.get(entry.kernel)?.buffers.first()?;
+                let spec = self.program.buffers.get(*output)?;
+                crate::cpu::par::int8_rows_len(pack, spec.numel.eval(dims) / entry.n.max(1))
+            })
+            .max();
+        if let Some(len) = longest {
+            crate::cpu::scratch::reserve(&[(&crate::cpu::scratch::INT8_ROWS, len)]);
         }
     }
 

@@ -402,9 +402,9 @@ impl CompiledModel {
         Ok(dims)
     }
 
-    /// Allocates, now, the memory a CPU `forward` with these dynamic dimension sizes needs (its arena, and on the
-    /// calling thread the scratch into which an int8 model's products quantise their rows), so that the first such
-    /// call — or a first call at a larger size — costs what later ones do. Sizes are by
+    /// Allocates, now, the memory a CPU `forward` with these dynamic dimension sizes needs (its arena, and on every
+    /// thread of the pool and the calling one the scratch into which an int8 model's products quantise their rows),
+    /// so that the first such call — or a first call at a larger size — costs what later ones do. Sizes are by
     /// name, e.g. `[("batch", 8), ("seq", 128)]`; a call with smaller sizes uses the same memory. Optional:
     /// without it the first call allocates. The sizes are checked wherever the model runs; on a GPU nothing is
     /// allocated here (each shape gets its device arena and CUDA graph on its first call).

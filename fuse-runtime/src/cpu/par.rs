@@ -385,15 +385,13 @@ fn column_split(
     split.then_some(col_block_min)
 }
 
-/// Gives the calling thread the scratch ([`scratch::INT8_ROWS`]) in which [`gemm_with`] quantises A's rows once
-/// for all the column blocks of an int8 product of `rows` rows over `pack`, when it splits that product's columns
-/// between threads: a call that `CompiledModel::reserve` prepared then allocates nothing for it. The rows are
-/// counted over the product's batches, as `gemm_with` folds them: at least what it quantises.
-pub fn reserve_int8_rows(pack: &QuantB, rows: usize) {
+/// Floats of the scratch ([`scratch::INT8_ROWS`]) in which [`gemm_with`] quantises A's rows once for all the
+/// column blocks of an int8 product of `rows` rows over `pack`, when it splits that product's columns between
+/// threads; `None` when it does not split them. The rows are counted over the product's batches, as `gemm_with`
+/// folds them: at least what it quantises.
+pub fn int8_rows_len(pack: &QuantB, rows: usize) -> Option<usize> {
     let (threads, view) = (rayon::current_num_threads(), pack.view());
-    if column_split(threads, (1, rows), (view.k, view.n), true).is_some() {
-        scratch::with_buffer(&scratch::INT8_ROWS, pack.quantised_len(rows), |_| ());
-    }
+    column_split(threads, (1, rows), (view.k, view.n), true).map(|_| pack.quantised_len(rows))
 }
 
 /// Whether a product of `rows` rows over a packed k×n B is bound by reading B, and B is large enough to share
@@ -897,8 +895,8 @@ mod tests {
         assert!(q.quantise_rows(&at, (0, 1, m), m, &mut buf[1..]).is_none());
     }
 
-    /// What `reserve_int8_rows` gives the calling thread is the buffer an int8 product whose columns are split
-    /// between two threads quantises its rows into: the product takes it and puts it back, and allocates nothing.
+    /// A buffer of `int8_rows_len` floats is the one an int8 product whose columns are split between two threads
+    /// quantises its rows into: the product takes it and puts it back, and allocates nothing.
     #[test]
     fn reserved_int8_rows_are_what_a_split_product_quantises_into() {
         let pool = rayon::ThreadPoolBuilder::new()
@@ -912,7 +910,8 @@ mod tests {
             let (b, quant) = random_int8_b(k, n, 6);
             let rows = batches * m;
             let whole = whole_int8_product(&quant, &a, (rows, k, n));
-            reserve_int8_rows(&quant, rows);
+            let len = int8_rows_len(&quant, rows).expect("the columns are split");
+            scratch::reserve(&[(&scratch::INT8_ROWS, len)]);
             let held = || scratch::INT8_ROWS.with(|c| (c.borrow().as_ptr(), c.borrow().len()));
             let reserved = held();
             assert!(reserved.1 >= quant.quantised_len(rows), "{reserved:?}");
