@@ -320,8 +320,9 @@ pub(super) unsafe fn quantize_rows_on(
     })
 }
 
-/// Rows `row0..row0 + rows` of A (k deep) quantised on `T`, in groups of `group` depths, into `cells` (rows of `k4 · T::A_BYTES` bytes) and per
-/// row and group `scales` and `zeros`; a row whose elements are not contiguous is gathered into `row` first.
+/// Rows `row0..row0 + rows` of A (k deep) quantised on `T`, in groups of `group` depths, into `cells` (rows of
+/// `k4 · T::A_BYTES` bytes) and per row and group `scales` and `zeros`; a row whose elements are not contiguous is
+/// gathered into `row` first.
 ///
 /// # Safety
 /// As [`quantize_rows_on`], on `T`'s instruction set; `row` holds k floats when A's column stride is not 1.
@@ -400,8 +401,8 @@ unsafe fn drive<T: Tile>(call: &Call<'_>, pre: Option<Quantised>) {
             let (all_sums, _) = sums_buf.as_chunks_mut::<{ MAX_MR * NR }>();
             for ic in (0..m).step_by(mc) {
                 let rows = mc.min(m - ic);
-                // SAFETY: rows ic.. of A are readable (the caller's contract); the scratch holds `rows` rows.
                 let block = (ic, rows, k, pack.group);
+                // SAFETY: rows ic.. of A are readable (the caller's contract); the scratch holds `rows` rows.
                 unsafe { quantize_block::<T>(a, block, row, bytes, scales, zeros) };
                 let quantised = Quantised {
                     cells: bytes.as_ptr(),

@@ -1,7 +1,8 @@
 //! [`super::quantize::quantize_row`] written with intrinsics: each row's groups into bytes for the AVX-512 tiles
 //! ([`quantize_groups_u8_avx512`], their ranges reduced 16 at a time), one group into u16 cells for the AVX2 tile.
 //! The driver quantises each row in groups of 128 to 512 depths, so a call's set-up and its horizontal reductions
-//! come every 128 elements at most; the auto-vectorised version spent most of its time there (BENCHMARKS.md, twelfth run).
+//! come once per 128 to 512 elements; the auto-vectorised version spent most of its time there (BENCHMARKS.md,
+//! twelfth run, groups of 128).
 //! Both give the portable version's levels, scale and zero point bit for bit (`tests.rs` checks it).
 
 use std::arch::x86_64::*;
