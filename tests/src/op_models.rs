@@ -343,6 +343,19 @@ pub mod ops {
         }
     }
 
+    /// Two reads strided along the output's inner axis by different strides in one kernel: `x` transposed
+    /// (stride `D`) and a narrowed `y` transposed (stride `2·D`).
+    pub struct TwoInnerStrides {}
+    impl TwoInnerStrides {
+        pub fn forward(
+            &self,
+            #[shape(batch, D)] x: Tensor,
+            #[shape(batch, 48)] y: Tensor,
+        ) -> Tensor {
+            x.t() * 2.0 + y.narrow(1, 5, D).t()
+        }
+    }
+
     /// Odd widths for the rotary models: halves of 5, and spans of 3, 1 and 6.
     pub const R: usize = 10;
 

@@ -736,6 +736,17 @@ fn views_on_gpu() {
 }
 
 #[test]
+fn reads_strided_by_different_strides_on_gpu() {
+    ops_on_gpu(
+        TwoInnerStrides::random(15).into_compiled(),
+        "two inner strides",
+        1e-6,
+        1e-6,
+        |b, _, s| vec![Tensor::randn(&[b, D], s), Tensor::randn(&[b, 48], s + 1)],
+    );
+}
+
+#[test]
 fn concats_fused_into_their_readers_on_gpu() {
     ops_on_gpu(
         Ropes::random(12).into_compiled(),

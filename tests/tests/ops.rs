@@ -258,6 +258,18 @@ fn permute_reshape_slice_concat() {
     }
 }
 
+#[test]
+fn reads_strided_by_different_strides_in_one_kernel() {
+    let m = TwoInnerStrides::random(15);
+    for (batch, _, seed) in cases(15) {
+        let (x, y) = (
+            Tensor::randn(&[batch, D], seed),
+            Tensor::randn(&[batch, 48], seed + 1),
+        );
+        check_model("two inner strides", m.compiled(), &[&x, &y], 1e-6, 1e-6);
+    }
+}
+
 /// Rotary embeddings and other concats of computed views, against the f64 reference at random dims.
 #[test]
 fn concats_fused_into_their_readers() {

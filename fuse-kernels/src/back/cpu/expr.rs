@@ -119,11 +119,7 @@ pub fn row_bind(read: &Read, rank: usize) -> TokenStream {
     match inner_kind(read, rank) {
         Inner::Contiguous => quote!(let #x = &#buf[#base..#base + len];),
         Inner::Broadcast => quote!(let #x = #buf[#base];),
-        Inner::Strided => {
-            let st = var("st", read.node);
-            let last = rank - 1;
-            quote!(let #x = &#buf[#base..]; let inner_stride = #st[#last];)
-        }
+        Inner::Strided => quote!(let #x = &#buf[#base..];),
     }
 }
 
@@ -133,7 +129,12 @@ pub fn row_load(read: &Read, rank: usize, dtype: DType) -> TokenStream {
     let load = match inner_kind(read, rank) {
         Inner::Contiguous => quote!(#x[j]),
         Inner::Broadcast => quote!(#x),
-        Inner::Strided => quote!(#x[j * inner_stride]),
+        // Each read's own stride: two strided reads of one kernel may step by different strides.
+        Inner::Strided => {
+            let st = var("st", read.node);
+            let last = rank - 1;
+            quote!(#x[j * #st[#last]])
+        }
     };
     match dtype {
         DType::I64 => quote!((#load as f32)),
