@@ -195,6 +195,25 @@ pub mod ops {
         }
     }
 
+    /// A product of few rows and many columns, whose columns the runtime splits between threads, with an
+    /// epilogue reading a per-column bias, a transposed (strided) operand and a per-row value.
+    pub struct WideEpilogue {
+        #[shape(512, 64)]
+        weight: Tensor,
+        #[shape(512)]
+        bias: Tensor,
+    }
+    impl WideEpilogue {
+        pub fn forward(
+            &self,
+            #[shape(rows, 64)] x: Tensor,
+            #[shape(512, rows)] z: Tensor,
+            #[shape(rows, 1)] r: Tensor,
+        ) -> Tensor {
+            (x.matmul(&self.weight.t()) + &self.bias).gelu() * r + z.t()
+        }
+    }
+
     /// Attention in the shapes the planner fuses into one kernel, and one it must not fuse (the probabilities
     /// are also an output).
     pub struct Attentions {

@@ -156,6 +156,28 @@ fn matmuls_with_epilogues_batches_and_transposes() {
     }
 }
 
+/// Few rows, many columns, on two threads: the product's columns are split between them, then the epilogue (a
+/// bias, a strided read and a per-row value) runs over whole rows, against the reference.
+#[test]
+fn an_epilogue_on_column_blocks() {
+    let m = WideEpilogue::random(16);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .expect("a pool of two threads");
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(16);
+    for seed in 0..3 {
+        let rows = rng.gen_range(33..200);
+        let inputs = [
+            Tensor::randn(&[rows, 64], seed),
+            Tensor::randn(&[512, rows], seed + 1),
+            Tensor::randn(&[rows, 1], seed + 2),
+        ];
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        pool.install(|| check_model("wide epilogue", m.compiled(), &refs, 1e-5, 1e-5));
+    }
+}
+
 /// Query and key lengths differ (`keys` = `seq` + 3), padding masks off a random tail of the keys, and the
 /// fused plan must hold exactly three attention kernels (the fourth attention keeps its probabilities).
 #[test]

@@ -1,7 +1,9 @@
 //! Benchmarks W1–W3 (W4, MiniLM, is `--bin minilm -- --bench`): fused vs eager plan in one run, plus the first
 //! call in a fresh process. `cargo run --release -p fuse-examples --bin bench [w1 w2 w3] [--json] [--profile]`.
 //! `--json` prints one JSON object per workload and plan mode instead of the table; `--precision int8` runs the
-//! GEMMs whose B is a weight in int8 (`CompiledModel::with_cpu_precision`).
+//! GEMMs whose B is a weight in int8 (`CompiledModel::with_cpu_precision`). `--steady` leaves out the fresh
+//! processes (their columns read NaN, their JSON fields null): the steady state alone, in seconds, for comparing
+//! two builds call for call.
 
 use std::process::Command;
 use std::time::Instant;
@@ -174,9 +176,10 @@ fn main() -> Result<()> {
     }
     let profile = args.iter().any(|a| a == "--profile");
     let as_json = args.iter().any(|a| a == "--json");
+    let steady_only = args.iter().any(|a| a == "--steady");
     let args: Vec<String> = args
         .into_iter()
-        .filter(|a| a != "--profile" && a != "--json")
+        .filter(|a| !["--profile", "--json", "--steady"].contains(&a.as_str()))
         .collect();
     let names: Vec<String> = if args.is_empty() {
         vec!["w1".into(), "w2".into(), "w3".into()]
@@ -210,7 +213,10 @@ fn main() -> Result<()> {
             model.run_into(PlanMode::Fused, &refs, &mut outputs)
         })?;
         let fresh = |how: FirstCall, threads| {
-            fresh_process_first_call(name, how, threads, precision).unwrap_or(FirstCalls {
+            let measured = (!steady_only)
+                .then(|| fresh_process_first_call(name, how, threads, precision))
+                .flatten();
+            measured.unwrap_or(FirstCalls {
                 ms: f64::NAN,
                 over_steady: f64::NAN,
                 over_cold_steady: f64::NAN,

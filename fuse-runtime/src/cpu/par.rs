@@ -677,13 +677,21 @@ mod tests {
     use crate::cpu::gemm::PackedB;
     use crate::tensor::Tensor;
 
-    /// Adds 1 to every output element and records nothing else: enough to see that every row got its epilogue once.
-    struct PlusOne;
+    /// Adds [`mark`] of each element's place in rows of `.0` columns: every element must get its epilogue once,
+    /// told its own row.
+    struct AddMark(usize);
 
-    impl RowTask for PlusOne {
-        fn run<A: Arith>(&self, _: usize, rows: &mut [f32]) {
-            rows.iter_mut().for_each(|v| *v += 1.0);
+    impl RowTask for AddMark {
+        fn run<A: Arith>(&self, first_row: usize, rows: &mut [f32]) {
+            for (i, v) in rows.iter_mut().enumerate() {
+                *v += mark(first_row + i / self.0, i % self.0);
+            }
         }
+    }
+
+    /// A small value that differs between neighbouring rows and between columns a panel apart.
+    fn mark(row: usize, col: usize) -> f32 {
+        ((row % 7) * 16 + col % 13) as f32
     }
 
     /// The element loop `strided_copy` replaced: the reference for the merged, threaded copy.
@@ -984,7 +992,7 @@ mod tests {
                         let want: f64 = (0..k)
                             .map(|p| f64::from(a[i * k + p]) * f64::from(b[p * n + j]))
                             .sum::<f64>()
-                            + 1.0;
+                            + f64::from(mark(i, j));
                         let got = f64::from(out[i * n + j]);
                         assert!(
                             (got - want).abs() <= 1e-3 * (1.0 + want.abs()),
@@ -994,7 +1002,7 @@ mod tests {
                 }
             };
             let mut out = vec![f32::NAN; m * n];
-            gemm(&spec, &a, &b, &mut out, Some(&PlusOne));
+            gemm(&spec, &a, &b, &mut out, Some(&AddMark(n)));
             check(&out);
             // B packed once, as a model packs its weights at load: the same product on both split paths.
             let view = BView {
@@ -1008,7 +1016,7 @@ mod tests {
                 .unwrap()
                 .map(WeightPack::F32);
             let mut out = vec![f32::NAN; m * n];
-            gemm_with(&spec, &a, &b, packed.as_ref(), &mut out, Some(&PlusOne));
+            gemm_with(&spec, &a, &b, packed.as_ref(), &mut out, Some(&AddMark(n)));
             check(&out);
             // A pack of another view of B (here: one column narrower) is not used.
             let other = BView { n: n - 1, ..view };
@@ -1016,11 +1024,11 @@ mod tests {
                 .unwrap()
                 .map(WeightPack::F32);
             let mut out = vec![f32::NAN; m * n];
-            gemm_with(&spec, &a, &b, stale.as_ref(), &mut out, Some(&PlusOne));
+            gemm_with(&spec, &a, &b, stale.as_ref(), &mut out, Some(&AddMark(n)));
             check(&out);
             let stale = QuantB::new(&b, other).unwrap().map(WeightPack::Int8);
             let mut out = vec![f32::NAN; m * n];
-            gemm_with(&spec, &a, &b, stale.as_ref(), &mut out, Some(&PlusOne));
+            gemm_with(&spec, &a, &b, stale.as_ref(), &mut out, Some(&AddMark(n)));
             check(&out);
             // An int8 pack: every block and column split computes what one whole int8 product does, plus the
             // epilogue.
@@ -1028,9 +1036,9 @@ mod tests {
             let whole = whole_int8_product(&quant, &a, (m, k, n));
             let mut out = vec![f32::NAN; m * n];
             let quant = Some(WeightPack::Int8(quant));
-            gemm_with(&spec, &a, &b, quant.as_ref(), &mut out, Some(&PlusOne));
+            gemm_with(&spec, &a, &b, quant.as_ref(), &mut out, Some(&AddMark(n)));
             for (i, (&got, &want)) in out.iter().zip(&whole).enumerate() {
-                assert_eq!(got, want + 1.0, "int8 {m}x{k}x{n} at {i}");
+                assert_eq!(got, want + mark(i / n, i % n), "int8 {m}x{k}x{n} at {i}");
             }
         }
     }
