@@ -605,15 +605,16 @@ fn an_f16_checkpoint_runs_in_f16_as_its_f32_load_does_at_half_the_bytes() {
 }
 
 /// W2 (1024 → 4096 → 4096 → 1024, each with GELU but the last), where `activation_group` quantises the two
-/// 4096-deep products' activations in groups of 512 and the first layer's in groups of 128: each output row's
+/// 4096-deep products' activations in groups of 512 and the first layer's in groups of 256: each output row's
 /// cosine to f32 meets the int8 bounds for a sentence embedding (each ≥ 0.995, the mean ≥ 0.999).
-/// Measured: mean 0.999844, worst 0.999823; with every group 128 deep, 0.999852 and 0.999827.
+/// Measured: mean 0.999841, worst 0.999813; with the first layer's groups 128 deep, 0.999844 and 0.999823; with every
+/// group 128 deep, 0.999852 and 0.999827.
 #[test]
 fn int8_mlp_with_4096_deep_products_stays_close_to_f32() {
     use fuse_examples::models::mlp::mlp::{Mlp, D_HIDDEN, D_IN, D_OUT};
     use fuse_runtime::PlanMode;
     assert_eq!(activation_group(D_HIDDEN), 512);
-    assert_eq!(activation_group(D_IN), 128);
+    assert_eq!(activation_group(D_IN), 256);
     let rows = 64;
     let x = Tensor::randn(&[rows, D_IN], 2);
     let run = |precision| {

@@ -112,8 +112,9 @@ fn check_case(kernel: Int8Kernel, case: &Case, seed: u64) {
 }
 
 /// Products deep enough for groups of 256 and 512 depths ([`activation_group`]), on blocks of rows and on a
-/// decoding step's few, with a depth block's second group left short (its last quads short of an AMX step).
-fn deep_cases() -> [Case; 3] {
+/// decoding step's few, with a last group left short of an AMX step: 1380 deep ends in a depth block's second
+/// group of 100, 2404 in a block's only group of 356.
+fn deep_cases() -> [Case; 4] {
     let case = |m, k, n, b_trans, pad, col0, cols| Case {
         m,
         k,
@@ -124,21 +125,22 @@ fn deep_cases() -> [Case; 3] {
         cols,
     };
     [
-        case(19, 2404, 40, false, 1, 0, 40),
+        case(19, 1380, 40, false, 1, 0, 40),
+        case(21, 2404, 40, false, 1, 0, 40),
         case(17, 4100, 70, true, 2, 32, 38),
         case(3, 5000, 64, false, 0, 32, 32),
     ]
 }
 
 #[test]
-fn activation_groups_deepen_only_where_a_row_keeps_eight() {
+fn activation_groups_deepen_only_where_a_row_keeps_four() {
     let groups = [
         (1, 128),
         (384, 128),
-        (2047, 128),
-        (2048, 256),
-        (4095, 256),
-        (4096, 512),
+        (1023, 128),
+        (1024, 256),
+        (2047, 256),
+        (2048, 512),
     ];
     for (k, group) in groups.into_iter().chain([(MAX_DEPTH, MAX_A_GROUP)]) {
         assert_eq!(activation_group(k), group, "k = {k}");
