@@ -1,14 +1,16 @@
 //! What the AMX int8 loop can reach on W2's middle column block (64 rows, 4096 deep, 1024 columns) with nothing
 //! but its tile work: the loop nest of the int8 driver (panels of 32 columns → depth blocks of 512 → row tiles of
 //! 16 rows) over a B read from beyond L2, as the model's weights are, with no quantisation of A, no scaling of
-//! C's columns and no epilogue. It reads the sums out of the tiles four ways:
+//! C's columns and no epilogue. It reads the sums out of the tiles five ways:
 //! - once per depth block, only storing them, which one activation scale per row allows (ONNX Runtime's dynamic
 //!   quantisation);
 //! - the same, dequantised into the tile's f32 sums as the kernel does: groups of 512 depths, which
 //!   `int8::activation_group` gives this 4096-deep product;
-//! - once per activation group of 128 depths (`int8::A_GROUP`, which MiniLM's shallower products keep), only
-//!   storing them;
-//! - the same, each group's sums dequantised.
+//! - once per activation group of 128 depths (`int8::A_GROUP`, which products under 1024 deep keep: MiniLM's
+//!   projections and FFN input), only storing them;
+//! - the same, each group's sums dequantised;
+//! - once per depth block and dequantised, as the second, but in tiles of 32 rows: two A tiles and the panel's
+//!   two B tiles into four sum tiles, 4 `tdpbusd` per 4 tile loads instead of 2 per 3.
 //!
 //! The second is a ceiling for fuse's int8 kernel at this shape (BENCHMARKS.md sets it against ONNX Runtime int8).
 //! Next to it, the kernel itself on the same block as the model runs it ([`kernel_as_w2_runs_it`]): A quantised
@@ -34,16 +36,21 @@ enum Readout {
     BlockDequantised,
     Group,
     GroupDequantised,
+    Block32Dequantised,
 }
 
-const READOUTS: [(Readout, &str); 4] = [
+const READOUTS: [(Readout, &str); 5] = [
     (Readout::Block, "stored once per 512-deep block"),
     (Readout::BlockDequantised, "the same and dequantised"),
     (Readout::Group, "stored per 128-deep group"),
     (Readout::GroupDequantised, "the same and dequantised"),
+    (
+        Readout::Block32Dequantised,
+        "once per 512-deep block, dequantised, tiles of 32 rows",
+    ),
 ];
 
-/// Prints the four rates, and the kernel's, where the process may run AMX-INT8.
+/// Prints the five rates, and the kernel's, where the process may run AMX-INT8.
 pub fn report() {
     if fuse_runtime::cpu::amx::features().int8 {
         x86::report();
@@ -184,6 +191,19 @@ mod x86 {
             for p in 0..COLS / 32 {
                 for d in 0..DEPTH / BLOCK {
                     let block = b.add((p * DEPTH + d * BLOCK) * 32);
+                    if readout == Readout::Block32Dequantised {
+                        for t in 0..ROWS / 32 {
+                            let tile = |half: usize| Tile {
+                                a: a.add((t * 32 + half * 16) * DEPTH + d * BLOCK),
+                                b: block,
+                                ints: ints.add(half * 16 * 32 * 4),
+                                acc: acc.add((t * 32 + half * 16) * 32),
+                                col_sums,
+                            };
+                            whole_block_32(&tile(0), &tile(1));
+                        }
+                        continue;
+                    }
                     for t in 0..ROWS / 16 {
                         let a_t = a.add(t * 16 * DEPTH + d * BLOCK);
                         let tile = Tile {
@@ -198,6 +218,7 @@ mod x86 {
                             Readout::BlockDequantised => tile.whole_block(true),
                             Readout::Group => tile.groups(false),
                             Readout::GroupDequantised => tile.groups(true),
+                            Readout::Block32Dequantised => unreachable!("run in tiles of 32 rows"),
                         }
                     }
                 }
@@ -250,6 +271,44 @@ mod x86 {
                 s = in(reg) $to, rs = in(reg) PANEL_ROW, options(nostack),
             )
         };
+    }
+
+    /// [`Tile::whole_block`] dequantised, over the 32 rows of `top` and `bottom` (each with its own A rows,
+    /// stored sums and f32 sums, the same panel): each step loads the panel's two B tiles once for both.
+    ///
+    /// # Safety
+    /// Tiles configured; the pointers hold the block.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn whole_block_32(top: &Tile, bottom: &Tile) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            asm!(
+                "tilezero tmm0",
+                "tilezero tmm1",
+                "tilezero tmm2",
+                "tilezero tmm3",
+                options(nostack, nomem)
+            );
+            for s in 0..BLOCK_STEPS {
+                asm!(
+                    "tileloadd tmm6, [{b} + {bs}*1]",
+                    "tileloadd tmm7, [{b} + {bs}*1 + 64]",
+                    "tileloadd tmm4, [{a0} + {as_}*1]",
+                    "tdpbusd tmm0, tmm4, tmm6",
+                    "tdpbusd tmm1, tmm4, tmm7",
+                    "tileloadd tmm5, [{a1} + {as_}*1]",
+                    "tdpbusd tmm2, tmm5, tmm6",
+                    "tdpbusd tmm3, tmm5, tmm7",
+                    b = in(reg) top.b.add(s * PANEL_STEP), bs = in(reg) PANEL_ROW,
+                    a0 = in(reg) top.a.add(64 * s), a1 = in(reg) bottom.a.add(64 * s), as_ = in(reg) DEPTH,
+                    options(nostack, readonly),
+                );
+            }
+            store!("tmm0", "tmm1", top.ints);
+            store!("tmm2", "tmm3", bottom.ints);
+            top.dequantise(top.ints, 0);
+            bottom.dequantise(bottom.ints, 0);
+        }
     }
 
     impl Tile {
