@@ -363,15 +363,23 @@ pub mod ops {
     }
 
     /// Two reads strided along the output's inner axis by different strides in one kernel: `x` transposed
-    /// (stride `D`) and a narrowed `y` transposed (stride `2·D`).
-    pub struct TwoInnerStrides {}
+    /// (stride `D`) and a narrowed `y` transposed (stride `2·D`), in an elementwise kernel, a softmax's row
+    /// input and a matmul's epilogue.
+    pub struct TwoInnerStrides {
+        #[shape(D, D)]
+        w: Tensor,
+    }
     impl TwoInnerStrides {
         pub fn forward(
             &self,
             #[shape(batch, D)] x: Tensor,
             #[shape(batch, 48)] y: Tensor,
-        ) -> Tensor {
-            x.t() * 2.0 + y.narrow(1, 5, D).t()
+        ) -> (Tensor, Tensor, Tensor) {
+            let (xt, yt) = (x.t(), y.narrow(1, 5, D).t());
+            let sum = xt * 2.0 + yt;
+            let soft = (xt - yt * 0.5).softmax(-1);
+            let projected = self.w.matmul(&xt) + xt * yt;
+            (sum, soft, projected)
         }
     }
 
