@@ -282,13 +282,8 @@ mod x86 {
     unsafe fn whole_block_32(top: &Tile, bottom: &Tile) {
         // SAFETY: the caller's contract.
         unsafe {
-            asm!(
-                "tilezero tmm0",
-                "tilezero tmm1",
-                "tilezero tmm2",
-                "tilezero tmm3",
-                options(nostack, nomem)
-            );
+            zero!("tmm0", "tmm1");
+            zero!("tmm2", "tmm3");
             for s in 0..BLOCK_STEPS {
                 asm!(
                     "tileloadd tmm6, [{b} + {bs}*1]",
