@@ -280,6 +280,8 @@ fn permute_reshape_slice_concat() {
     }
 }
 
+/// Two transposed reads of different strides in one kernel: each steps by its own stride (they once shared one
+/// binding, the second read's, which read out of bounds or returned wrong values).
 #[test]
 fn reads_strided_by_different_strides_in_one_kernel() {
     let m = TwoInnerStrides::random(15);

@@ -2,8 +2,8 @@
 //! call in a fresh process. `cargo run --release -p fuse-examples --bin bench [w1 w2 w3] [--json] [--profile]`.
 //! `--json` prints one JSON object per workload and plan mode instead of the table; `--precision int8` runs the
 //! GEMMs whose B is a weight in int8 (`CompiledModel::with_cpu_precision`). `--steady` leaves out the fresh
-//! processes (their columns read NaN, their JSON fields null): the steady state alone, in seconds, for comparing
-//! two builds call for call.
+//! processes (their columns read NaN, their JSON fields null): the steady state alone, which takes seconds rather
+//! than minutes, for comparing two builds round after round.
 
 use std::process::Command;
 use std::time::Instant;
