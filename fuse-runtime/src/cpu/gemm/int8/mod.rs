@@ -14,7 +14,7 @@
 //!   `tests/tests/minilm_precisions.rs`); groups rather than whole rows took it to 0.9992 (see [`A_GROUP`]).
 //! - **C**: `Σ_groups (acc_g − z_g·Σq_g) · s_g`, in f32, times `s_j`. The register tile makes each group's i32
 //!   sums and dequantises them in registers as the group ends (a conversion and two FMAs per vector) into f32
-//!   sums, which it carries across depth blocks of four groups in this thread's scratch; C is written after the
+//!   sums, which it carries across depth blocks of 512 in this thread's scratch; C is written after the
 //!   last block. The kernel's f32 epilogue (bias, GELU, residual) then runs on the block while it is in cache, as
 //!   for the f32 GEMM. Groups cost the VNNI tiles 8–29 % and the AVX2 tile 8–10 % of their rate against one
 //!   scale per row (BENCHMARKS.md, twelfth run): the price of the accuracy above, partly won back by quantising
