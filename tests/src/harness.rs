@@ -111,3 +111,17 @@ pub fn assert_close(what: &str, got: &Tensor, want: &RefTensor, atol: f64, rtol:
         "{what}: error {ratio:.3}× the tolerance (atol {atol:e}, rtol {rtol:e})"
     );
 }
+
+/// `‖got − want‖ / ‖want‖`, with each element of `want` taken to be at least `floor` in size: a sum that cancels
+/// to near 0 (one output element of a few products, say) has the rounding error of its terms, not of its own.
+pub fn rel_l2_floored(got: &Tensor, want: &Tensor, floor: f64) -> f64 {
+    let (g, w) = (got.to_f32_vec(), want.to_f32_vec());
+    let diff: f64 = g
+        .iter()
+        .zip(&w)
+        .map(|(a, b)| f64::from(a - b).powi(2))
+        .sum();
+    let norm: f64 = w.iter().map(|b| f64::from(*b).powi(2)).sum();
+    let floor = floor * floor * w.len() as f64;
+    (diff / norm.max(floor).max(1e-30)).sqrt()
+}

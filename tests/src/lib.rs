@@ -6,4 +6,5 @@ pub mod drift;
 pub mod golden;
 pub mod harness;
 pub mod op_models;
+pub mod random_views;
 pub mod reference;

@@ -1,0 +1,105 @@
+//! Every random-view model (`gen/random_views.rs`: seeded chains of transposes, permutes, narrows, slices,
+//! reshapes and broadcasts, read by each kernel kind), fused and eager, against the f64 reference at random
+//! dynamic dims. A failure names the model; its source is in the build's `OUT_DIR/random_views.rs`.
+//! `FUSE_VIEW_SEED=n cargo test -p fuse-tests --test random_views` checks another set.
+
+use fuse_runtime::{CompiledModel, CpuPrecision, PlanMode, Tensor};
+use fuse_tests::drift::{check_random, random_inputs, Tolerance};
+use fuse_tests::harness::rel_l2_floored;
+use fuse_tests::random_views::CASES;
+
+#[test]
+fn random_views_match_the_reference() {
+    let mut failures = Vec::new();
+    for (i, case) in CASES.iter().enumerate() {
+        let spec = (case.spec)();
+        let model = CompiledModel::random(spec, i as u64);
+        for (batch, seq) in [(1, 1), (3, 5), (2, 9)] {
+            let dims = [("batch", batch), ("seq", seq)];
+            let dims = &dims[..spec.dyn_dims.len().min(2)];
+            let dims: Vec<(&str, usize)> = dims
+                .iter()
+                .copied()
+                .filter(|(name, _)| spec.dyn_dims.contains(name))
+                .collect();
+            let tolerance = Tolerance {
+                atol: case.atol,
+                rtol: case.rtol,
+            };
+            match check_random(&model, &dims, 7 * i as u64 + batch as u64, tolerance) {
+                Ok(report)
+                    if report
+                        .outputs
+                        .iter()
+                        .all(|o| o.fused.within() && o.eager.within()) => {}
+                Ok(report) => failures.push(format!("{} at {dims:?}:\n{report}", spec.name)),
+                Err(e) => failures.push(format!("{} at {dims:?}: {e}", spec.name)),
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} random-view checks failed:\n{}",
+        failures.len(),
+        CASES.len() * 3,
+        failures.join("\n")
+    );
+}
+
+/// The relative L2 bound of each reduced CPU precision against f32, with each element taken to be at least 1 in
+/// size (`rel_l2_floored`): bf16 rounds both operands of a product (8 significant bits, ~4e-3 each); int8
+/// quantises rows of A to 255 steps and weights to 255, ~1e-2 in a product. A misplaced read errs by about the
+/// norm itself.
+const REDUCED: [(CpuPrecision, f64); 3] = [
+    (CpuPrecision::Bf16, 1e-2),
+    (CpuPrecision::F16, 1e-3),
+    (CpuPrecision::Int8, 2.5e-2),
+];
+
+/// The same models with their weight products in bf16, f16 and int8 on the CPU, against their f32 outputs: the
+/// packed and quantised products read A through the same views.
+#[test]
+fn random_views_in_reduced_cpu_precisions() {
+    let mut failures = Vec::new();
+    let mut worst = [0.0f64; 3];
+    for (i, case) in CASES.iter().enumerate() {
+        let spec = (case.spec)();
+        let f32_model = CompiledModel::random(spec, i as u64);
+        let weights = f32_model.weights().expect("f32 weights").to_vec();
+        let dims: Vec<(&str, usize)> = [("batch", 3), ("seq", 5)]
+            .into_iter()
+            .filter(|(name, _)| spec.dyn_dims.contains(name))
+            .collect();
+        let inputs = random_inputs(spec, &dims, i as u64).expect("the generated inputs fit");
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        let want = f32_model.run(PlanMode::Fused, &refs).expect("f32 run");
+        for (p, (precision, bound)) in REDUCED.into_iter().enumerate() {
+            let model = CompiledModel::from_weights_in(spec, weights.clone(), precision)
+                .unwrap_or_else(|e| panic!("{} in {precision:?}: {e}", spec.name));
+            for mode in [PlanMode::Fused, PlanMode::Eager] {
+                let got = match model.run(mode, &refs) {
+                    Ok(got) => got,
+                    Err(e) => {
+                        failures.push(format!("{} {precision:?} {mode:?}: {e}", spec.name));
+                        continue;
+                    }
+                };
+                for (o, (g, w)) in got.iter().zip(&want).enumerate() {
+                    let err = rel_l2_floored(g, w, 1.0);
+                    worst[p] = worst[p].max(err);
+                    if err > bound {
+                        failures.push(format!(
+                            "{} {precision:?} {mode:?} output {o}: relative L2 error {err:.2e} > {bound:e}",
+                            spec.name
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    eprintln!(
+        "worst relative L2 error: bf16 {:.2e}, f16 {:.2e}, int8 {:.2e}",
+        worst[0], worst[1], worst[2]
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
