@@ -30,7 +30,7 @@ use fuse_runtime::cuda::spec::{CudaProgram, EmbeddedCuda, GridSpec, LaunchRole};
 use fuse_runtime::{
     CompiledModel, Device, Error, GpuOptions, GpuShapes, ModelSpec, PlanMode, Precision, Tensor,
 };
-use fuse_tests::harness::{assert_close, graph_of, to_ref};
+use fuse_tests::harness::{assert_close, graph_of, rel_l2_floored, to_ref};
 use fuse_tests::op_models::ops::*;
 
 const BF16_REL_L2: f64 = 2e-2;
@@ -108,14 +108,7 @@ fn moved(model: &CompiledModel, device: &Device, options: GpuOptions) -> Compile
 }
 
 fn rel_l2(got: &Tensor, want: &Tensor) -> f64 {
-    let (g, w) = (got.to_f32_vec(), want.to_f32_vec());
-    let diff: f64 = g
-        .iter()
-        .zip(&w)
-        .map(|(a, b)| f64::from(a - b).powi(2))
-        .sum();
-    let norm: f64 = w.iter().map(|b| f64::from(*b).powi(2)).sum();
-    (diff / norm.max(1e-30)).sqrt()
+    rel_l2_floored(got, want, 0.0)
 }
 
 /// The GPU copies of one model, one per path: f32 storage with the default chain (the AOT fatbin when the
@@ -130,6 +123,9 @@ struct OnGpu {
     f32: Vec<(&'static str, CompiledModel)>,
     /// bf16 and f16 storage, with the relative L2 bound of each.
     half: Vec<(&'static str, CompiledModel, f64)>,
+    /// The smallest size an element of the reference is taken to have in the half-storage error
+    /// ([`rel_l2_floored`]): 0 but for the random-view models.
+    half_floor: f64,
 }
 
 impl OnGpu {
@@ -178,6 +174,7 @@ impl OnGpu {
             ],
             half,
             cpu,
+            half_floor: 0.0,
         }
     }
 
@@ -204,7 +201,7 @@ impl OnGpu {
                     .run(PlanMode::Fused, inputs)
                     .unwrap_or_else(|e| panic!("{what} {path} on the GPU: {e}"));
                 for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                    let err = rel_l2(g, w);
+                    let err = rel_l2_floored(g, w, self.half_floor);
                     assert!(
                         err <= *bound,
                         "{what} {path} {call} output {i}: relative L2 error {err:.2e}"
@@ -744,6 +741,35 @@ fn reads_strided_by_different_strides_on_gpu() {
         1e-6,
         |b, _, s| vec![Tensor::randn(&[b, D], s), Tensor::randn(&[b, 48], s + 1)],
     );
+}
+
+/// Every random-view model (`tests/random_views.rs`), GPU against CPU: f32 at twice its reference tolerance;
+/// half storage with each element's error taken relative to at least 1, the size of the unit-normal inputs
+/// (an output of a few products that cancel is small, its rounding error is not; a misplaced read errs by
+/// about the norm itself, far above the bound).
+#[test]
+fn random_views_on_gpu() {
+    use fuse_tests::drift::random_inputs;
+    use fuse_tests::random_views::CASES as VIEW_MODELS;
+    let Some(device) = gpu() else { return };
+    for (i, case) in VIEW_MODELS.iter().enumerate() {
+        let spec = (case.spec)();
+        let m = OnGpu {
+            half_floor: 1.0,
+            ..OnGpu::new(CompiledModel::random(spec, i as u64), &device)
+        };
+        for (batch, seq, seed) in CASES {
+            let dims = [("batch", batch), ("seq", seq)];
+            let dims: Vec<(&str, usize)> = dims
+                .into_iter()
+                .filter(|(name, _)| spec.dyn_dims.contains(name))
+                .collect();
+            let inputs = random_inputs(spec, &dims, seed).expect("the generated inputs fit");
+            let refs: Vec<&Tensor> = inputs.iter().collect();
+            let what = format!("{} {batch}x{seq}", spec.name);
+            m.check(&what, &refs, 2.0 * case.atol, 2.0 * case.rtol);
+        }
+    }
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! bodies differ only in the node ids inside local names (`buf12` vs `buf87`), since buffers come from the launch's
 //! table. Renumbering those names by first appearance gives each kernel a canonical body; kernels with the same
 //! canonical body share one function, as the CUDA writer shares one `__global__` between kernels whose code is
-//! the same (`back::cuda::shared_code`), so the generated Rust grows with distinct kernels, not with depth.
+//! the same (`back::cuda::shared_kernels`), so the generated Rust grows with distinct kernels, not with depth.
 
 use std::collections::BTreeMap;
 

@@ -138,7 +138,7 @@ fn write_source(w: &mut String, plan: &Plan, model_name: &str, options: &Options
         "FUSE_DEVICE fuse_t fuse_from_f32(float v) {{ return {}; }}",
         options.storage.store_expr()
     )?;
-    let shared = shared_code(plan, options);
+    let shared = shared_kernels(plan);
     for (i, k) in plan.kernels.iter().enumerate() {
         let cx = Ctx {
             g: &plan.graph,
@@ -179,20 +179,27 @@ fn write_kernel(w: &mut String, cx: &Ctx, symbol: &str) -> fmt::Result {
 
 /// For each kernel, the earlier kernel with exactly the same code, if any (the layers of a transformer are
 /// the same kernels on other buffers): those are emitted once, which keeps nvcc time and binary size flat in
-/// the layer count. Code never depends on the storage type in a way that changes which kernels are equal, but
-/// the comparison uses the caller's options anyway.
-fn shared_code(plan: &Plan, options: &Options) -> Vec<Option<usize>> {
+/// the layer count.
+///
+/// Two kernels share only where their code is equal in every storage type: the launch table is written once,
+/// for all of them, and a kernel launched by its own symbol must be in each source. (f32 storage has vector
+/// paths whose guards tell kernels apart that half storage, with no such path, renders alike.)
+pub(crate) fn shared_kernels(plan: &Plan) -> Vec<Option<usize>> {
+    const STORAGES: [StorageType; 3] = [StorageType::F32, StorageType::F16, StorageType::Bf16];
     let mut first_with: BTreeMap<String, usize> = BTreeMap::new();
     let mut shared = Vec::with_capacity(plan.kernels.len());
     for (i, k) in plan.kernels.iter().enumerate() {
-        let cx = Ctx {
-            g: &plan.graph,
-            k,
-            storage: options.storage,
-        };
-        let mut text = String::new();
         // An unnamed rendering is the kernel's code, independent of its name and position.
-        if write_kernel(&mut text, &cx, "").is_err() {
+        let mut text = String::new();
+        let rendered = STORAGES.iter().all(|&storage| {
+            let cx = Ctx {
+                g: &plan.graph,
+                k,
+                storage,
+            };
+            write_kernel(&mut text, &cx, "").is_ok()
+        });
+        if !rendered {
             shared.push(None);
             continue;
         }
@@ -216,11 +223,6 @@ pub(crate) fn launch_symbol(
 ) -> String {
     let k = shared.get(index).copied().flatten().unwrap_or(index);
     kernel_symbol(plan, model_name, &plan.kernels[k])
-}
-
-/// [`shared_code`] with the default options, for the launch table.
-pub(crate) fn shared_kernels(plan: &Plan) -> Vec<Option<usize>> {
-    shared_code(plan, &Options::default())
 }
 
 fn dyn_dims_comment(g: &Graph) -> String {
