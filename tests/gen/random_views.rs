@@ -247,6 +247,8 @@ fn chain(rng: &mut Rng, out: &[Dim], min_steps: usize, max_steps: usize) -> Chai
 /// One model being written: its inputs, weights and the lines of `forward`.
 struct Model {
     inputs: Vec<Shape>,
+    /// The inputs that hold ids (i64), not floats.
+    ids: Vec<usize>,
     weights: Vec<Shape>,
     lines: Vec<String>,
     outputs: Vec<String>,
@@ -259,12 +261,18 @@ impl Model {
     fn new() -> Self {
         Model {
             inputs: Vec::new(),
+            ids: Vec::new(),
             weights: Vec::new(),
             lines: Vec::new(),
             outputs: Vec::new(),
             values: 0,
             accumulates: false,
         }
+    }
+
+    fn new_weight(&mut self, shape: &[Dim]) -> String {
+        self.weights.push(shape.to_vec());
+        format!("self.w{}", self.weights.len() - 1)
     }
 
     fn value(&mut self, expr: String) -> String {
@@ -279,10 +287,19 @@ impl Model {
     fn source(&mut self, rng: &mut Rng, shape: &[Dim], weight: bool) -> String {
         let dynamic = shape.iter().any(|d| d.fixed().is_none());
         if weight || (!dynamic && rng.chance(30)) {
-            self.weights.push(shape.to_vec());
-            return format!("self.w{}", self.weights.len() - 1);
+            return self.new_weight(shape);
         }
-        if let Some(i) = self.inputs.iter().position(|s| s == shape) {
+        // Rows of a table gathered at ids: a gather's output read through views.
+        if let [Dim::Batch, p, Dim::Fixed(n)] = shape {
+            if rng.chance(15) {
+                let table = self.new_weight(&[Dim::Fixed(rng.range(3, 20)), Dim::Fixed(*n)]);
+                self.inputs.push(vec![Dim::Batch, *p]);
+                self.ids.push(self.inputs.len() - 1);
+                return format!("embedding(&{table}, &x{})", self.inputs.len() - 1);
+            }
+        }
+        let reusable = |(i, s): (usize, &Shape)| s == shape && !self.ids.contains(&i);
+        if let Some(i) = self.inputs.iter().enumerate().position(reusable) {
             if rng.chance(50) {
                 return format!("x{i}");
             }
@@ -360,13 +377,13 @@ fn broadcast_of(rng: &mut Rng, full: &[Dim]) -> Shape {
     ])
 }
 
-const WIDTHS: [usize; 12] = [2, 3, 5, 7, 8, 12, 16, 17, 24, 33, 64, 67];
+const WIDTHS: [usize; 14] = [2, 3, 5, 7, 8, 12, 16, 17, 24, 33, 64, 67, 130, 257];
 const DEPTHS: [usize; 6] = [3, 8, 17, 32, 40, 70];
 
 /// The reader of one output: a kernel kind and the operands it reads.
 fn reader(rng: &mut Rng, m: &mut Model, full: &[Dim]) {
     let (b, p, q) = (full[0], full[1], full[2]);
-    match rng.range(0, 8) {
+    match rng.range(0, 9) {
         0 => {
             let x = m.operand(rng, full, 3);
             let y = m.broadcast_operand(rng, full, 3);
@@ -442,6 +459,27 @@ fn reader(rng: &mut Rng, m: &mut Model, full: &[Dim]) {
             let y = m.broadcast_operand(rng, full, 2);
             m.output(format!("concat([{x}, {z}], {axis}) * {y}"));
         }
+        7 => {
+            // Attention over heads: Q, K and V through views, a scale, sometimes an additive mask broadcast over
+            // heads (or over the batch too), softmax and the product with V.
+            m.accumulates = true;
+            let heads = Dim::Fixed(rng.range(1, 4));
+            let (dh, dv) = (
+                Dim::Fixed(rng.pick(&[3, 8, 16])),
+                Dim::Fixed(rng.pick(&[3, 8, 16])),
+            );
+            let query = m.operand(rng, &[b, heads, p, dh], 3);
+            let key = m.operand(rng, &[b, heads, p, dh], 3);
+            let value = m.operand(rng, &[b, heads, p, dv], 3);
+            let one = Dim::Fixed(1);
+            let scores = format!("{query}.matmul(&{key}.t()) * 0.35");
+            let scores = match rng.range(0, 2) {
+                0 => scores,
+                1 => format!("{scores} + {}", m.operand(rng, &[b, one, one, p], 2)),
+                _ => format!("{scores} + {}", m.operand(rng, &[p, p], 2)),
+            };
+            m.output(format!("({scores}).softmax(-1).matmul(&{value})"));
+        }
         _ => {
             // A view returned as it is: the output is a copy of it.
             let x = m.operand(rng, full, 3);
@@ -495,7 +533,12 @@ fn write_model(out: &mut String, i: usize, m: &Model) {
         "    }}\n    impl View{i} {{\n        pub fn forward(\n            &self,"
     );
     for (k, s) in m.inputs.iter().enumerate() {
-        let _ = writeln!(out, "            #[shape({})] x{k}: Tensor,", decl(s));
+        let dtype = if m.ids.contains(&k) { "<i64>" } else { "" };
+        let _ = writeln!(
+            out,
+            "            #[shape({})] x{k}: Tensor{dtype},",
+            decl(s)
+        );
     }
     let outputs = m.outputs.len();
     let ret = if outputs == 1 {

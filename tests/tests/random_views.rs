@@ -14,7 +14,7 @@ fn random_views_match_the_reference() {
     for (i, case) in CASES.iter().enumerate() {
         let spec = (case.spec)();
         let model = CompiledModel::random(spec, i as u64);
-        for (batch, seq) in [(1, 1), (3, 5), (2, 9)] {
+        for (batch, seq) in [(1, 1), (3, 5), (2, 9), (7, 33)] {
             let dims = [("batch", batch), ("seq", seq)];
             let dims = &dims[..spec.dyn_dims.len().min(2)];
             let dims: Vec<(&str, usize)> = dims
@@ -41,7 +41,7 @@ fn random_views_match_the_reference() {
         failures.is_empty(),
         "{} of {} random-view checks failed:\n{}",
         failures.len(),
-        CASES.len() * 3,
+        CASES.len() * 4,
         failures.join("\n")
     );
 }
@@ -57,7 +57,7 @@ const REDUCED: [(CpuPrecision, f64); 3] = [
 ];
 
 /// The same models with their weight products in bf16, f16 and int8 on the CPU, against their f32 outputs: the
-/// packed and quantised products read A through the same views.
+/// packed and quantised products read A through the same views, in one row block and in several.
 #[test]
 fn random_views_in_reduced_cpu_precisions() {
     let mut failures = Vec::new();
@@ -66,32 +66,39 @@ fn random_views_in_reduced_cpu_precisions() {
         let spec = (case.spec)();
         let f32_model = CompiledModel::random(spec, i as u64);
         let weights = f32_model.weights().expect("f32 weights").to_vec();
-        let dims: Vec<(&str, usize)> = [("batch", 3), ("seq", 5)]
-            .into_iter()
-            .filter(|(name, _)| spec.dyn_dims.contains(name))
+        let reduced: Vec<CompiledModel> = REDUCED
+            .iter()
+            .map(|&(precision, _)| {
+                CompiledModel::from_weights_in(spec, weights.clone(), precision)
+                    .unwrap_or_else(|e| panic!("{} in {precision:?}: {e}", spec.name))
+            })
             .collect();
-        let inputs = random_inputs(spec, &dims, i as u64).expect("the generated inputs fit");
-        let refs: Vec<&Tensor> = inputs.iter().collect();
-        let want = f32_model.run(PlanMode::Fused, &refs).expect("f32 run");
-        for (p, (precision, bound)) in REDUCED.into_iter().enumerate() {
-            let model = CompiledModel::from_weights_in(spec, weights.clone(), precision)
-                .unwrap_or_else(|e| panic!("{} in {precision:?}: {e}", spec.name));
-            for mode in [PlanMode::Fused, PlanMode::Eager] {
-                let got = match model.run(mode, &refs) {
-                    Ok(got) => got,
-                    Err(e) => {
-                        failures.push(format!("{} {precision:?} {mode:?}: {e}", spec.name));
-                        continue;
-                    }
-                };
-                for (o, (g, w)) in got.iter().zip(&want).enumerate() {
-                    let err = rel_l2_floored(g, w, 1.0);
-                    worst[p] = worst[p].max(err);
-                    if err > bound {
-                        failures.push(format!(
-                            "{} {precision:?} {mode:?} output {o}: relative L2 error {err:.2e} > {bound:e}",
-                            spec.name
-                        ));
+        for (batch, seq) in [(3, 5), (7, 33)] {
+            let dims: Vec<(&str, usize)> = [("batch", batch), ("seq", seq)]
+                .into_iter()
+                .filter(|(name, _)| spec.dyn_dims.contains(name))
+                .collect();
+            let inputs = random_inputs(spec, &dims, i as u64).expect("the generated inputs fit");
+            let refs: Vec<&Tensor> = inputs.iter().collect();
+            let want = f32_model.run(PlanMode::Fused, &refs).expect("f32 run");
+            for (p, ((precision, bound), model)) in REDUCED.into_iter().zip(&reduced).enumerate() {
+                for mode in [PlanMode::Fused, PlanMode::Eager] {
+                    let what = format!("{} {precision:?} {mode:?} at {dims:?}", spec.name);
+                    let got = match model.run(mode, &refs) {
+                        Ok(got) => got,
+                        Err(e) => {
+                            failures.push(format!("{what}: {e}"));
+                            continue;
+                        }
+                    };
+                    for (o, (g, w)) in got.iter().zip(&want).enumerate() {
+                        let err = rel_l2_floored(g, w, 1.0);
+                        worst[p] = worst[p].max(err);
+                        if err > bound {
+                            failures.push(format!(
+                                "{what} output {o}: relative L2 error {err:.2e} > {bound:e}"
+                            ));
+                        }
                     }
                 }
             }
