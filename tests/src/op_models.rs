@@ -119,10 +119,12 @@ pub mod ops {
             &self,
             #[shape(batch, D)] x: Tensor,
             #[shape(batch, D)] y: Tensor,
-        ) -> (Tensor, Tensor) {
+        ) -> (Tensor, Tensor, Tensor) {
             let ln = (x + y).layer_norm(&self.gamma, &self.beta, 1e-5) * 2.0 + y;
             let rms = x.rms_norm(&self.gamma, 1e-6).relu();
-            (ln, rms)
+            // One tensor as both gain and bias (the CPU writer once bound it twice: a build error).
+            let same = y.layer_norm(&self.gamma, &self.gamma, 1e-5);
+            (ln, rms, same)
         }
     }
 

@@ -288,7 +288,9 @@ fn row(plan: &Plan, k: &Kernel, anchor: NodeId) -> TokenStream {
                 || r.node == input
         })
         .collect();
-    let side_reads: Vec<&Read> = operands[1..].iter().filter_map(|&n| k.read(n)).collect();
+    // Each side operand bound once: a norm may take one tensor as both its gain and its bias.
+    let mut side_reads: Vec<&Read> = operands[1..].iter().filter_map(|&n| k.read(n)).collect();
+    side_reads.dedup_by_key(|r| r.node);
     let out_reads = reads_of(plan, k, &epilogue);
     let all: Vec<&Read> = k.reads.iter().collect();
     let setup = setups(plan, k, &all);
@@ -338,7 +340,7 @@ fn row(plan: &Plan, k: &Kernel, anchor: NodeId) -> TokenStream {
             }
         })
     };
-    let side_names: Vec<_> = side_reads.iter().map(|r| var("side", r.node)).collect();
+    let side_names: Vec<_> = operands[1..].iter().map(|&n| var("side", n)).collect();
     // The anchor writes into `dst` (the output row, or `tmp` when an epilogue follows).
     let anchor_into = |dst: TokenStream| -> TokenStream {
         match op {
@@ -394,8 +396,8 @@ fn row(plan: &Plan, k: &Kernel, anchor: NodeId) -> TokenStream {
     fields.push((quote::format_ident!("shape"), quote!([usize; #rank])));
     fields.push((quote::format_ident!("len"), quote!(usize)));
     fields.push((quote::format_ident!("out_len"), quote!(usize)));
-    for name in &side_names {
-        fields.push((name.clone(), quote!(&'a [f32])));
+    for r in &side_reads {
+        fields.push((var("side", r.node), quote!(&'a [f32])));
     }
     let task = task(
         &fields,
