@@ -563,9 +563,9 @@ extern "C" __global__ void __launch_bounds__(128) fuse_smollm_063f5e3a7ec23eb2_k
     const long long o1 = orem % 3LL;
     orem /= 3LL;
     const long long o0 = orem;
-    const long long b5 = o0 * (192LL * dyn1) + o1 * (64LL * dyn1);
     const long long b6 = o0 * (dyn1 * dyn1) + o3 * dyn1;
-    const long long b7 = o0 * (192LL * dyn1) + o1 * 64LL;
+    const long long bk = o0 * (192LL * dyn1) + o1 * (64LL * dyn1);
+    const long long bv = o0 * (192LL * dyn1) + o1 * 64LL;
     float qr[2], acc[2];
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
@@ -608,7 +608,7 @@ extern "C" __global__ void __launch_bounds__(128) fuse_smollm_063f5e3a7ec23eb2_k
 #pragma unroll
         for (int t = 0; t < 2; ++t) {
             const long long c = lane + 32 * t;
-            if (c < 64) part += qr[t] * fuse_to_f32(in5[b5 + c + j * 64LL]);
+            if (c < 64) part += qr[t] * fuse_to_f32(in5[bk + c + j * 64LL]);
         }
         const float score = fuse_warp_sum(part);
         const float cr6 = fuse_to_f32(in6[b6 + j]);
@@ -624,7 +624,7 @@ extern "C" __global__ void __launch_bounds__(128) fuse_smollm_063f5e3a7ec23eb2_k
 #pragma unroll
         for (int t = 0; t < 2; ++t) {
             const long long c = lane + 32 * t;
-            if (c < 64) acc[t] = acc[t] * rescale + p * fuse_to_f32(in7[b7 + j * 192LL + c]);
+            if (c < 64) acc[t] = acc[t] * rescale + p * fuse_to_f32(in7[bv + j * 192LL + c]);
         }
     }
 #pragma unroll

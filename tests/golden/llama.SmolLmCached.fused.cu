@@ -589,9 +589,9 @@ extern "C" __global__ void __launch_bounds__(128) fuse_smollmcached_b017c3b2ee50
     const long long o1 = orem % 3LL;
     orem /= 3LL;
     const long long o0 = orem;
-    const long long b5 = o0 * 49152LL + o1 * 16384LL;
     const long long b6 = o0 * (dyn1 * dyn3) + o3 * dyn3;
-    const long long b7 = o0 * 49152LL + o1 * 16384LL;
+    const long long bk = o0 * 49152LL + o1 * 16384LL;
+    const long long bv = o0 * 49152LL + o1 * 16384LL;
     float qr[2], acc[2];
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
@@ -634,7 +634,7 @@ extern "C" __global__ void __launch_bounds__(128) fuse_smollmcached_b017c3b2ee50
 #pragma unroll
         for (int t = 0; t < 2; ++t) {
             const long long c = lane + 32 * t;
-            if (c < 64) part += qr[t] * fuse_to_f32(in5[b5 + c + j * 64LL]);
+            if (c < 64) part += qr[t] * fuse_to_f32(in5[bk + c + j * 64LL]);
         }
         const float score = fuse_warp_sum(part);
         const float cr6 = fuse_to_f32(in6[b6 + j]);
@@ -650,7 +650,7 @@ extern "C" __global__ void __launch_bounds__(128) fuse_smollmcached_b017c3b2ee50
 #pragma unroll
         for (int t = 0; t < 2; ++t) {
             const long long c = lane + 32 * t;
-            if (c < 64) acc[t] = acc[t] * rescale + p * fuse_to_f32(in7[b7 + j * 64LL + c]);
+            if (c < 64) acc[t] = acc[t] * rescale + p * fuse_to_f32(in7[bv + j * 64LL + c]);
         }
     }
 #pragma unroll

@@ -557,9 +557,9 @@ extern "C" __global__ void __launch_bounds__(128) fuse_tinyllama_15ac49d4b4922b3
     const long long o1 = orem % 2LL;
     orem /= 2LL;
     const long long o0 = orem;
-    const long long b5 = o0 * (32LL * dyn1) + o1 * (16LL * dyn1);
     const long long b6 = o0 * (dyn1 * dyn1) + o3 * dyn1;
-    const long long b7 = o0 * (32LL * dyn1) + o1 * 16LL;
+    const long long bk = o0 * (32LL * dyn1) + o1 * (16LL * dyn1);
+    const long long bv = o0 * (32LL * dyn1) + o1 * 16LL;
     float qr[1], acc[1];
 #pragma unroll
     for (int t = 0; t < 1; ++t) {
@@ -602,7 +602,7 @@ extern "C" __global__ void __launch_bounds__(128) fuse_tinyllama_15ac49d4b4922b3
 #pragma unroll
         for (int t = 0; t < 1; ++t) {
             const long long c = lane + 32 * t;
-            if (c < 16) part += qr[t] * fuse_to_f32(in5[b5 + c + j * 16LL]);
+            if (c < 16) part += qr[t] * fuse_to_f32(in5[bk + c + j * 16LL]);
         }
         const float score = fuse_warp_sum(part);
         const float cr6 = fuse_to_f32(in6[b6 + j]);
@@ -618,7 +618,7 @@ extern "C" __global__ void __launch_bounds__(128) fuse_tinyllama_15ac49d4b4922b3
 #pragma unroll
         for (int t = 0; t < 1; ++t) {
             const long long c = lane + 32 * t;
-            if (c < 16) acc[t] = acc[t] * rescale + p * fuse_to_f32(in7[b7 + j * 32LL + c]);
+            if (c < 16) acc[t] = acc[t] * rescale + p * fuse_to_f32(in7[bv + j * 32LL + c]);
         }
     }
 #pragma unroll

@@ -695,9 +695,9 @@ extern "C" __global__ void __launch_bounds__(128) fuse_tinyllama3cached_5d22f8f7
     const long long o1 = orem % 2LL;
     orem /= 2LL;
     const long long o0 = orem;
-    const long long b5 = o0 * 2048LL + o1 * 1024LL;
     const long long b6 = o0 * (dyn1 * dyn3) + o3 * dyn3;
-    const long long b7 = o0 * 2048LL + o1 * 1024LL;
+    const long long bk = o0 * 2048LL + o1 * 1024LL;
+    const long long bv = o0 * 2048LL + o1 * 1024LL;
     float qr[1], acc[1];
 #pragma unroll
     for (int t = 0; t < 1; ++t) {
@@ -740,7 +740,7 @@ extern "C" __global__ void __launch_bounds__(128) fuse_tinyllama3cached_5d22f8f7
 #pragma unroll
         for (int t = 0; t < 1; ++t) {
             const long long c = lane + 32 * t;
-            if (c < 16) part += qr[t] * fuse_to_f32(in5[b5 + c + j * 16LL]);
+            if (c < 16) part += qr[t] * fuse_to_f32(in5[bk + c + j * 16LL]);
         }
         const float score = fuse_warp_sum(part);
         const float cr6 = fuse_to_f32(in6[b6 + j]);
@@ -756,7 +756,7 @@ extern "C" __global__ void __launch_bounds__(128) fuse_tinyllama3cached_5d22f8f7
 #pragma unroll
         for (int t = 0; t < 1; ++t) {
             const long long c = lane + 32 * t;
-            if (c < 16) acc[t] = acc[t] * rescale + p * fuse_to_f32(in7[b7 + j * 16LL + c]);
+            if (c < 16) acc[t] = acc[t] * rescale + p * fuse_to_f32(in7[bv + j * 16LL + c]);
         }
     }
 #pragma unroll

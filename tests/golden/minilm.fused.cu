@@ -411,9 +411,9 @@ extern "C" __global__ void __launch_bounds__(128) fuse_minilm_afd693aeedd73abf_k
     orem /= 12LL;
     const long long o0 = orem;
     const long long b0 = o0 * (384LL * dyn1) + o1 * 32LL + o2 * 384LL;
-    const long long b1 = o0 * (384LL * dyn1) + o1 * 32LL;
     const long long b2 = o0 * dyn1;
-    const long long b3 = o0 * (384LL * dyn1) + o1 * 32LL;
+    const long long bk = o0 * (384LL * dyn1) + o1 * 32LL;
+    const long long bv = o0 * (384LL * dyn1) + o1 * 32LL;
     float qr[1], acc[1];
 #pragma unroll
     for (int t = 0; t < 1; ++t) {
@@ -428,7 +428,7 @@ extern "C" __global__ void __launch_bounds__(128) fuse_minilm_afd693aeedd73abf_k
 #pragma unroll
         for (int t = 0; t < 1; ++t) {
             const long long c = lane + 32 * t;
-            if (c < 32) part += qr[t] * fuse_to_f32(in1[b1 + c + j * 384LL]);
+            if (c < 32) part += qr[t] * fuse_to_f32(in1[bk + c + j * 384LL]);
         }
         const float score = fuse_warp_sum(part);
         const float cr2 = fuse_to_f32(in2[b2 + j]);
@@ -444,7 +444,7 @@ extern "C" __global__ void __launch_bounds__(128) fuse_minilm_afd693aeedd73abf_k
 #pragma unroll
         for (int t = 0; t < 1; ++t) {
             const long long c = lane + 32 * t;
-            if (c < 32) acc[t] = acc[t] * rescale + p * fuse_to_f32(in3[b3 + j * 384LL + c]);
+            if (c < 32) acc[t] = acc[t] * rescale + p * fuse_to_f32(in3[bv + j * 384LL + c]);
         }
     }
 #pragma unroll

@@ -231,7 +231,7 @@ pub mod ops {
             #[shape(batch, keys, D)] k: Tensor,
             #[shape(batch, keys, 8)] v: Tensor,
             #[shape(batch, keys)] mask: Tensor,
-        ) -> (Tensor, Tensor, Tensor, Tensor, Tensor) {
+        ) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) {
             let (b, s, t) = (q.dim(0), q.dim(1), k.dim(1));
             // Four heads of six, K and V through permuted views, a scale and an additive padding mask.
             let qh = q.reshape([b, s, 4, 6]).permute([0, 2, 1, 3]);
@@ -249,7 +249,10 @@ pub mod ops {
             // The probabilities are an output too: they must reach memory, so this one is not fused.
             let probs = (q.matmul(&k.t()) * 0.2).softmax(-1);
             let kept = probs.matmul(&v);
-            (masked, plain, shared, kept, probs)
+            // Self-attention with one tensor as Q, K and V: each role reads it from its own base (the GPU writer
+            // once read every query row from V's, the batch's first row).
+            let own = (qh.matmul(&qh.t()) * 0.3).softmax(-1).matmul(&qh);
+            (masked, plain, shared, kept, probs, own)
         }
     }
 

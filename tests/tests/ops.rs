@@ -184,7 +184,7 @@ fn an_epilogue_on_column_blocks() {
 fn attention_kernels() {
     let m = Attentions::random(10);
     let fused = m.compiled().report(fuse_runtime::PlanMode::Fused).dump();
-    assert_eq!(fused.matches("_attention -> ").count(), 3, "{fused}");
+    assert_eq!(fused.matches("_attention -> ").count(), 4, "{fused}");
     for (batch, seq, seed) in cases(10) {
         let keys = seq + 3;
         let mask: Vec<f32> = (0..batch * keys)

@@ -103,31 +103,40 @@ pub fn write(w: &mut String, cx: &Ctx, symbol: &str, att: &Attention) -> fmt::Re
         needed.extend((0..rank - 1).filter(|&p| expr::moves(placed, p)));
     }
     let idx = expr::unravel(w, "    ", "row", outer, &needed, "o")?;
-    // Base offsets: Q and the chain's reads at this row; K and V at this row's batch only.
+    // Base offsets: Q and the chain's reads at this row (`b{i}`); K and V at this row's batch only (`bk`, `bv`).
+    // One tensor may be read in several roles (V = Q, say), so each role has its own base.
     let batch_only: Vec<Option<String>> = idx
         .iter()
         .enumerate()
         .map(|(p, name)| (p + 2 < rank).then(|| name.clone()).flatten())
         .collect();
+    let chain_reads = |i: usize| {
+        chain
+            .iter()
+            .any(|n| g.node(*n).op.operands().contains(&k.reads[i].node))
+    };
     for (i, r) in k.reads.iter().enumerate() {
-        if query_only.contains(&i) {
+        let only_k_or_v = (i == ik || i == iv) && iq != Some(i) && !chain_reads(i);
+        if query_only.contains(&i) || only_k_or_v {
             continue;
         }
-        let at = if i == ik || i == iv {
-            &batch_only
-        } else {
-            &idx
-        };
         writeln!(
             w,
             "    const long long b{i} = {};",
-            expr::offset(&r.access, at)
+            expr::offset(&r.access, &idx)
         )?;
     }
-    // Read `i`'s element at `index` along its matrix row axis and `col` along its last axis, from its base.
-    let element = |i: usize, row: Option<&str>, col: &str| -> String {
+    for (base, i) in [("bk", ik), ("bv", iv)] {
+        writeln!(
+            w,
+            "    const long long {base} = {};",
+            expr::offset(&k.reads[i].access, &batch_only)
+        )?;
+    }
+    // Read `i`'s element at `index` along its matrix row axis and `col` along its last axis, from `base`.
+    let element_from = |base: &str, i: usize, row: Option<&str>, col: &str| -> String {
         let a = &k.reads[i].access;
-        let mut parts = vec![format!("b{i}")];
+        let mut parts = vec![base.to_string()];
         for (axis, index) in [(rank - 2, row), (rank - 1, Some(col))] {
             if let Some(index) = index.filter(|_| expr::moves(a, axis)) {
                 parts.push(expr::scaled(index, &a.strides[axis]));
@@ -135,6 +144,8 @@ pub fn write(w: &mut String, cx: &Ctx, symbol: &str, att: &Attention) -> fmt::Re
         }
         parts.join(" + ")
     };
+    let element =
+        |i: usize, row: Option<&str>, col: &str| element_from(&format!("b{i}"), i, row, col);
     let (qi, vi) = (d.div_ceil(32).max(1), dv.div_ceil(32).max(1));
     writeln!(w, "    float qr[{qi}], acc[{vi}];")?;
     writeln!(w, "#pragma unroll")?;
@@ -176,7 +187,7 @@ pub fn write(w: &mut String, cx: &Ctx, symbol: &str, att: &Attention) -> fmt::Re
     writeln!(w, "#pragma unroll")?;
     writeln!(w, "        for (int t = 0; t < {qi}; ++t) {{")?;
     writeln!(w, "            const long long c = lane + 32 * t;")?;
-    let k_at = element(ik, Some("c"), "j");
+    let k_at = element_from("bk", ik, Some("c"), "j");
     writeln!(
         w,
         "            if (c < {d}) part += qr[t] * fuse_to_f32(in{ik}[{k_at}]);"
@@ -208,7 +219,7 @@ pub fn write(w: &mut String, cx: &Ctx, symbol: &str, att: &Attention) -> fmt::Re
     )?;
     writeln!(w, "        running_sum = running_sum * rescale + p;")?;
     writeln!(w, "        running_max = top;")?;
-    let v_at = element(iv, Some("j"), "c");
+    let v_at = element_from("bv", iv, Some("j"), "c");
     writeln!(w, "#pragma unroll")?;
     writeln!(w, "        for (int t = 0; t < {vi}; ++t) {{")?;
     writeln!(w, "            const long long c = lane + 32 * t;")?;
