@@ -104,7 +104,13 @@ enum Step {
         end: usize,
     },
     Reshape(Shape),
+    /// `narrow(axis, past, s)`: the `seq` rows at a run-time start of a longer constant axis, as a decoder reads
+    /// a cache.
+    AtPast(usize),
 }
+
+/// The length of the axis an [`Step::AtPast`] narrows: at least `past + seq` for every dims the tests run.
+const MAX_POS: usize = 48;
 
 impl Step {
     fn call(&self) -> String {
@@ -120,6 +126,7 @@ impl Step {
             ),
             Step::Narrow { axis, start, len } => format!("narrow({axis}, {start}, {len})"),
             Step::Slice { axis, start, end } => format!("slice({axis}, {start}, {end})"),
+            Step::AtPast(axis) => format!("narrow({axis}, past, s)"),
             Step::Reshape(s) => format!(
                 "reshape([{}])",
                 s.iter().map(|d| d.expr()).collect::<Vec<_>>().join(", ")
@@ -133,7 +140,14 @@ impl Step {
 fn step_before(rng: &mut Rng, out: &[Dim]) -> Option<(Step, Shape)> {
     let rank = out.len();
     let fixed_axes: Vec<usize> = (0..rank).filter(|&a| out[a].fixed().is_some()).collect();
-    match rng.range(0, 5) {
+    let seq_axis = out.iter().position(|&d| d == Dim::Seq);
+    match rng.range(0, 6) {
+        6 => {
+            let axis = seq_axis?;
+            let mut src = out.to_vec();
+            src[axis] = Dim::Fixed(MAX_POS);
+            Some((Step::AtPast(axis), src))
+        }
         0 if rank >= 2 => {
             let a = rng.range(0, rank - 1);
             let b = (a + rng.range(1, rank - 1)) % rank;
@@ -540,6 +554,26 @@ fn write_model(out: &mut String, i: usize, m: &Model) {
             decl(s)
         );
     }
+    // Where to read each dynamic dim: off the first input that has it, or from a `#[dim]` argument when a
+    // narrow at `past` made every input's axis constant.
+    let axis_of = |dim: Dim| {
+        m.inputs
+            .iter()
+            .enumerate()
+            .find_map(|(k, s)| s.iter().position(|&d| d == dim).map(|a| (k, a)))
+    };
+    let at_past = m.lines.iter().any(|l| l.contains(", past, s)"));
+    let seq_used = at_past
+        || m.lines
+            .iter()
+            .any(|l| l.contains(" s,") || l.contains(" s]"));
+    let seq_arg = seq_used && axis_of(Dim::Seq).is_none();
+    if seq_arg {
+        let _ = writeln!(out, "            #[dim] seq: usize,");
+    }
+    if at_past {
+        let _ = writeln!(out, "            #[dim] past: usize,");
+    }
     let outputs = m.outputs.len();
     let ret = if outputs == 1 {
         "Tensor".to_string()
@@ -547,16 +581,13 @@ fn write_model(out: &mut String, i: usize, m: &Model) {
         format!("({})", vec!["Tensor"; outputs].join(", "))
     };
     let _ = writeln!(out, "        ) -> {ret} {{");
-    // The dynamic dims, for reshapes: read off the first input that has each.
     for (dim, name) in [(Dim::Batch, "b"), (Dim::Seq, "s")] {
-        let found = m
-            .inputs
-            .iter()
-            .enumerate()
-            .find_map(|(k, s)| s.iter().position(|&d| d == dim).map(|a| (k, a)));
-        if let Some((k, a)) = found {
+        if let Some((k, a)) = axis_of(dim) {
             let _ = writeln!(out, "            let {name} = x{k}.dim({a});");
         }
+    }
+    if seq_arg {
+        let _ = writeln!(out, "            let s = seq;");
     }
     for line in &m.lines {
         let _ = writeln!(out, "            {line}");

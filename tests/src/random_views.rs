@@ -10,4 +10,14 @@ pub struct Case {
     pub rtol: f64,
 }
 
+/// The dims of `spec` among `batch`, `seq` and `past` (a start that leaves `seq` rows inside the constant axes a
+/// narrow at `past` reads: 48 long, for `seq` up to 40).
+pub fn dims_of(spec: &ModelSpec, batch: usize, seq: usize) -> Vec<(&'static str, usize)> {
+    let past = (batch + seq) % 8;
+    [("batch", batch), ("seq", seq), ("past", past)]
+        .into_iter()
+        .filter(|(name, _)| spec.dyn_dims.contains(name))
+        .collect()
+}
+
 include!(concat!(env!("OUT_DIR"), "/random_views.rs"));

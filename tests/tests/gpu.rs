@@ -750,7 +750,7 @@ fn reads_strided_by_different_strides_on_gpu() {
 #[test]
 fn random_views_on_gpu() {
     use fuse_tests::drift::random_inputs;
-    use fuse_tests::random_views::CASES as VIEW_MODELS;
+    use fuse_tests::random_views::{dims_of, CASES as VIEW_MODELS};
     let Some(device) = gpu() else { return };
     for (i, case) in VIEW_MODELS.iter().enumerate() {
         let spec = (case.spec)();
@@ -759,11 +759,7 @@ fn random_views_on_gpu() {
             ..OnGpu::new(CompiledModel::random(spec, i as u64), &device)
         };
         for (batch, seq, seed) in CASES {
-            let dims = [("batch", batch), ("seq", seq)];
-            let dims: Vec<(&str, usize)> = dims
-                .into_iter()
-                .filter(|(name, _)| spec.dyn_dims.contains(name))
-                .collect();
+            let dims = dims_of(spec, batch, seq);
             let inputs = random_inputs(spec, &dims, seed).expect("the generated inputs fit");
             let refs: Vec<&Tensor> = inputs.iter().collect();
             let what = format!("{} {batch}x{seq}", spec.name);

@@ -6,7 +6,7 @@
 use fuse_runtime::{CompiledModel, CpuPrecision, PlanMode, Tensor};
 use fuse_tests::drift::{check_random, random_inputs, Tolerance};
 use fuse_tests::harness::rel_l2_floored;
-use fuse_tests::random_views::CASES;
+use fuse_tests::random_views::{dims_of, CASES};
 
 #[test]
 fn random_views_match_the_reference() {
@@ -15,13 +15,7 @@ fn random_views_match_the_reference() {
         let spec = (case.spec)();
         let model = CompiledModel::random(spec, i as u64);
         for (batch, seq) in [(1, 1), (3, 5), (2, 9), (7, 33)] {
-            let dims = [("batch", batch), ("seq", seq)];
-            let dims = &dims[..spec.dyn_dims.len().min(2)];
-            let dims: Vec<(&str, usize)> = dims
-                .iter()
-                .copied()
-                .filter(|(name, _)| spec.dyn_dims.contains(name))
-                .collect();
+            let dims = dims_of(spec, batch, seq);
             let tolerance = Tolerance {
                 atol: case.atol,
                 rtol: case.rtol,
@@ -74,10 +68,7 @@ fn random_views_in_reduced_cpu_precisions() {
             })
             .collect();
         for (batch, seq) in [(3, 5), (7, 33)] {
-            let dims: Vec<(&str, usize)> = [("batch", batch), ("seq", seq)]
-                .into_iter()
-                .filter(|(name, _)| spec.dyn_dims.contains(name))
-                .collect();
+            let dims = dims_of(spec, batch, seq);
             let inputs = random_inputs(spec, &dims, i as u64).expect("the generated inputs fit");
             let refs: Vec<&Tensor> = inputs.iter().collect();
             let want = f32_model.run(PlanMode::Fused, &refs).expect("f32 run");
