@@ -41,13 +41,14 @@ fn random_views_match_the_reference() {
 }
 
 /// The relative L2 bound of each reduced CPU precision against f32, with each element taken to be at least 1 in
-/// size (`rel_l2_floored`): bf16 rounds both operands of a product (8 significant bits, ~4e-3 each); int8
-/// quantises rows of A to 255 steps and weights to 255, ~1e-2 in a product. A misplaced read errs by about the
-/// norm itself.
+/// size (`rel_l2_floored`). These bounds check placement, not accuracy (`cpu_precisions.rs` and
+/// `minilm_precisions.rs` measure that): a misplaced read errs by about the norm itself, 1 or more, while rounding
+/// errs by a few of the precision's steps, more where an op amplifies it (a layer norm over two elements that
+/// nearly agree read 8e-3 in bf16 and 2.3e-3 in f16 over five seeds' models; products, 1e-2 at most in int8).
 const REDUCED: [(CpuPrecision, f64); 3] = [
-    (CpuPrecision::Bf16, 1e-2),
-    (CpuPrecision::F16, 1e-3),
-    (CpuPrecision::Int8, 2.5e-2),
+    (CpuPrecision::Bf16, 3e-2),
+    (CpuPrecision::F16, 1e-2),
+    (CpuPrecision::Int8, 5e-2),
 ];
 
 /// The same models with their weight products in bf16, f16 and int8 on the CPU, against their f32 outputs: the
