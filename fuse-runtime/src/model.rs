@@ -386,12 +386,20 @@ impl CompiledModel {
             });
         }
         let program = self.spec.fused.decode()?;
+        // A `#[dim]` that only offsets views (a narrow's start, `past` at a prompt) may be 0, as in a call.
+        let may_be_zero = |s: usize| {
+            self.spec
+                .inputs
+                .iter()
+                .any(|i| i.binds.is_some_and(|b| b.dim == s && b.may_be_zero))
+        };
         let mut dims = known
             .iter()
             .enumerate()
             .map(|(s, &name)| match sizes.iter().rfind(|(d, _)| *d == name) {
                 // A sum of dims (`past + seq`) is computed from its terms below.
                 _ if program.is_sum_dim(s) => Ok(1),
+                Some(&(_, 0)) if may_be_zero(s) => Ok(0),
                 Some(&(_, 0)) => Err(Error::ZeroDim { dim: name.into() }),
                 Some(&(_, n)) => Ok(n),
                 None if required(s) => Err(Error::MissingDim { dim: name.into() }),

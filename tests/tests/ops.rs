@@ -544,6 +544,16 @@ fn a_narrow_past_its_axis_is_a_typed_error_before_any_kernel_runs() {
         matches!(&zero, fuse_runtime::Error::ZeroDim { dim } if dim == "total"),
         "{zero:?}"
     );
+    // Reserving (and a session) by name takes the same rule: `past` 0 is a prompt, `total` 0 sizes nothing.
+    let dims = |past, total| [("batch", 1), ("seq", 2), ("past", past), ("total", total)];
+    let compiled = cache.compiled();
+    assert!(compiled.reserve(&dims(0, 4)).is_ok());
+    assert!(compiled.session(&dims(0, 4)).is_ok());
+    let zero = compiled.reserve(&dims(1, 0)).expect_err("total = 0");
+    assert!(
+        matches!(&zero, fuse_runtime::Error::ZeroDim { dim } if dim == "total"),
+        "{zero:?}"
+    );
     // A value the untyped API cannot carry, and a negative one handed to it directly.
     assert!(matches!(
         fuse_runtime::exec::dim_arg(usize::MAX),
