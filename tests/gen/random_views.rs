@@ -1,8 +1,10 @@
-//! The random-view models: seeded random chains of views (transposes, permutes, narrows, slices, reshapes and
-//! broadcasts, of inputs, weights and computed values) read by each kind of kernel (elementwise, softmax,
-//! reductions, norms, products with a weight or two computed operands, concats), plus views returned as outputs.
+//! The random-view models: seeded random chains of views (transposes, permutes, narrows and slices, at constant
+//! starts and at a run-time `past`, reshapes and broadcasts) of inputs, weights, gathered table rows and computed
+//! values, read by each kind of kernel (elementwise, softmax, reductions, norms, products with a weight or two
+//! computed operands, attention, concats), written into a cache and read back, or returned as views.
 //! `build.rs` writes them as one `#[fused_model]` module; `tests/random_views.rs` checks each against the f64
-//! reference and `tests/gpu.rs` each on the GPU against the CPU.
+//! reference (and in the reduced CPU precisions against f32), and `tests/gpu.rs` each without state on the GPU
+//! against the CPU.
 //!
 //! Shapes are generated backwards: each operand starts as the shape its reader needs, and each view step added in
 //! front of it says what its own input must have been, so every chain is valid by construction and no model is
@@ -264,6 +266,8 @@ struct Model {
     /// The inputs that hold ids (i64), not floats.
     ids: Vec<usize>,
     weights: Vec<Shape>,
+    /// `#[state]` buffers (a cache the model writes at `past`).
+    states: Vec<Shape>,
     lines: Vec<String>,
     outputs: Vec<String>,
     values: usize,
@@ -276,12 +280,18 @@ impl Model {
         Model {
             inputs: Vec::new(),
             ids: Vec::new(),
+            states: Vec::new(),
             weights: Vec::new(),
             lines: Vec::new(),
             outputs: Vec::new(),
             values: 0,
             accumulates: false,
         }
+    }
+
+    fn new_state(&mut self, shape: &[Dim]) -> String {
+        self.states.push(shape.to_vec());
+        format!("self.s{}", self.states.len() - 1)
     }
 
     fn new_weight(&mut self, shape: &[Dim]) -> String {
@@ -397,7 +407,7 @@ const DEPTHS: [usize; 6] = [3, 8, 17, 32, 40, 70];
 /// The reader of one output: a kernel kind and the operands it reads.
 fn reader(rng: &mut Rng, m: &mut Model, full: &[Dim]) {
     let (b, p, q) = (full[0], full[1], full[2]);
-    match rng.range(0, 9) {
+    match rng.range(0, 10) {
         0 => {
             let x = m.operand(rng, full, 3);
             let y = m.broadcast_operand(rng, full, 3);
@@ -473,6 +483,21 @@ fn reader(rng: &mut Rng, m: &mut Model, full: &[Dim]) {
             let y = m.broadcast_operand(rng, full, 2);
             m.output(format!("concat([{x}, {z}], {axis}) * {y}"));
         }
+        9 if p == Dim::Seq => {
+            // A cache written at `past` (along the positions axis of `[b, MAX_POS, q]` or of `[b, q, MAX_POS]`),
+            // then read back up to `past + s`: the rows before `past` as the session holds them.
+            let positions_inner = rng.chance(50);
+            let (state, axis, value_shape) = if positions_inner {
+                let state = m.new_state(&[b, q, Dim::Fixed(MAX_POS)]);
+                (state, 2, vec![b, q, p])
+            } else {
+                let state = m.new_state(&[b, Dim::Fixed(MAX_POS), q]);
+                (state, 1, full.to_vec())
+            };
+            let value = m.operand(rng, &value_shape, 3);
+            let all = m.value(format!("{state}.write({axis}, past, {value})"));
+            m.output(format!("{all}.narrow({axis}, 0, past + s) * 1.5"));
+        }
         7 => {
             // Attention over heads: Q, K and V through views, a scale, sometimes an additive mask broadcast over
             // heads (or over the batch too), softmax and the product with V.
@@ -542,6 +567,13 @@ fn write_model(out: &mut String, i: usize, m: &Model) {
     for (k, w) in m.weights.iter().enumerate() {
         let _ = writeln!(out, "        #[shape({})]\n        w{k}: Tensor,", decl(w));
     }
+    for (k, st) in m.states.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "        #[state]\n        #[shape({})]\n        s{k}: Tensor,",
+            decl(st)
+        );
+    }
     let _ = writeln!(
         out,
         "    }}\n    impl View{i} {{\n        pub fn forward(\n            &self,"
@@ -562,7 +594,10 @@ fn write_model(out: &mut String, i: usize, m: &Model) {
             .enumerate()
             .find_map(|(k, s)| s.iter().position(|&d| d == dim).map(|a| (k, a)))
     };
-    let at_past = m.lines.iter().any(|l| l.contains(", past, s)"));
+    let at_past = m
+        .lines
+        .iter()
+        .any(|l| l.contains(", past, s)") || l.contains("past + s"));
     let seq_used = at_past
         || m.lines
             .iter()

@@ -20,4 +20,9 @@ pub fn dims_of(spec: &ModelSpec, batch: usize, seq: usize) -> Vec<(&'static str,
         .collect()
 }
 
+/// Whether `spec`'s model has `#[state]` (a cache it writes): it runs with a session.
+pub fn has_state(spec: &ModelSpec) -> bool {
+    spec.fused.decode().is_ok_and(|p| !p.states.is_empty())
+}
+
 include!(concat!(env!("OUT_DIR"), "/random_views.rs"));

@@ -1,10 +1,10 @@
 //! Every random-view model (`gen/random_views.rs`: seeded chains of transposes, permutes, narrows, slices,
-//! reshapes and broadcasts, read by each kernel kind), fused and eager, against the f64 reference at random
-//! dynamic dims. A failure names the model; its source is in the build's `OUT_DIR/random_views.rs`.
+//! reshapes and broadcasts, read by each kernel kind or written into a cache), fused and eager, against the f64
+//! reference at random dynamic dims, outputs and the states a call leaves. A failure names the model; its source is in the build's `OUT_DIR/random_views.rs`.
 //! `FUSE_VIEW_SEED=n cargo test -p fuse-tests --test random_views` checks another set.
 
 use fuse_runtime::{CompiledModel, CpuPrecision, PlanMode, Tensor};
-use fuse_tests::drift::{check_random, random_inputs, Tolerance};
+use fuse_tests::drift::{check_with_session, random_inputs, Tolerance};
 use fuse_tests::harness::rel_l2_floored;
 use fuse_tests::random_views::{dims_of, CASES};
 
@@ -20,7 +20,14 @@ fn random_views_match_the_reference() {
                 atol: case.atol,
                 rtol: case.rtol,
             };
-            match check_random(&model, &dims, 7 * i as u64 + batch as u64, tolerance) {
+            let checked =
+                random_inputs(spec, &dims, 7 * i as u64 + batch as u64).and_then(|inputs| {
+                    let refs: Vec<&Tensor> = inputs.iter().collect();
+                    // A session holds the states of a model that writes a cache (none for the others).
+                    let mut session = model.session(&dims)?;
+                    check_with_session(&model, Some(&mut session), &refs, tolerance)
+                });
+            match checked {
                 Ok(report)
                     if report
                         .outputs
@@ -72,11 +79,15 @@ fn random_views_in_reduced_cpu_precisions() {
             let dims = dims_of(spec, batch, seq);
             let inputs = random_inputs(spec, &dims, i as u64).expect("the generated inputs fit");
             let refs: Vec<&Tensor> = inputs.iter().collect();
-            let want = f32_model.run(PlanMode::Fused, &refs).expect("f32 run");
+            let run = |model: &CompiledModel, mode| {
+                let mut session = model.session(&dims)?;
+                model.run_session(mode, &mut session, &refs)
+            };
+            let want = run(&f32_model, PlanMode::Fused).expect("f32 run");
             for (p, ((precision, bound), model)) in REDUCED.into_iter().zip(&reduced).enumerate() {
                 for mode in [PlanMode::Fused, PlanMode::Eager] {
                     let what = format!("{} {precision:?} {mode:?} at {dims:?}", spec.name);
-                    let got = match model.run(mode, &refs) {
+                    let got = match run(model, mode) {
                         Ok(got) => got,
                         Err(e) => {
                             failures.push(format!("{what}: {e}"));
