@@ -3,8 +3,8 @@
 //! values, read by each kind of kernel (elementwise, softmax, reductions, norms, products with a weight or two
 //! computed operands, attention, concats), written into a cache and read back, or returned as views.
 //! `build.rs` writes them as one `#[fused_model]` module; `tests/random_views.rs` checks each against the f64
-//! reference (and in the reduced CPU precisions against f32), and `tests/gpu.rs` each without state on the GPU
-//! against the CPU.
+//! reference (and in the reduced CPU precisions against f32), and `tests/gpu.rs` each on the GPU against the
+//! CPU.
 //!
 //! Shapes are generated backwards: each operand starts as the shape its reader needs, and each view step added in
 //! front of it says what its own input must have been, so every chain is valid by construction and no model is

@@ -743,30 +743,46 @@ fn reads_strided_by_different_strides_on_gpu() {
     );
 }
 
-/// Every random-view model without state (`tests/random_views.rs`; those that write a cache need a session,
-/// which `OnGpu` does not drive: `cache_writes_on_gpu` and its neighbours cover writes), GPU against CPU: f32 at
-/// twice its reference tolerance;
+/// Every random-view model (`tests/random_views.rs`), GPU against CPU: f32 at twice its reference tolerance;
 /// half storage with each element's error taken relative to at least 1, the size of the unit-normal inputs
 /// (an output of a few products that cancel is small, its rounding error is not; a misplaced read errs by
-/// about the norm itself, far above the bound).
+/// about the norm itself, far above the bound). A model that writes a cache runs with a session, f32 only: the
+/// session's first call runs on the CPU, the second on the GPU from the states the first left.
 #[test]
 fn random_views_on_gpu() {
     use fuse_tests::drift::random_inputs;
     use fuse_tests::random_views::{dims_of, has_state, CASES as VIEW_MODELS};
     let Some(device) = gpu() else { return };
-    let stateful = VIEW_MODELS.iter().filter(|c| has_state((c.spec)())).count();
-    eprintln!(
-        "{stateful} of {} random-view models write state: not run here",
-        VIEW_MODELS.len()
-    );
     for (i, case) in VIEW_MODELS.iter().enumerate() {
         let spec = (case.spec)();
+        let cpu = CompiledModel::random(spec, i as u64);
         if has_state(spec) {
+            let on_gpu = moved(&cpu, &device, GpuOptions::default());
+            for (batch, seq, seed) in CASES {
+                let dims = dims_of(spec, batch, seq);
+                let inputs = random_inputs(spec, &dims, seed).expect("the generated inputs fit");
+                let refs: Vec<&Tensor> = inputs.iter().collect();
+                let (mut cpu_states, mut gpu_states) =
+                    (cpu.session(&dims).unwrap(), on_gpu.session(&dims).unwrap());
+                for call in ["first call (CPU)", "second call"] {
+                    let what = format!("{} {batch}x{seq} {call}", spec.name);
+                    let want = cpu
+                        .run_session(PlanMode::Fused, &mut cpu_states, &refs)
+                        .unwrap_or_else(|e| panic!("{what} on the CPU: {e}"));
+                    let got = on_gpu
+                        .run_session(PlanMode::Fused, &mut gpu_states, &refs)
+                        .unwrap_or_else(|e| panic!("{what} on the GPU: {e}"));
+                    for (o, (g, w)) in got.iter().zip(&want).enumerate() {
+                        let (atol, rtol) = (2.0 * case.atol, 2.0 * case.rtol);
+                        assert_close(&format!("{what} output {o}"), g, &to_ref(w), atol, rtol);
+                    }
+                }
+            }
             continue;
         }
         let m = OnGpu {
             half_floor: 1.0,
-            ..OnGpu::new(CompiledModel::random(spec, i as u64), &device)
+            ..OnGpu::new(cpu, &device)
         };
         for (batch, seq, seed) in CASES {
             let dims = dims_of(spec, batch, seq);
