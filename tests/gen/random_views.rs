@@ -1,7 +1,8 @@
 //! The random-view models: seeded random chains of views (transposes, permutes, narrows and slices, at constant
 //! starts and at a run-time `past`, reshapes and broadcasts) of inputs, weights, gathered table rows and computed
 //! values, read by each kind of kernel (elementwise, softmax, reductions, norms, products with a weight or two
-//! computed operands, attention, concats), written into a cache and read back, or returned as views.
+//! computed operands, attention plain, grouped or with heads merged back, concats), written into a cache and read
+//! back, or returned as views.
 //! `build.rs` writes them as one `#[fused_model]` module; `tests/random_views.rs` checks each against the f64
 //! reference (and in the reduced CPU precisions against f32), and `tests/gpu.rs` each on the GPU against the
 //! CPU.
@@ -500,24 +501,42 @@ fn reader(rng: &mut Rng, m: &mut Model, full: &[Dim]) {
         }
         7 => {
             // Attention over heads: Q, K and V through views, a scale, sometimes an additive mask broadcast over
-            // heads (or over the batch too), softmax and the product with V.
+            // heads (or over the batch too), softmax and the product with V. At times grouped (a group of query
+            // heads per key-value head, K and V broadcast over it, as grouped-query attention reads them), and at
+            // times its heads merged back into rows (`[b, p, heads · dv]`: the kernel places them).
             m.accumulates = true;
+            let one = Dim::Fixed(1);
             let heads = Dim::Fixed(rng.range(1, 4));
             let (dh, dv) = (
                 Dim::Fixed(rng.pick(&[3, 8, 16])),
                 Dim::Fixed(rng.pick(&[3, 8, 16])),
             );
-            let query = m.operand(rng, &[b, heads, p, dh], 3);
-            let key = m.operand(rng, &[b, heads, p, dh], 3);
-            let value = m.operand(rng, &[b, heads, p, dv], 3);
-            let one = Dim::Fixed(1);
+            let grouped = rng.chance(30);
+            let (q_heads, kv_heads): (Vec<Dim>, Vec<Dim>) = if grouped {
+                let group = Dim::Fixed(rng.range(2, 3));
+                (vec![b, heads, group], vec![b, heads, one])
+            } else {
+                (vec![b, heads], vec![b, heads])
+            };
+            let with = |lead: &[Dim], rows: Dim, cols: Dim| [lead, &[rows, cols]].concat();
+            let query = m.operand(rng, &with(&q_heads, p, dh), 3);
+            let key = m.operand(rng, &with(&kv_heads, p, dh), 3);
+            let value = m.operand(rng, &with(&kv_heads, p, dv), 3);
             let scores = format!("{query}.matmul(&{key}.t()) * 0.35");
             let scores = match rng.range(0, 2) {
                 0 => scores,
-                1 => format!("{scores} + {}", m.operand(rng, &[b, one, one, p], 2)),
+                1 if !grouped => format!("{scores} + {}", m.operand(rng, &[b, one, one, p], 2)),
                 _ => format!("{scores} + {}", m.operand(rng, &[p, p], 2)),
             };
-            m.output(format!("({scores}).softmax(-1).matmul(&{value})"));
+            let attention = format!("({scores}).softmax(-1).matmul(&{value})");
+            match (grouped, rng.chance(40), heads.fixed(), dv.fixed()) {
+                (false, true, Some(h), Some(d)) => m.output(format!(
+                    "{attention}.permute([0, 2, 1, 3]).reshape([b, {}, {}])",
+                    p.expr(),
+                    h * d
+                )),
+                _ => m.output(attention),
+            }
         }
         _ => {
             // A view returned as it is: the output is a copy of it.
