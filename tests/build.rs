@@ -16,7 +16,7 @@ fn main() {
     };
     let text = random_views::write(
         number("FUSE_VIEW_SEED", 1),
-        number("FUSE_VIEW_MODELS", 32) as usize,
+        number("FUSE_VIEW_MODELS", 48) as usize,
     );
     let out = std::env::var("OUT_DIR").expect("cargo sets OUT_DIR");
     std::fs::write(std::path::Path::new(&out).join("random_views.rs"), text)
