@@ -1,6 +1,7 @@
 //! Every random-view model (`gen/random_views.rs`: seeded chains of transposes, permutes, narrows, slices,
 //! reshapes and broadcasts, read by each kernel kind or written into a cache), fused and eager, against the f64
-//! reference at random dynamic dims, outputs and the states a call leaves. A failure names the model; its source is in the build's `OUT_DIR/random_views.rs`.
+//! reference at random dynamic dims, outputs and the states a call leaves. A failure names the model; its source
+//! is in the build's `OUT_DIR/random_views.rs`.
 //! `FUSE_VIEW_SEED=n cargo test -p fuse-tests --test random_views` checks another set.
 
 use fuse_runtime::{CompiledModel, CpuPrecision, PlanMode, Tensor};
