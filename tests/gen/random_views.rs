@@ -1,8 +1,9 @@
 //! The random-view models: seeded random chains of views (transposes, permutes, narrows and slices, at constant
 //! starts and at a run-time `past`, reshapes and broadcasts) of inputs, weights, gathered table rows and computed
-//! values, read by each kind of kernel (elementwise, softmax, reductions, norms, products with a weight or two
-//! computed operands, attention plain, grouped or with heads merged back, concats), written into a cache and read
-//! back, or returned as views.
+//! values, read by each kind of kernel (elementwise, `where_` and comparisons, softmax, reductions, norms,
+//! products with a weight or two computed operands, attention plain, grouped, with heads merged back, with
+//! rotated or concatenated Q and K, or over a cache passed in; concats along inner and outer axes), written into a
+//! cache and read back, or returned as views.
 //! `build.rs` writes them as one `#[fused_model]` module; `tests/random_views.rs` checks each against the f64
 //! reference (and in the reduced CPU precisions against f32), and `tests/gpu.rs` each on the GPU against the
 //! CPU.
@@ -49,6 +50,9 @@ impl Rng {
 enum Dim {
     Batch,
     Seq,
+    /// The positions a cache passed in as an input already holds (its keys, before this call's are
+    /// concatenated on).
+    Past,
     Fixed(usize),
 }
 
@@ -58,6 +62,7 @@ impl Dim {
         match self {
             Dim::Batch => "batch".into(),
             Dim::Seq => "seq".into(),
+            Dim::Past => "past".into(),
             Dim::Fixed(n) => n.to_string(),
         }
     }
@@ -67,6 +72,7 @@ impl Dim {
         match self {
             Dim::Batch => "b".into(),
             Dim::Seq => "s".into(),
+            Dim::Past => "past".into(),
             Dim::Fixed(n) => n.to_string(),
         }
     }
@@ -111,6 +117,65 @@ enum Step {
     /// a cache.
     AtPast(usize),
 }
+
+impl Step {
+    /// The kind of view, as [`KINDS`] names it.
+    fn kind(&self) -> &'static str {
+        match self {
+            Step::Transpose(..) => "transpose",
+            Step::T => "t()",
+            Step::Permute(_) => "permute",
+            Step::Narrow { start, .. } if *start < 0 => "narrow from the end",
+            Step::Narrow { .. } => "narrow",
+            Step::Slice { .. } => "slice",
+            Step::Reshape(_) => "reshape",
+            Step::AtPast(_) => "narrow at past",
+        }
+    }
+}
+
+/// What a set of models can cover, each counted per model by [`write`] into `COVERAGE`: the test of the default
+/// set fails when one is missing, so that a change to the generator cannot drop a case unnoticed.
+const KINDS: &[&str] = &[
+    // Views.
+    "transpose",
+    "t()",
+    "permute",
+    "narrow",
+    "narrow from the end",
+    "slice",
+    "narrow at past",
+    "reshape",
+    // Sources.
+    "weight through views",
+    "gathered rows",
+    "computed source",
+    "one input read twice",
+    // Readers.
+    "elementwise",
+    "softmax",
+    "reduction",
+    "norm",
+    "weight product",
+    "two-operand product",
+    "concat along an inner axis",
+    "concat along the batch",
+    "concat along the positions",
+    "concat piece with a kernel of its own",
+    "where_",
+    "max and min",
+    "mask from positions",
+    "attention",
+    "grouped attention",
+    "attention heads merged",
+    "attention mask input",
+    "causal mask",
+    "rotary Q or K",
+    "concat Q or K",
+    "cache passed in",
+    "cache written",
+    "view output",
+];
 
 /// The length of the axis an [`Step::AtPast`] narrows: at least `past + seq` for every dims the tests run.
 const MAX_POS: usize = 48;
@@ -271,9 +336,16 @@ struct Model {
     states: Vec<Shape>,
     lines: Vec<String>,
     outputs: Vec<String>,
+    /// The size each output's elements are taken to have at least when an error is measured relative to them
+    /// (`rel_l2_floored`): 1, the inputs' size, or √n for a sum of n such terms, whose rounding error grows so.
+    floors: Vec<f64>,
+    /// The floor of the output being written.
+    scale: f64,
     values: usize,
     /// Whether an output sums many terms (a reduction, a norm or a product): its tolerance is looser.
     accumulates: bool,
+    /// Which of [`KINDS`] the model holds.
+    kinds: Vec<&'static str>,
 }
 
 impl Model {
@@ -285,8 +357,18 @@ impl Model {
             weights: Vec::new(),
             lines: Vec::new(),
             outputs: Vec::new(),
+            floors: Vec::new(),
+            scale: 1.0,
             values: 0,
             accumulates: false,
+            kinds: Vec::new(),
+        }
+    }
+
+    fn covers(&mut self, kind: &'static str) {
+        assert!(KINDS.contains(&kind), "{kind} is not in KINDS");
+        if !self.kinds.contains(&kind) {
+            self.kinds.push(kind);
         }
     }
 
@@ -320,12 +402,14 @@ impl Model {
                 let table = self.new_weight(&[Dim::Fixed(rng.range(3, 20)), Dim::Fixed(*n)]);
                 self.inputs.push(vec![Dim::Batch, *p]);
                 self.ids.push(self.inputs.len() - 1);
+                self.covers("gathered rows");
                 return format!("embedding(&{table}, &x{})", self.inputs.len() - 1);
             }
         }
         let reusable = |(i, s): (usize, &Shape)| s == shape && !self.ids.contains(&i);
         if let Some(i) = self.inputs.iter().enumerate().position(reusable) {
             if rng.chance(50) {
+                self.covers("one input read twice");
                 return format!("x{i}");
             }
         }
@@ -356,12 +440,16 @@ impl Model {
     fn weight(&mut self, rng: &mut Rng, out: &[Dim], max_steps: usize) -> String {
         let Chain { source, steps } = chain(rng, out, 0, max_steps);
         let expr = self.source(rng, &source, true);
+        if !steps.is_empty() {
+            self.covers("weight through views");
+        }
         self.viewed(rng, expr, &steps)
     }
 
     /// `expr`, sometimes computed on first, through `steps`.
     fn viewed(&mut self, rng: &mut Rng, mut expr: String, steps: &[Step]) -> String {
         if rng.chance(25) {
+            self.covers("computed source");
             expr = format!(
                 "({expr} * 0.5).{}()",
                 rng.pick(&["tanh", "abs", "relu", "neg"])
@@ -369,6 +457,9 @@ impl Model {
         }
         if steps.is_empty() {
             return expr;
+        }
+        for step in steps {
+            self.covers(step.kind());
         }
         let calls: Vec<String> = steps.iter().map(Step::call).collect();
         self.value(format!("{expr}.{}", calls.join(".")))
@@ -380,9 +471,77 @@ impl Model {
         self.operand(rng, &shape, max_steps)
     }
 
+    /// A piece of a concat: an operand, at times computed by a kernel of its own (a softmax, a product with a
+    /// weight) rather than inside the concat's.
+    fn piece(&mut self, rng: &mut Rng, shape: &[Dim]) -> String {
+        match rng.range(0, 3) {
+            0 => {
+                self.accumulates = true;
+                self.covers("concat piece with a kernel of its own");
+                let x = self.operand(rng, shape, 3);
+                format!("{x}.softmax(-1)")
+            }
+            1 => {
+                self.covers("concat piece with a kernel of its own");
+                let k = Dim::Fixed(rng.pick(&DEPTHS));
+                self.sums(k);
+                let x = self.operand(rng, &[shape[0], shape[1], k], 2);
+                let w = self.weight(rng, &[k, shape[2]], 1);
+                format!("{x}.matmul(&{w})")
+            }
+            _ => self.operand(rng, shape, 3),
+        }
+    }
+
+    /// Q or K of an attention, `[lead.., rows, d]`: an operand, at times rotated (RoPE's `x * cos + concat([-x₂,
+    /// x₁]) * sin` over the last axis, with `cos` and `sin` through views of their own) or a concat of two
+    /// operands along the last axis.
+    fn projected(&mut self, rng: &mut Rng, lead: &[Dim], rows: Dim, d: Dim) -> String {
+        let shape = [lead, &[rows, d]].concat();
+        let axis = shape.len() - 1;
+        match (rng.range(0, 4), d.fixed()) {
+            (0, Some(n)) if n % 2 == 0 => {
+                let x = self.operand(rng, &shape, 2);
+                let x = self.value(x);
+                let cos = self.operand(rng, &[rows, d], 1);
+                let sin = self.operand(rng, &[rows, d], 1);
+                let h = n / 2;
+                self.covers("rotary Q or K");
+                self.value(format!(
+                    "{x} * {cos} + concat([{x}.narrow({axis}, {h}, {h}).neg(), {x}.narrow({axis}, 0, {h})], \
+                     {axis}) * {sin}"
+                ))
+            }
+            (1, Some(n)) if n >= 2 => {
+                let first = rng.range(1, n - 1);
+                let (mut a, mut c) = (shape.clone(), shape.clone());
+                a[axis] = Dim::Fixed(first);
+                c[axis] = Dim::Fixed(n - first);
+                let x = self.operand(rng, &a, 2);
+                let z = self.operand(rng, &c, 2);
+                self.covers("concat Q or K");
+                self.value(format!("concat([{x}, {z}], {axis})"))
+            }
+            _ => self.operand(rng, &shape, 3),
+        }
+    }
+
     fn output(&mut self, expr: String) {
         let name = self.value(expr);
         self.outputs.push(name);
+        self.floors.push(self.scale);
+    }
+
+    /// A view returned as it is.
+    fn output_view(&mut self, name: String) {
+        self.outputs.push(name);
+        self.floors.push(1.0);
+    }
+
+    /// The output being written sums `n` terms.
+    fn sums(&mut self, n: Dim) {
+        self.accumulates = true;
+        self.scale = self.scale.max((n.fixed().unwrap_or(1) as f64).sqrt());
     }
 }
 
@@ -405,33 +564,48 @@ fn broadcast_of(rng: &mut Rng, full: &[Dim]) -> Shape {
 const WIDTHS: [usize; 14] = [2, 3, 5, 7, 8, 12, 16, 17, 24, 33, 64, 67, 130, 257];
 const DEPTHS: [usize; 6] = [3, 8, 17, 32, 40, 70];
 
-/// The reader of one output: a kernel kind and the operands it reads.
-fn reader(rng: &mut Rng, m: &mut Model, full: &[Dim]) {
+/// How many kinds of reader [`reader`] writes. Model `i`'s first reader is of kind `i % READERS`, so that every
+/// kind is in every set of a few dozen models; its other readers are drawn.
+const READERS: usize = 13;
+
+/// Whether reader `kind` needs `seq` positions (a cache written at `past`, a concat along the positions,
+/// attention over a cache passed in).
+fn needs_seq(kind: usize) -> bool {
+    matches!(kind, 7 | 10 | 12)
+}
+
+/// The reader of one output, of `kind` (below [`READERS`]): a kernel kind and the operands it reads.
+fn reader(rng: &mut Rng, m: &mut Model, full: &[Dim], kind: usize) {
     let (b, p, q) = (full[0], full[1], full[2]);
-    match rng.range(0, 10) {
+    m.scale = 1.0;
+    match kind {
         0 => {
             let x = m.operand(rng, full, 3);
             let y = m.broadcast_operand(rng, full, 3);
             let z = m.broadcast_operand(rng, full, 2);
+            m.covers("elementwise");
             m.output(format!("{x} * 1.5 + {y}.tanh() - {z} * {y}"));
         }
         1 => {
             let x = m.operand(rng, full, 3);
             let y = m.broadcast_operand(rng, full, 3);
+            m.covers("softmax");
             m.output(format!("({x} + {y} * 0.5).softmax(-1)"));
         }
         2 => {
-            m.accumulates = true;
             let x = m.operand(rng, full, 3);
             let y = m.broadcast_operand(rng, full, 3);
-            let reduced = rng.pick(&[
-                "sum(-1, true)",
-                "sum(-1, false)",
-                "max(-1, false)",
-                "mean(1, true)",
-                "sum(0, false)",
-                "max(1, false)",
+            // A sum over the batch adds at most 7 terms (the largest batch the tests run).
+            let (reduced, terms) = rng.pick(&[
+                ("sum(-1, true)", q),
+                ("sum(-1, false)", q),
+                ("max(-1, false)", Dim::Fixed(1)),
+                ("mean(1, true)", Dim::Fixed(1)),
+                ("sum(0, false)", Dim::Fixed(7)),
+                ("max(1, false)", Dim::Fixed(1)),
             ]);
+            m.sums(terms);
+            m.covers("reduction");
             m.output(format!("({x} * {y}).{reduced}"));
         }
         3 => {
@@ -450,41 +624,32 @@ fn reader(rng: &mut Rng, m: &mut Model, full: &[Dim]) {
                     format!("{v} * ({v}.square().mean(-1, true) + 1e-5).rsqrt() * {g}")
                 }
             };
+            m.covers("norm");
             m.output(norm);
         }
         4 => {
-            m.accumulates = true;
             let k = Dim::Fixed(rng.pick(&DEPTHS));
+            m.sums(k);
             let x = m.operand(rng, &[b, p, k], 3);
             let w = m.weight(rng, &[k, q], 2);
             let y = m.broadcast_operand(rng, full, 2);
+            m.covers("weight product");
             m.output(format!("{x}.matmul(&{w}) + {y}"));
         }
         5 => {
-            m.accumulates = true;
             let k = Dim::Fixed(rng.pick(&DEPTHS));
+            m.sums(k);
             let x = m.operand(rng, &[b, p, k], 3);
             let y = m.operand(rng, &[b, k, q], 3);
+            m.covers("two-operand product");
             m.output(format!("{x}.matmul(&{y}) * 0.5"));
         }
-        6 => {
-            // A concat along the last axis (or the middle one when constant) of views, read elementwise.
-            let axis = if p.fixed().is_some_and(|n| n >= 2) && rng.chance(40) {
-                1
-            } else {
-                2
-            };
-            let n = full[axis].fixed().unwrap_or(2).max(2);
-            let first = rng.range(1, n - 1);
-            let (mut a, mut c) = (full.to_vec(), full.to_vec());
-            a[axis] = Dim::Fixed(first);
-            c[axis] = Dim::Fixed(n - first);
-            let x = m.operand(rng, &a, 3);
-            let z = m.operand(rng, &c, 3);
-            let y = m.broadcast_operand(rng, full, 2);
-            m.output(format!("concat([{x}, {z}], {axis}) * {y}"));
-        }
-        9 if p == Dim::Seq => {
+        6 => concat_reader(rng, m, full),
+        7 if p == Dim::Seq => concat_positions(rng, m, full),
+        8 => attention(rng, m, full, false),
+        12 if p == Dim::Seq => attention(rng, m, full, true),
+        9 => selection(rng, m, full),
+        10 if p == Dim::Seq => {
             // A cache written at `past` (along the positions axis of `[b, MAX_POS, q]` or of `[b, q, MAX_POS]`),
             // then read back up to `past + s`: the rows before `past` as the session holds them.
             let positions_inner = rng.chance(50);
@@ -496,55 +661,176 @@ fn reader(rng: &mut Rng, m: &mut Model, full: &[Dim]) {
                 (state, 1, full.to_vec())
             };
             let value = m.operand(rng, &value_shape, 3);
+            m.covers("cache written");
             let all = m.value(format!("{state}.write({axis}, past, {value})"));
             m.output(format!("{all}.narrow({axis}, 0, past + s) * 1.5"));
         }
-        7 => {
-            // Attention over heads: Q, K and V through views, a scale, sometimes an additive mask broadcast over
-            // heads (or over the batch too), softmax and the product with V. At times grouped (a group of query
-            // heads per key-value head, K and V broadcast over it, as grouped-query attention reads them), and at
-            // times its heads merged back into rows (`[b, p, heads · dv]`: the kernel places them).
-            m.accumulates = true;
-            let one = Dim::Fixed(1);
-            let heads = Dim::Fixed(rng.range(1, 4));
-            let (dh, dv) = (
-                Dim::Fixed(rng.pick(&[3, 8, 16])),
-                Dim::Fixed(rng.pick(&[3, 8, 16])),
-            );
-            let grouped = rng.chance(30);
-            let (q_heads, kv_heads): (Vec<Dim>, Vec<Dim>) = if grouped {
-                let group = Dim::Fixed(rng.range(2, 3));
-                (vec![b, heads, group], vec![b, heads, one])
-            } else {
-                (vec![b, heads], vec![b, heads])
-            };
-            let with = |lead: &[Dim], rows: Dim, cols: Dim| [lead, &[rows, cols]].concat();
-            let query = m.operand(rng, &with(&q_heads, p, dh), 3);
-            let key = m.operand(rng, &with(&kv_heads, p, dh), 3);
-            let value = m.operand(rng, &with(&kv_heads, p, dv), 3);
-            let scores = format!("{query}.matmul(&{key}.t()) * 0.35");
-            let scores = match rng.range(0, 2) {
-                0 => scores,
-                1 if !grouped => format!("{scores} + {}", m.operand(rng, &[b, one, one, p], 2)),
-                _ => format!("{scores} + {}", m.operand(rng, &[p, p], 2)),
-            };
-            let attention = format!("({scores}).softmax(-1).matmul(&{value})");
-            match (grouped, rng.chance(40), heads.fixed(), dv.fixed()) {
-                (false, true, Some(h), Some(d)) => m.output(format!(
-                    "{attention}.permute([0, 2, 1, 3]).reshape([b, {}, {}])",
-                    p.expr(),
-                    h * d
-                )),
-                _ => m.output(attention),
-            }
-        }
         _ => {
             // A view returned as it is: the output is a copy of it.
+            m.covers("view output");
             let x = m.operand(rng, full, 3);
             m.output(format!("{x}.neg().neg()"));
             let v = m.operand_of(rng, full, 1, 3);
-            m.outputs.push(v);
+            m.output_view(v);
         }
+    }
+}
+
+/// A concat of views read elementwise: along the last axis (or the middle one when constant), or along the
+/// batch, of pieces that kernels of their own compute at times (a softmax, a product).
+fn concat_reader(rng: &mut Rng, m: &mut Model, full: &[Dim]) {
+    let (p, q) = (full[1], full[2]);
+    if rng.chance(50) {
+        let (first, second) = (m.piece(rng, full), m.piece(rng, full));
+        let row = rng.pick(&[vec![p, q], vec![q]]);
+        let y = m.operand(rng, &row, 2);
+        m.covers("concat along the batch");
+        m.output(format!("concat([{first}, {second}], 0) * 1.5 + {y}"));
+        return;
+    }
+    let axis = if p.fixed().is_some_and(|n| n >= 2) && rng.chance(40) {
+        1
+    } else {
+        2
+    };
+    let n = full[axis].fixed().unwrap_or(2).max(2);
+    let first = rng.range(1, n - 1);
+    let (mut a, mut c) = (full.to_vec(), full.to_vec());
+    a[axis] = Dim::Fixed(first);
+    c[axis] = Dim::Fixed(n - first);
+    let x = m.operand(rng, &a, 3);
+    let z = m.operand(rng, &c, 3);
+    let y = m.broadcast_operand(rng, full, 2);
+    m.covers("concat along an inner axis");
+    m.output(format!("concat([{x}, {z}], {axis}) * {y}"));
+}
+
+/// A concat along the positions of `[b, s, q]` and of a constant number of rows, in either order, as a cache
+/// passed in is extended; its pieces computed by kernels of their own at times.
+fn concat_positions(rng: &mut Rng, m: &mut Model, full: &[Dim]) {
+    let (b, q) = (full[0], full[2]);
+    let rows = [b, Dim::Fixed(rng.range(1, 6)), q];
+    let (mut first, mut second) = (m.piece(rng, full), m.piece(rng, &rows));
+    if rng.chance(50) {
+        std::mem::swap(&mut first, &mut second);
+    }
+    let y = m.operand(rng, &[q], 2);
+    m.covers("concat along the positions");
+    m.output(format!("concat([{first}, {second}], 1) - {y}"));
+}
+
+/// Elementwise choices: `where_` on comparisons of views (in forms continuous where the comparison flips, so
+/// rounding near a tie moves the result by a rounding error only), `max`/`min`, and a mask made from positions
+/// alone (`arange`) recomputed inside the softmax that reads it.
+fn selection(rng: &mut Rng, m: &mut Model, full: &[Dim]) {
+    let (p, q) = (full[1], full[2]);
+    let x = m.operand(rng, full, 3);
+    let x = m.value(x);
+    let y = m.broadcast_operand(rng, full, 3);
+    let y = m.value(y);
+    let z = m.broadcast_operand(rng, full, 2);
+    m.covers("where_");
+    let picked = match rng.range(0, 4) {
+        0 => format!("where_({x}.gt(&{y}), {x}, {y}) * {z}"),
+        1 => format!("where_({x}.lt(0.0), {x} * 0.1, {x}) + {y}"),
+        2 => format!("where_({x}.ge(&{y}), {x} - {y}, ({y} - {x}) * 0.5) + {z}"),
+        3 => {
+            m.covers("max and min");
+            let z = m.value(format!("{z} + 1.0"));
+            format!("{x}.max(&{y}).min(&{z})")
+        }
+        _ => {
+            // Column j of row i is masked where j > i: row 0 keeps column 0, so no row is all masked.
+            m.covers("mask from positions");
+            let (rows, cols) = (p.expr(), q.expr());
+            let mask = format!(
+                "where_(arange(0, {cols}).to_f32().reshape([1, {cols}])\
+                 .gt(&arange(0, {rows}).to_f32().reshape([{rows}, 1])), -1e9, 0.0)"
+            );
+            format!("({x} + {mask} + {y} * 0.5).softmax(-1)")
+        }
+    };
+    m.output(picked);
+}
+
+/// Attention over heads: Q, K and V through views, a scale, sometimes an additive mask broadcast over heads
+/// (or over the batch too) or a causal one made from positions, softmax and the product with V.
+/// - At times grouped: a group of query heads per key-value head, K and V broadcast over it, as grouped-query
+///   attention reads them.
+/// - At times its heads merged back into rows (`[b, p, heads · dv]`: the kernel places them).
+/// - Q (and K) at times rotated (RoPE: `x * cos + concat([-x₂, x₁]) * sin`, the concat computed by the kernel
+///   that reads it) or a concat of two views.
+/// - When `cached` (with `seq` positions), over a cache passed in (`[.., past, d]`) with this call's keys and
+///   values concatenated on, the extended cache returned as well at times, and a causal mask offset by `past`.
+fn attention(rng: &mut Rng, m: &mut Model, full: &[Dim], cached: bool) {
+    let (b, p) = (full[0], full[1]);
+    m.accumulates = true;
+    let one = Dim::Fixed(1);
+    let heads = Dim::Fixed(rng.range(1, 4));
+    let (dh, dv) = (
+        Dim::Fixed(rng.pick(&[3, 8, 16])),
+        Dim::Fixed(rng.pick(&[3, 8, 16])),
+    );
+    m.covers("attention");
+    let grouped = rng.chance(30);
+    let (q_heads, kv_heads): (Vec<Dim>, Vec<Dim>) = if grouped {
+        m.covers("grouped attention");
+        let group = Dim::Fixed(rng.range(2, 3));
+        (vec![b, heads, group], vec![b, heads, one])
+    } else {
+        (vec![b, heads], vec![b, heads])
+    };
+    let with = |lead: &[Dim], rows: Dim, cols: Dim| [lead, &[rows, cols]].concat();
+    let query = m.projected(rng, &q_heads, p, dh);
+    let mut key = m.projected(rng, &kv_heads, p, dh);
+    let mut value = m.operand(rng, &with(&kv_heads, p, dv), 3);
+    if cached {
+        m.covers("cache passed in");
+        let rows = kv_heads.len();
+        let past_key = m.operand(rng, &with(&kv_heads, Dim::Past, dh), 2);
+        let past_value = m.operand(rng, &with(&kv_heads, Dim::Past, dv), 2);
+        key = m.value(format!("concat([{past_key}, {key}], {rows})"));
+        value = m.value(format!("concat([{past_value}, {value}], {rows})"));
+        if rng.chance(50) {
+            m.output_view(key.clone());
+        }
+    }
+    let scores = format!("{query}.matmul(&{key}.t()) * 0.35");
+    let (start, len) = if cached {
+        ("past", "past + s".to_string())
+    } else {
+        ("0", p.expr())
+    };
+    let rows = p.expr();
+    let scores = match rng.range(0, 3) {
+        0 => scores,
+        1 if !grouped && !cached => {
+            m.covers("attention mask input");
+            format!("{scores} + {}", m.operand(rng, &[b, one, one, p], 2))
+        }
+        2 if !cached => {
+            m.covers("attention mask input");
+            format!("{scores} + {}", m.operand(rng, &[p, p], 2))
+        }
+        _ => {
+            m.covers("causal mask");
+            format!(
+                "{scores} + where_(arange(0, {len}).to_f32().reshape([1, {len}])\
+             .gt(&arange({start}, {rows}).to_f32().reshape([{rows}, 1])), -1e9, 0.0)"
+            )
+        }
+    };
+    let attention = format!("({scores}).softmax(-1).matmul(&{value})");
+    match (grouped, rng.chance(40), heads.fixed(), dv.fixed()) {
+        (false, true, Some(h), Some(d)) => {
+            m.covers("attention heads merged");
+            m.output(format!(
+                "{attention}.permute([0, 2, 1, 3]).reshape([b, {}, {}])",
+                p.expr(),
+                h * d
+            ))
+        }
+        _ => m.output(attention),
     }
 }
 
@@ -553,8 +839,10 @@ pub fn write(seed: u64, count: usize) -> String {
     let mut rng = Rng::new(seed);
     let mut module = String::new();
     let mut table = String::new();
+    let mut covered = vec![0usize; KINDS.len()];
     for i in 0..count {
-        let p = if rng.chance(40) {
+        let first = i % READERS;
+        let p = if needs_seq(first) || rng.chance(40) {
             Dim::Seq
         } else {
             Dim::Fixed(rng.range(1, 6))
@@ -562,22 +850,35 @@ pub fn write(seed: u64, count: usize) -> String {
         let q = Dim::Fixed(rng.pick(&WIDTHS));
         let full = [Dim::Batch, p, q];
         let mut m = Model::new();
-        let readers = rng.range(1, 3);
-        for _ in 0..readers {
-            reader(&mut rng, &mut m, &full);
+        reader(&mut rng, &mut m, &full, first);
+        for _ in 1..rng.range(1, 3) {
+            let kind = rng.range(0, READERS - 1);
+            reader(&mut rng, &mut m, &full, kind);
         }
         write_model(&mut module, i, &m);
+        for (n, kind) in covered.iter_mut().zip(KINDS) {
+            *n += usize::from(m.kinds.contains(kind));
+        }
         let tol = if m.accumulates { "1e-4" } else { "1e-5" };
+        let floors: Vec<String> = m.floors.iter().map(|f| format!("{f:?}")).collect();
         let _ = writeln!(
             table,
-            "    Case {{ spec: models::View{i}::spec, atol: {tol}, rtol: {tol} }},"
+            "    Case {{ spec: models::View{i}::spec, atol: {tol}, rtol: {tol}, floors: &[{}] }},",
+            floors.join(", ")
         );
     }
+    let coverage: String = KINDS
+        .iter()
+        .zip(&covered)
+        .map(|(kind, n)| format!("    ({kind:?}, {n}),\n"))
+        .collect();
     format!(
         "// Written by build.rs from `gen/random_views.rs`, seed {seed}: do not edit.\n\n\
          #[::fuse_runtime::fused_model]\npub mod models {{\n{module}}}\n\n\
          /// Every random-view model, with its tolerance against the f64 reference.\n\
-         pub const CASES: &[Case] = &[\n{table}];\n"
+         pub const CASES: &[Case] = &[\n{table}];\n\n\
+         /// Each kind of view, source and reader the generator draws, and how many of the models hold it.\n\
+         pub const COVERAGE: &[(&str, usize)] = &[\n{coverage}];\n"
     )
 }
 
@@ -625,7 +926,7 @@ fn write_model(out: &mut String, i: usize, m: &Model) {
     if seq_arg {
         let _ = writeln!(out, "            #[dim] seq: usize,");
     }
-    if at_past {
+    if at_past && axis_of(Dim::Past).is_none() {
         let _ = writeln!(out, "            #[dim] past: usize,");
     }
     let outputs = m.outputs.len();
@@ -635,7 +936,7 @@ fn write_model(out: &mut String, i: usize, m: &Model) {
         format!("({})", vec!["Tensor"; outputs].join(", "))
     };
     let _ = writeln!(out, "        ) -> {ret} {{");
-    for (dim, name) in [(Dim::Batch, "b"), (Dim::Seq, "s")] {
+    for (dim, name) in [(Dim::Batch, "b"), (Dim::Seq, "s"), (Dim::Past, "past")] {
         if let Some((k, a)) = axis_of(dim) {
             let _ = writeln!(out, "            let {name} = x{k}.dim({a});");
         }

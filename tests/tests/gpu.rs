@@ -123,9 +123,9 @@ struct OnGpu {
     f32: Vec<(&'static str, CompiledModel)>,
     /// bf16 and f16 storage, with the relative L2 bound of each.
     half: Vec<(&'static str, CompiledModel, f64)>,
-    /// The smallest size an element of the reference is taken to have in the half-storage error
-    /// ([`rel_l2_floored`]): 0 but for the random-view models.
-    half_floor: f64,
+    /// Per output, the smallest size an element of the reference is taken to have in the half-storage error
+    /// ([`rel_l2_floored`]): none (0) but for the random-view models.
+    half_floors: &'static [f64],
 }
 
 impl OnGpu {
@@ -174,7 +174,7 @@ impl OnGpu {
             ],
             half,
             cpu,
-            half_floor: 0.0,
+            half_floors: &[],
         }
     }
 
@@ -201,7 +201,8 @@ impl OnGpu {
                     .run(PlanMode::Fused, inputs)
                     .unwrap_or_else(|e| panic!("{what} {path} on the GPU: {e}"));
                 for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                    let err = rel_l2_floored(g, w, self.half_floor);
+                    let floor = self.half_floors.get(i).copied().unwrap_or(0.0);
+                    let err = rel_l2_floored(g, w, floor);
                     assert!(
                         err <= *bound,
                         "{what} {path} {call} output {i}: relative L2 error {err:.2e}"
@@ -744,10 +745,10 @@ fn reads_strided_by_different_strides_on_gpu() {
 }
 
 /// Every random-view model (`tests/random_views.rs`), GPU against CPU: f32 at twice its reference tolerance;
-/// half storage with each element's error taken relative to at least 1, the size of the unit-normal inputs
-/// (an output of a few products that cancel is small, its rounding error is not; a misplaced read errs by
-/// about the norm itself, far above the bound). A model that writes a cache runs with a session, f32 only: the
-/// session's first call runs on the CPU, the second on the GPU from the states the first left.
+/// half storage with each element's error taken relative to at least the output's floor (`Case::floors`: 1, the
+/// size of the unit-normal inputs, or √n for a sum of n terms; an output of terms that cancel is small, its
+/// rounding error is not; a misplaced read errs by about the norm itself, far above the bound). A model that writes a cache runs with a session in each storage
+/// type: the session's first call runs on the CPU, the second on the GPU from the states the first left.
 #[test]
 fn random_views_on_gpu() {
     use fuse_tests::drift::random_inputs;
@@ -757,31 +758,54 @@ fn random_views_on_gpu() {
         let spec = (case.spec)();
         let cpu = CompiledModel::random(spec, i as u64);
         if has_state(spec) {
-            let on_gpu = moved(&cpu, &device, GpuOptions::default());
-            for (batch, seq, seed) in CASES {
-                let dims = dims_of(spec, batch, seq);
-                let inputs = random_inputs(spec, &dims, seed).expect("the generated inputs fit");
-                let refs: Vec<&Tensor> = inputs.iter().collect();
-                let (mut cpu_states, mut gpu_states) =
-                    (cpu.session(&dims).unwrap(), on_gpu.session(&dims).unwrap());
-                for call in ["first call (CPU)", "second call"] {
-                    let what = format!("{} {batch}x{seq} {call}", spec.name);
-                    let want = cpu
-                        .run_session(PlanMode::Fused, &mut cpu_states, &refs)
-                        .unwrap_or_else(|e| panic!("{what} on the CPU: {e}"));
-                    let got = on_gpu
-                        .run_session(PlanMode::Fused, &mut gpu_states, &refs)
-                        .unwrap_or_else(|e| panic!("{what} on the GPU: {e}"));
-                    for (o, (g, w)) in got.iter().zip(&want).enumerate() {
-                        let (atol, rtol) = (2.0 * case.atol, 2.0 * case.rtol);
-                        assert_close(&format!("{what} output {o}"), g, &to_ref(w), atol, rtol);
+            for (precision, half) in [
+                (Precision::F32, None),
+                (Precision::Bf16, Some(half_bound(Precision::Bf16))),
+                (Precision::F16, Some(half_bound(Precision::F16))),
+            ] {
+                let options = GpuOptions {
+                    precision,
+                    ..GpuOptions::default()
+                };
+                let on_gpu = moved(&cpu, &device, options);
+                for (batch, seq, seed) in CASES {
+                    let dims = dims_of(spec, batch, seq);
+                    let inputs =
+                        random_inputs(spec, &dims, seed).expect("the generated inputs fit");
+                    let refs: Vec<&Tensor> = inputs.iter().collect();
+                    let (mut cpu_states, mut gpu_states) =
+                        (cpu.session(&dims).unwrap(), on_gpu.session(&dims).unwrap());
+                    for call in ["first call (CPU)", "second call"] {
+                        let what = format!("{} {precision:?} {batch}x{seq} {call}", spec.name);
+                        let want = cpu
+                            .run_session(PlanMode::Fused, &mut cpu_states, &refs)
+                            .unwrap_or_else(|e| panic!("{what} on the CPU: {e}"));
+                        let got = on_gpu
+                            .run_session(PlanMode::Fused, &mut gpu_states, &refs)
+                            .unwrap_or_else(|e| panic!("{what} on the GPU: {e}"));
+                        for (o, (g, w)) in got.iter().zip(&want).enumerate() {
+                            let what = format!("{what} output {o}");
+                            match half {
+                                None => assert_close(
+                                    &what,
+                                    g,
+                                    &to_ref(w),
+                                    2.0 * case.atol,
+                                    2.0 * case.rtol,
+                                ),
+                                Some(bound) => {
+                                    let err = rel_l2_floored(g, w, case.floors[o]);
+                                    assert!(err <= bound, "{what}: relative L2 error {err:.2e}");
+                                }
+                            }
+                        }
                     }
                 }
             }
             continue;
         }
         let m = OnGpu {
-            half_floor: 1.0,
+            half_floors: case.floors,
             ..OnGpu::new(cpu, &device)
         };
         for (batch, seq, seed) in CASES {

@@ -4,10 +4,11 @@
 //! is in the build's `OUT_DIR/random_views.rs`.
 //! `FUSE_VIEW_SEED=n cargo test -p fuse-tests --test random_views` checks another set.
 
-use fuse_runtime::{CompiledModel, CpuPrecision, PlanMode, Tensor};
+use fuse_runtime::__private::DimSpec;
+use fuse_runtime::{CompiledModel, CpuPrecision, DType, ModelSpec, PlanMode, Session, Tensor};
 use fuse_tests::drift::{check_with_session, random_inputs, Tolerance};
 use fuse_tests::harness::rel_l2_floored;
-use fuse_tests::random_views::{dims_of, CASES};
+use fuse_tests::random_views::{dims_of, CASES, COVERAGE, DEFAULT_SET};
 
 #[test]
 fn random_views_match_the_reference() {
@@ -48,8 +49,8 @@ fn random_views_match_the_reference() {
     );
 }
 
-/// The relative L2 bound of each reduced CPU precision against f32, with each element taken to be at least 1 in
-/// size (`rel_l2_floored`). These bounds check placement, not accuracy (`cpu_precisions.rs` and
+/// The relative L2 bound of each reduced CPU precision against f32, with each element taken to be at least its
+/// output's floor in size (`Case::floors`, `rel_l2_floored`). These bounds check placement, not accuracy (`cpu_precisions.rs` and
 /// `minilm_precisions.rs` measure that): a misplaced read errs by about the norm itself, 1 or more, while rounding
 /// errs by a few of the precision's steps, more where an op amplifies it (a layer norm over two elements that
 /// nearly agree read 8e-3 in bf16 and 2.3e-3 in f16 over five seeds' models; products, 1e-2 at most in int8).
@@ -96,7 +97,7 @@ fn random_views_in_reduced_cpu_precisions() {
                         }
                     };
                     for (o, (g, w)) in got.iter().zip(&want).enumerate() {
-                        let err = rel_l2_floored(g, w, 1.0);
+                        let err = rel_l2_floored(g, w, case.floors[o]);
                         worst[p] = worst[p].max(err);
                         if err > bound {
                             failures.push(format!(
@@ -113,4 +114,157 @@ fn random_views_in_reduced_cpu_precisions() {
         worst[0], worst[1], worst[2]
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The default set holds every kind of view, source and reader the generator can draw: a change to the generator
+/// that drops one from the set CI runs fails here rather than going unnoticed (draw more models, or change the
+/// seed). Another set only prints what it covers.
+#[test]
+fn random_views_cover_every_kind() {
+    let missing: Vec<&str> = COVERAGE
+        .iter()
+        .filter(|(_, n)| *n == 0)
+        .map(|(kind, _)| *kind)
+        .collect();
+    for (kind, n) in COVERAGE {
+        eprintln!("{n:>3} of {} models: {kind}", CASES.len());
+    }
+    if !DEFAULT_SET {
+        eprintln!("not the default set: its coverage is printed, not checked");
+        return;
+    }
+    assert!(
+        missing.is_empty(),
+        "the default random-view set lacks: {}",
+        missing.join(", ")
+    );
+}
+
+/// Every way a caller can get one input wrong, for every input of every model: a fixed axis one longer, a
+/// dynamic axis that disagrees with another input (or the `#[dim]` argument) carrying the same dim, one axis
+/// more, the other dtype, ids past either end of their table, one input too few or too many. Each call must
+/// return an error (never panic, never run), and leave the session's states as they were; a good call after
+/// them all returns what it returned before them.
+#[test]
+fn random_views_refuse_bad_inputs() {
+    let mut failures = Vec::new();
+    let mut refused = 0;
+    for (i, case) in CASES.iter().enumerate() {
+        let spec = (case.spec)();
+        let model = CompiledModel::random(spec, i as u64);
+        let dims = dims_of(spec, 3, 5);
+        let good = random_inputs(spec, &dims, i as u64).expect("the generated inputs fit");
+        let mut session = model.session(&dims).expect("a session");
+        let call = |session: &mut Session, inputs: &[Tensor]| {
+            let refs: Vec<&Tensor> = inputs.iter().collect();
+            model.run_session(PlanMode::Fused, session, &refs)
+        };
+        let want = call(&mut session, &good).expect("the good call runs");
+        let states = session.states().expect("host states").to_vec();
+        for (what, bad) in bad_inputs(spec, &good) {
+            let what = format!("{} input {what}", spec.name);
+            let run =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| call(&mut session, &bad)));
+            match run {
+                Ok(Err(_)) => refused += 1,
+                Ok(Ok(_)) => failures.push(format!("{what}: ran")),
+                Err(_) => failures.push(format!("{what}: panicked")),
+            }
+            let now = session.states().expect("host states");
+            if now
+                .iter()
+                .zip(&states)
+                .any(|(a, b)| a.to_f32_vec() != b.to_f32_vec())
+            {
+                failures.push(format!("{what}: changed the session's states"));
+            }
+        }
+        // A model with state would write at the same `past` again: the same call on a fresh session.
+        let mut again = model.session(&dims).expect("a session");
+        match call(&mut again, &good) {
+            Ok(got)
+                if got
+                    .iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_f32_vec() == b.to_f32_vec()) => {}
+            Ok(_) => failures.push(format!("{}: a good call gave other outputs", spec.name)),
+            Err(e) => failures.push(format!("{}: a good call failed: {e}", spec.name)),
+        }
+    }
+    eprintln!("{refused} bad calls refused");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The bad variants of `good` (the inputs of one good call), each with what is wrong in it.
+fn bad_inputs(spec: &ModelSpec, good: &[Tensor]) -> Vec<(String, Vec<Tensor>)> {
+    let mut bad = Vec::new();
+    let with = |k: usize, t: Tensor| {
+        let mut inputs = good.to_vec();
+        inputs[k] = t;
+        inputs
+    };
+    let like = |dtype: DType, shape: &[usize]| match dtype {
+        DType::I64 => Tensor::uniform_ids(shape, 1, 5),
+        DType::F32 => Tensor::randn(shape, 5),
+    };
+    // How many axes (and `#[dim]` arguments) carry each dynamic dim: one that disagrees with another is an error.
+    let mut carriers = vec![0; spec.dyn_dims.len()];
+    for input in spec.inputs {
+        if let Some(arg) = input.binds {
+            carriers[arg.dim] += 1;
+        }
+        for d in input.dims {
+            if let DimSpec::Dyn(s) = d {
+                carriers[*s] += 1;
+            }
+        }
+    }
+    for (k, input) in spec.inputs.iter().enumerate() {
+        if input.binds.is_some() {
+            continue;
+        }
+        let shape = good[k].shape().to_vec();
+        for (axis, d) in input.dims.iter().enumerate() {
+            let wrong = match d {
+                DimSpec::Fixed(_) => true,
+                DimSpec::Dyn(s) => carriers[*s] >= 2,
+            };
+            if wrong {
+                let mut longer = shape.clone();
+                longer[axis] += 1;
+                bad.push((
+                    format!("{} axis {axis} one longer", input.name),
+                    with(k, like(input.dtype, &longer)),
+                ));
+            }
+        }
+        let mut ranked = shape.clone();
+        ranked.push(1);
+        bad.push((
+            format!("{} with one axis more", input.name),
+            with(k, like(input.dtype, &ranked)),
+        ));
+        let other = match input.dtype {
+            DType::I64 => DType::F32,
+            DType::F32 => DType::I64,
+        };
+        bad.push((
+            format!("{} as {other:?}", input.name),
+            with(k, like(other, &shape)),
+        ));
+        if let (Some(bound), Some(ids)) = (input.id_bound, good[k].as_i64()) {
+            for id in [bound.rows as i64, -1] {
+                let mut ids = ids.to_vec();
+                let last = ids.len() - 1;
+                ids[last] = id;
+                let t = Tensor::from_i64(&shape, ids).expect("the shape holds the ids");
+                bad.push((format!("{} holding id {id}", input.name), with(k, t)));
+            }
+        }
+    }
+    bad.push(("one too few".into(), good[..good.len() - 1].to_vec()));
+    let mut more = good.to_vec();
+    more.push(Tensor::randn(&[1], 5));
+    bad.push(("one too many".into(), more));
+    bad
 }
