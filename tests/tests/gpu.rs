@@ -28,7 +28,8 @@ use fuse_kernels::back::cuda::{
 use fuse_kernels::plan::{plan, Mode};
 use fuse_runtime::cuda::spec::{CudaProgram, EmbeddedCuda, GridSpec, LaunchRole};
 use fuse_runtime::{
-    CompiledModel, Device, Error, GpuOptions, GpuShapes, ModelSpec, PlanMode, Precision, Tensor,
+    CompiledModel, Device, Error, GpuOptions, GpuShapes, ModelSpec, PlanMode, Precision, Session,
+    Tensor,
 };
 use fuse_tests::harness::{assert_close, graph_of, rel_l2_floored, to_ref};
 use fuse_tests::op_models::ops::*;
@@ -748,11 +749,28 @@ fn reads_strided_by_different_strides_on_gpu() {
 /// half storage with each element's error taken relative to at least the output's floor (`Case::floors`: 1, the
 /// size of the unit-normal inputs, or √n for a sum of n terms; an output of terms that cancel is small, its
 /// rounding error is not; a misplaced read errs by about the norm itself, far above the bound). A model that writes a cache runs with a session in each storage
-/// type: the session's first call runs on the CPU, the second on the GPU from the states the first left.
+/// type: the session's first call runs on the CPU, the second on the GPU from the states the first left, and a
+/// third after calls with every kind of bad input (`bad_inputs`), each refused, finds the states as they were.
 #[test]
 fn random_views_on_gpu() {
     use fuse_tests::drift::random_inputs;
-    use fuse_tests::random_views::{dims_of, has_state, CASES as VIEW_MODELS};
+    use fuse_tests::random_views::{bad_inputs, dims_of, has_state, CASES as VIEW_MODELS};
+    // Every bad variant of one good call is refused before it runs, on the GPU as on the CPU.
+    let refuses = |model: &CompiledModel, session: Option<&mut Session>, good: &[Tensor]| {
+        let mut session = session;
+        for (what, bad) in bad_inputs(model.spec(), good) {
+            let refs: Vec<&Tensor> = bad.iter().collect();
+            let run = match session.as_deref_mut() {
+                Some(s) => model.run_session(PlanMode::Fused, s, &refs),
+                None => model.run(PlanMode::Fused, &refs),
+            };
+            assert!(
+                run.is_err(),
+                "{} on the GPU, input {what}: ran",
+                model.spec().name
+            );
+        }
+    };
     let Some(device) = gpu() else { return };
     for (i, case) in VIEW_MODELS.iter().enumerate() {
         let spec = (case.spec)();
@@ -775,7 +793,12 @@ fn random_views_on_gpu() {
                     let refs: Vec<&Tensor> = inputs.iter().collect();
                     let (mut cpu_states, mut gpu_states) =
                         (cpu.session(&dims).unwrap(), on_gpu.session(&dims).unwrap());
-                    for call in ["first call (CPU)", "second call"] {
+                    // The third call follows calls with bad inputs: the states the session holds on the
+                    // device are as the second call left them.
+                    for call in ["first call (CPU)", "second call", "call after bad ones"] {
+                        if call == "call after bad ones" {
+                            refuses(&on_gpu, Some(&mut gpu_states), &inputs);
+                        }
                         let what = format!("{} {precision:?} {batch}x{seq} {call}", spec.name);
                         let want = cpu
                             .run_session(PlanMode::Fused, &mut cpu_states, &refs)
@@ -814,6 +837,7 @@ fn random_views_on_gpu() {
             let refs: Vec<&Tensor> = inputs.iter().collect();
             let what = format!("{} {batch}x{seq}", spec.name);
             m.check(&what, &refs, 2.0 * case.atol, 2.0 * case.rtol);
+            refuses(&m.f32[0].1, None, &inputs);
         }
     }
 }
