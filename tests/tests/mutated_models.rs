@@ -1,5 +1,5 @@
 //! Mutants of the random-view models: in one model's `forward`, one integer changed (an axis, a length, a start,
-//! a reshape's size) or one value read in place of another. The compiler must take every mutant as a user's
+//! a reshape's size), one value read in place of another, or one method called in place of another. The compiler must take every mutant as a user's
 //! mistake or a valid model: an error on a place in the source, never a panic nor an error without a place (the
 //! macro would then fail the user's build with no line to look at); or, where the mutant is still a model, its
 //! plans and both writers' code made without a panic.
@@ -36,9 +36,8 @@ fn mutated_models_fail_on_a_line_or_compile() {
         let sites = count_sites(&body, &names);
         for _ in 0..MUTANTS {
             let site = rng.gen_range(0..sites);
-            let mut seen = 0;
             let mut what = String::new();
-            let mutant = mutate(body.clone(), &names, site, &mut seen, &mut rng, &mut what);
+            let mutant = mutate(body.clone(), &names, site, &mut rng, &mut what);
             let mut text = module.clone();
             let Ok(item) = syn::parse2::<syn::Item>(mutant) else {
                 continue;
@@ -139,67 +138,114 @@ fn is_value(name: &str) -> bool {
     matches!(chars.next(), Some('v' | 'x')) && chars.as_str().parse::<u32>().is_ok()
 }
 
-/// Whether `tree` is a place a mutant may change: an unsuffixed integer, or a value's name.
-fn is_site(tree: &TokenTree, names: &[String]) -> bool {
+/// Methods a mutant may call in place of another: the same and other arities, views and computations.
+const METHODS: [&str; 16] = [
+    "t",
+    "transpose",
+    "permute",
+    "narrow",
+    "slice",
+    "reshape",
+    "softmax",
+    "sum",
+    "max",
+    "mean",
+    "matmul",
+    "tanh",
+    "neg",
+    "layer_norm",
+    "rms_norm",
+    "dim",
+];
+
+/// The kind of place a mutant may change.
+#[derive(Clone, Copy)]
+enum Site {
+    /// An unsuffixed integer.
+    Integer,
+    /// A value's name.
+    Value,
+    /// A method's name (an identifier after a `.`).
+    Method,
+}
+
+fn site_of(tree: &TokenTree, after_dot: bool, names: &[String]) -> Option<Site> {
     match tree {
-        TokenTree::Literal(l) => l.to_string().parse::<u64>().is_ok(),
-        TokenTree::Ident(i) => names.len() > 1 && names.contains(&i.to_string()),
-        _ => false,
+        TokenTree::Literal(l) if l.to_string().parse::<u64>().is_ok() => Some(Site::Integer),
+        TokenTree::Ident(i) if after_dot && METHODS.contains(&i.to_string().as_str()) => {
+            Some(Site::Method)
+        }
+        TokenTree::Ident(i) if names.len() > 1 && names.contains(&i.to_string()) => {
+            Some(Site::Value)
+        }
+        _ => None,
     }
 }
 
-fn count_sites(tokens: &TokenStream, names: &[String]) -> usize {
-    tokens
-        .clone()
-        .into_iter()
-        .map(|tree| match &tree {
-            TokenTree::Group(g) => count_sites(&g.stream(), names),
-            t => usize::from(is_site(t, names)),
-        })
-        .sum()
+/// `tokens` with each site passed to `visit` in order (groups depth first), and replaced by what it returns.
+fn walk(
+    tokens: TokenStream,
+    names: &[String],
+    visit: &mut dyn FnMut(&TokenTree, Site) -> Option<TokenTree>,
+) -> TokenStream {
+    let mut after_dot = false;
+    let mut out = Vec::new();
+    for tree in tokens {
+        let next = match tree {
+            TokenTree::Group(g) => {
+                let mut group = Group::new(g.delimiter(), walk(g.stream(), names, visit));
+                group.set_span(g.span());
+                TokenTree::Group(group)
+            }
+            t => match site_of(&t, after_dot, names) {
+                Some(site) => visit(&t, site).unwrap_or(t),
+                None => t,
+            },
+        };
+        after_dot = matches!(&next, TokenTree::Punct(p) if p.as_char() == '.');
+        out.push(next);
+    }
+    out.into_iter().collect()
 }
 
-/// `tokens` with site number `site` (in [`count_sites`]' order) changed, and what was changed in `what`.
+fn count_sites(tokens: &TokenStream, names: &[String]) -> usize {
+    let mut count = 0;
+    walk(tokens.clone(), names, &mut |_, _| {
+        count += 1;
+        None
+    });
+    count
+}
+
+/// `tokens` with site number `site` (in [`walk`]'s order) changed, and what was changed in `what`.
 fn mutate(
     tokens: TokenStream,
     names: &[String],
     site: usize,
-    seen: &mut usize,
     rng: &mut impl Rng,
     what: &mut String,
 ) -> TokenStream {
-    tokens
-        .into_iter()
-        .map(|tree| match tree {
-            TokenTree::Group(g) => {
-                let inner = mutate(g.stream(), names, site, seen, rng, what);
-                let mut group = Group::new(g.delimiter(), inner);
-                group.set_span(g.span());
-                TokenTree::Group(group)
+    let mut seen = 0;
+    walk(tokens, names, &mut |t, kind| {
+        seen += 1;
+        if seen - 1 != site {
+            return None;
+        }
+        let changed = match (kind, t) {
+            (Site::Integer, TokenTree::Literal(l)) => {
+                let v: u64 = l.to_string().parse().expect("an integer site");
+                let to = [0, 1, 2, 3, v + 1, v.saturating_sub(1), 2 * v, 1000][rng.gen_range(0..8)];
+                let mut lit = Literal::u64_unsuffixed(to);
+                lit.set_span(l.span());
+                TokenTree::Literal(lit)
             }
-            t if is_site(&t, names) => {
-                *seen += 1;
-                if *seen - 1 != site {
-                    return t;
-                }
-                let changed = match &t {
-                    TokenTree::Literal(l) => {
-                        let v: u64 = l.to_string().parse().expect("an integer site");
-                        let to = [0, 1, 2, 3, v + 1, v.saturating_sub(1), 2 * v, 1000]
-                            [rng.gen_range(0..8)];
-                        let mut lit = Literal::u64_unsuffixed(to);
-                        lit.set_span(l.span());
-                        TokenTree::Literal(lit)
-                    }
-                    _ => {
-                        let to = &names[rng.gen_range(0..names.len())];
-                        TokenTree::Ident(Ident::new(to, t.span()))
-                    }
-                };
-                *what = format!("`{t}` as `{changed}`");
-                changed
-            }
-            t => t,
-        })
-        .collect()
+            (Site::Method, _) => TokenTree::Ident(Ident::new(
+                METHODS[rng.gen_range(0..METHODS.len())],
+                t.span(),
+            )),
+            _ => TokenTree::Ident(Ident::new(&names[rng.gen_range(0..names.len())], t.span())),
+        };
+        *what = format!("`{t}` as `{changed}`");
+        Some(changed)
+    })
 }
