@@ -8,7 +8,7 @@ use std::path::Path;
 use proc_macro2::TokenStream;
 use quote::quote;
 
-use fuse_kernels::back::cuda::{self, Grid, Options, Role, StorageType};
+use fuse_kernels::back::cuda::{self, Grid, Role};
 use fuse_kernels::back::mono;
 use fuse_kernels::plan::{Access, Kernel, Plan};
 use fuse_tables::{CudaAccess, CudaGemm, CudaKernel, CudaLaunch, CudaTables, GridSpec, LaunchRole};
@@ -29,22 +29,15 @@ pub fn spec(fused: &Plan, eager: &Plan, model: &str) -> TokenStream {
 fn program(plan: &Plan, model: &str, suffix: &str) -> TokenStream {
     let rt = rt();
     let hash = plan.hash;
-    let source = cuda::write_cuda(plan, model);
-    let bf16 = Options {
-        storage: StorageType::Bf16,
-    };
-    let source_bf16 = cuda::write_cuda_with(plan, model, &bf16);
-    let f16 = Options {
-        storage: StorageType::F16,
-    };
-    let source_f16 = cuda::write_cuda_with(plan, model, &f16);
-    let tables = fuse_tables::encode(&tables(plan, model));
+    let code = cuda::write_all(plan, model);
+    let (source, source_bf16, source_f16) = (&code.f32, &code.bf16, &code.f16);
+    let tables = fuse_tables::encode(&tables(plan, code.launches));
     let aot = aot(model, suffix);
     quote!(#rt::EmbeddedCuda::new(#hash, #source, #source_bf16, #source_f16, #tables, #aot))
 }
 
-fn tables(plan: &Plan, model: &str) -> CudaTables {
-    let launches = cuda::launches(plan, model)
+fn tables(plan: &Plan, launches: Vec<cuda::Launch>) -> CudaTables {
+    let launches = launches
         .into_iter()
         .map(|l| CudaLaunch {
             kernel: l.kernel,

@@ -82,11 +82,19 @@ pub struct Launch {
 /// when it has an epilogue, and always a [`Role::GemmFallback`] entry. A kernel whose code equals an earlier
 /// kernel's (the same layer repeated) launches the earlier kernel's symbol: the source defines it once.
 pub fn launches(plan: &Plan, model_name: &str) -> Vec<Launch> {
+    launches_with(plan, model_name, &shared_kernels(plan))
+}
+
+/// [`launches`] for the kernel sharing `shared` ([`shared_kernels`]).
+pub(crate) fn launches_with(
+    plan: &Plan,
+    model_name: &str,
+    shared: &[Option<usize>],
+) -> Vec<Launch> {
     let g = &plan.graph;
-    let shared = shared_kernels(plan);
     let mut out = Vec::new();
     for (index, k) in plan.kernels.iter().enumerate() {
-        let symbol = launch_symbol(plan, model_name, &shared, index);
+        let symbol = launch_symbol(plan, model_name, shared, index);
         let elements = || Grid::Elements(g.ty(k.output).shape.numel());
         let whole = |block: [u32; 3], grid: Grid| Launch {
             kernel: index,

@@ -103,15 +103,51 @@ pub fn write_cuda(plan: &Plan, model_name: &str) -> String {
 
 /// The CUDA source of `plan` with the given options.
 pub fn write_cuda_with(plan: &Plan, model_name: &str, options: &Options) -> String {
+    source_with(plan, model_name, options, &shared_kernels(plan))
+}
+
+/// Everything a model embeds of one plan's GPU side: its CUDA source in each storage type and its launch table.
+pub struct CudaCode {
+    pub f32: String,
+    pub bf16: String,
+    pub f16: String,
+    pub launches: Vec<Launch>,
+}
+
+/// [`CudaCode`] of `plan`: what [`write_cuda_with`] (for each storage type) and [`launches`] write, with the
+/// kernels' sharing (three renderings of each kernel) decided once rather than four times.
+pub fn write_all(plan: &Plan, model_name: &str) -> CudaCode {
+    let shared = shared_kernels(plan);
+    let source = |storage| source_with(plan, model_name, &Options { storage }, &shared);
+    CudaCode {
+        f32: source(StorageType::F32),
+        bf16: source(StorageType::Bf16),
+        f16: source(StorageType::F16),
+        launches: launch::launches_with(plan, model_name, &shared),
+    }
+}
+
+fn source_with(
+    plan: &Plan,
+    model_name: &str,
+    options: &Options,
+    shared: &[Option<usize>],
+) -> String {
     let mut out = String::new();
     // Writing into a `String` cannot fail; an `Err` here could only come from a bug in a `Display` impl.
-    if write_source(&mut out, plan, model_name, options).is_err() {
+    if write_source(&mut out, plan, model_name, options, shared).is_err() {
         out.push_str("\n#error \"fuse: the CUDA writer failed\"\n");
     }
     out
 }
 
-fn write_source(w: &mut String, plan: &Plan, model_name: &str, options: &Options) -> fmt::Result {
+fn write_source(
+    w: &mut String,
+    plan: &Plan,
+    model_name: &str,
+    options: &Options,
+    shared: &[Option<usize>],
+) -> fmt::Result {
     let mode = match plan.mode {
         Mode::Fused => "fused",
         Mode::Eager => "eager",
@@ -138,7 +174,6 @@ fn write_source(w: &mut String, plan: &Plan, model_name: &str, options: &Options
         "FUSE_DEVICE fuse_t fuse_from_f32(float v) {{ return {}; }}",
         options.storage.store_expr()
     )?;
-    let shared = shared_kernels(plan);
     for (i, k) in plan.kernels.iter().enumerate() {
         let cx = Ctx {
             g: &plan.graph,
