@@ -562,7 +562,7 @@ fn broadcast_of(rng: &mut Rng, full: &[Dim]) -> Shape {
 }
 
 const WIDTHS: [usize; 14] = [2, 3, 5, 7, 8, 12, 16, 17, 24, 33, 64, 67, 130, 257];
-const DEPTHS: [usize; 6] = [3, 8, 17, 32, 40, 70];
+const DEPTHS: [usize; 8] = [3, 8, 17, 32, 40, 70, 130, 300];
 
 /// How many kinds of reader [`reader`] writes. Model `i`'s first reader is of kind `i % READERS`, so that every
 /// kind is in every set of a few dozen models; its other readers are drawn.

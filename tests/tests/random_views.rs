@@ -7,7 +7,7 @@
 use fuse_runtime::{CompiledModel, CpuPrecision, PlanMode, Session, Tensor};
 use fuse_tests::drift::{check_with_session, random_inputs, Tolerance};
 use fuse_tests::harness::rel_l2_floored;
-use fuse_tests::random_views::{bad_inputs, dims_of, CASES, COVERAGE, DEFAULT_SET};
+use fuse_tests::random_views::{bad_inputs, dims_of, Case, CASES, COVERAGE, DEFAULT_SET};
 
 #[test]
 fn random_views_match_the_reference() {
@@ -17,25 +17,8 @@ fn random_views_match_the_reference() {
         let model = CompiledModel::random(spec, i as u64);
         for (batch, seq) in [(1, 1), (3, 5), (2, 9), (7, 33)] {
             let dims = dims_of(spec, batch, seq);
-            let tolerance = Tolerance {
-                atol: case.atol,
-                rtol: case.rtol,
-            };
-            let checked =
-                random_inputs(spec, &dims, 7 * i as u64 + batch as u64).and_then(|inputs| {
-                    let refs: Vec<&Tensor> = inputs.iter().collect();
-                    // A session holds the states of a model that writes a cache (none for the others).
-                    let mut session = model.session(&dims)?;
-                    check_with_session(&model, Some(&mut session), &refs, tolerance)
-                });
-            match checked {
-                Ok(report)
-                    if report
-                        .outputs
-                        .iter()
-                        .all(|o| o.fused.within() && o.eager.within()) => {}
-                Ok(report) => failures.push(format!("{} at {dims:?}:\n{report}", spec.name)),
-                Err(e) => failures.push(format!("{} at {dims:?}: {e}", spec.name)),
+            if let Err(e) = check_at(&model, case, &dims, 7 * i as u64 + batch as u64) {
+                failures.push(e);
             }
         }
     }
@@ -46,6 +29,72 @@ fn random_views_match_the_reference() {
         CASES.len() * 4,
         failures.join("\n")
     );
+}
+
+/// `model` (of `case`) against the reference at `dims`, both plans, outputs and the states a call leaves, on
+/// inputs from `seed`; the failure's report otherwise.
+fn check_at(
+    model: &CompiledModel,
+    case: &Case,
+    dims: &[(&str, usize)],
+    seed: u64,
+) -> Result<(), String> {
+    let spec = (case.spec)();
+    let tolerance = Tolerance {
+        atol: case.atol,
+        rtol: case.rtol,
+    };
+    let checked = random_inputs(spec, dims, seed).and_then(|inputs| {
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        // A session holds the states of a model that writes a cache (none for the others).
+        let mut session = model.session(dims)?;
+        check_with_session(model, Some(&mut session), &refs, tolerance)
+    });
+    match checked {
+        Ok(report)
+            if report
+                .outputs
+                .iter()
+                .all(|o| o.fused.within() && o.eager.within()) =>
+        {
+            Ok(())
+        }
+        Ok(report) => Err(format!("{} at {dims:?}:\n{report}", spec.name)),
+        Err(e) => Err(format!("{} at {dims:?}: {e}", spec.name)),
+    }
+}
+
+/// The reference check, and the reduced precisions against f32, on pools of 1, 3, 8 and 16 threads, at dims large
+/// enough that the products, attention and elementwise kernels split their work: a split that only a machine with
+/// more cores than CI's takes must not move a value.
+#[test]
+fn random_views_on_any_number_of_threads() {
+    let mut failures = Vec::new();
+    for threads in [1, 3, 8, 16] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("a thread pool");
+        pool.install(|| {
+            for (i, case) in CASES.iter().enumerate() {
+                let spec = (case.spec)();
+                let model = CompiledModel::random(spec, i as u64);
+                for (batch, seq) in [(7, 33), (48, 40)] {
+                    let dims = dims_of(spec, batch, seq);
+                    if let Err(e) = check_at(&model, case, &dims, i as u64 + batch as u64) {
+                        failures.push(format!("{threads} threads: {e}"));
+                    }
+                }
+                let reduced = reduced_precision_errors(case, i, &[(48, 40)], &mut [0.0; 3]);
+                failures.extend(
+                    reduced
+                        .into_iter()
+                        .map(|e| format!("{threads} threads: {e}")),
+                );
+            }
+        });
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 /// The relative L2 bound of each reduced CPU precision against f32, with each element taken to be at least its
@@ -66,53 +115,71 @@ fn random_views_in_reduced_cpu_precisions() {
     let mut failures = Vec::new();
     let mut worst = [0.0f64; 3];
     for (i, case) in CASES.iter().enumerate() {
-        let spec = (case.spec)();
-        let f32_model = CompiledModel::random(spec, i as u64);
-        let weights = f32_model.weights().expect("f32 weights").to_vec();
-        let reduced: Vec<CompiledModel> = REDUCED
-            .iter()
-            .map(|&(precision, _)| {
-                CompiledModel::from_weights_in(spec, weights.clone(), precision)
-                    .unwrap_or_else(|e| panic!("{} in {precision:?}: {e}", spec.name))
-            })
-            .collect();
-        for (batch, seq) in [(3, 5), (7, 33)] {
-            let dims = dims_of(spec, batch, seq);
-            let inputs = random_inputs(spec, &dims, i as u64).expect("the generated inputs fit");
-            let refs: Vec<&Tensor> = inputs.iter().collect();
-            let run = |model: &CompiledModel, mode| {
-                let mut session = model.session(&dims)?;
-                model.run_session(mode, &mut session, &refs)
-            };
-            let want = run(&f32_model, PlanMode::Fused).expect("f32 run");
-            for (p, ((precision, bound), model)) in REDUCED.into_iter().zip(&reduced).enumerate() {
-                for mode in [PlanMode::Fused, PlanMode::Eager] {
-                    let what = format!("{} {precision:?} {mode:?} at {dims:?}", spec.name);
-                    let got = match run(model, mode) {
-                        Ok(got) => got,
-                        Err(e) => {
-                            failures.push(format!("{what}: {e}"));
-                            continue;
-                        }
-                    };
-                    for (o, (g, w)) in got.iter().zip(&want).enumerate() {
-                        let err = rel_l2_floored(g, w, case.floors[o]);
-                        worst[p] = worst[p].max(err);
-                        if err > bound {
-                            failures.push(format!(
-                                "{what} output {o}: relative L2 error {err:.2e} > {bound:e}"
-                            ));
-                        }
-                    }
-                }
-            }
-        }
+        failures.extend(reduced_precision_errors(
+            case,
+            i,
+            &[(3, 5), (7, 33)],
+            &mut worst,
+        ));
     }
     eprintln!(
         "worst relative L2 error: bf16 {:.2e}, f16 {:.2e}, int8 {:.2e}",
         worst[0], worst[1], worst[2]
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Model `i` (of `case`) in each reduced precision, both plans, against its f32 outputs at each `(batch, seq)`:
+/// what exceeds its bound, with the worst error of each precision raised into `worst`.
+fn reduced_precision_errors(
+    case: &Case,
+    i: usize,
+    sizes: &[(usize, usize)],
+    worst: &mut [f64; 3],
+) -> Vec<String> {
+    let mut failures = Vec::new();
+    let spec = (case.spec)();
+    let f32_model = CompiledModel::random(spec, i as u64);
+    let weights = f32_model.weights().expect("f32 weights").to_vec();
+    let reduced: Vec<CompiledModel> = REDUCED
+        .iter()
+        .map(|&(precision, _)| {
+            CompiledModel::from_weights_in(spec, weights.clone(), precision)
+                .unwrap_or_else(|e| panic!("{} in {precision:?}: {e}", spec.name))
+        })
+        .collect();
+    for &(batch, seq) in sizes {
+        let dims = dims_of(spec, batch, seq);
+        let inputs = random_inputs(spec, &dims, i as u64).expect("the generated inputs fit");
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        let run = |model: &CompiledModel, mode| {
+            let mut session = model.session(&dims)?;
+            model.run_session(mode, &mut session, &refs)
+        };
+        let want = run(&f32_model, PlanMode::Fused).expect("f32 run");
+        for (p, ((precision, bound), model)) in REDUCED.into_iter().zip(&reduced).enumerate() {
+            for mode in [PlanMode::Fused, PlanMode::Eager] {
+                let what = format!("{} {precision:?} {mode:?} at {dims:?}", spec.name);
+                let got = match run(model, mode) {
+                    Ok(got) => got,
+                    Err(e) => {
+                        failures.push(format!("{what}: {e}"));
+                        continue;
+                    }
+                };
+                for (o, (g, w)) in got.iter().zip(&want).enumerate() {
+                    let err = rel_l2_floored(g, w, case.floors[o]);
+                    worst[p] = worst[p].max(err);
+                    if err > bound {
+                        failures.push(format!(
+                            "{what} output {o}: relative L2 error {err:.2e} > {bound:e}"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    failures
 }
 
 /// The default set holds every kind of view, source and reader the generator can draw: a change to the generator
