@@ -168,6 +168,7 @@ const KINDS: &[&str] = &[
     "attention",
     "grouped attention",
     "attention heads merged",
+    "attention operand shared by every head",
     "attention mask input",
     "causal mask",
     "rotary Q or K",
@@ -730,27 +731,24 @@ fn selection(rng: &mut Rng, m: &mut Model, full: &[Dim]) {
     let y = m.value(y);
     let z = m.broadcast_operand(rng, full, 2);
     m.covers("where_");
-    let picked = match rng.range(0, 4) {
+    let picked = match rng.range(0, 2) {
         0 => format!("where_({x}.gt(&{y}), {x}, {y}) * {z}"),
         1 => format!("where_({x}.lt(0.0), {x} * 0.1, {x}) + {y}"),
-        2 => format!("where_({x}.ge(&{y}), {x} - {y}, ({y} - {x}) * 0.5) + {z}"),
-        3 => {
-            m.covers("max and min");
-            let z = m.value(format!("{z} + 1.0"));
-            format!("{x}.max(&{y}).min(&{z})")
-        }
-        _ => {
-            // Column j of row i is masked where j > i: row 0 keeps column 0, so no row is all masked.
-            m.covers("mask from positions");
-            let (rows, cols) = (p.expr(), q.expr());
-            let mask = format!(
-                "where_(arange(0, {cols}).to_f32().reshape([1, {cols}])\
-                 .gt(&arange(0, {rows}).to_f32().reshape([{rows}, 1])), -1e9, 0.0)"
-            );
-            format!("({x} + {mask} + {y} * 0.5).softmax(-1)")
-        }
+        _ => format!("where_({x}.ge(&{y}), {x} - {y}, ({y} - {x}) * 0.5) + {z}"),
     };
     m.output(picked);
+    // And `max`/`min`, and a softmax under a mask from positions, of the same operands.
+    m.covers("max and min");
+    let shifted = m.value(format!("{z} + 1.0"));
+    m.output(format!("{x}.max(&{y}).min(&{shifted})"));
+    // Column j of row i is masked where j > i: row 0 keeps column 0, so no row is all masked.
+    m.covers("mask from positions");
+    let (rows, cols) = (p.expr(), q.expr());
+    let mask = format!(
+        "where_(arange(0, {cols}).to_f32().reshape([1, {cols}])\
+         .gt(&arange(0, {rows}).to_f32().reshape([{rows}, 1])), -1e9, 0.0)"
+    );
+    m.output(format!("({x} + {mask} + {y} * 0.5).softmax(-1)"));
 }
 
 /// Attention over heads: Q, K and V through views, a scale, sometimes an additive mask broadcast over heads
@@ -781,9 +779,22 @@ fn attention(rng: &mut Rng, m: &mut Model, full: &[Dim], cached: bool) {
         (vec![b, heads], vec![b, heads])
     };
     let with = |lead: &[Dim], rows: Dim, cols: Dim| [lead, &[rows, cols]].concat();
-    let query = m.projected(rng, &q_heads, p, dh);
+    // Queries or values of rank 2 at times, shared by every batch and head (learned queries, as attention
+    // pooling reads them): the products broadcast them.
+    let shared = rng.range(0, 9);
+    let query = if shared == 0 {
+        m.covers("attention operand shared by every head");
+        m.operand(rng, &[p, dh], 2)
+    } else {
+        m.projected(rng, &q_heads, p, dh)
+    };
     let mut key = m.projected(rng, &kv_heads, p, dh);
-    let mut value = m.operand(rng, &with(&kv_heads, p, dv), 3);
+    let mut value = if shared == 1 && !cached {
+        m.covers("attention operand shared by every head");
+        m.operand(rng, &[p, dv], 2)
+    } else {
+        m.operand(rng, &with(&kv_heads, p, dv), 3)
+    };
     if cached {
         m.covers("cache passed in");
         let rows = kv_heads.len();

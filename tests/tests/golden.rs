@@ -7,6 +7,7 @@ use fuse_kernels::plan::{dump, dump_graph, plan, Mode};
 use fuse_runtime::ModelSpec;
 use fuse_tests::golden::check_golden;
 use fuse_tests::harness::graph_of;
+use fuse_tests::random_views::CASES;
 
 /// The kernel functions, then the plan's tables as the runtime decodes them (pretty-printed: embedded, they are
 /// one line).
@@ -51,21 +52,29 @@ fn mlp_golden() {
     check_model(Mlp::spec(), "mlp");
 }
 
+/// Two compiles in this process agree, and agree with the macro's in the compiler's process (whose hash maps
+/// were seeded apart from these), for the examples and every random-view model, both plans.
 #[test]
 fn compilation_is_deterministic() {
-    for spec in [EncoderLayer::spec(), Mlp::spec()] {
-        let (a, b) = (
-            plan(&graph_of(spec), Mode::Fused),
-            plan(&graph_of(spec), Mode::Fused),
-        );
-        assert_eq!(a.hash, b.hash);
-        assert_eq!(
-            generated_rust(spec, Mode::Fused),
-            generated_rust(spec, Mode::Fused)
-        );
-        assert_eq!(
-            spec.fused.plan_hash, a.hash,
-            "the macro and a fresh compile agree on the plan hash"
-        );
+    let views = CASES.iter().map(|case| (case.spec)());
+    for spec in [EncoderLayer::spec(), Mlp::spec()].into_iter().chain(views) {
+        for (mode, embedded) in [
+            (Mode::Fused, spec.fused.plan_hash),
+            (Mode::Eager, spec.eager.plan_hash),
+        ] {
+            let (a, b) = (plan(&graph_of(spec), mode), plan(&graph_of(spec), mode));
+            assert_eq!(a.hash, b.hash, "{} {mode:?}", spec.name);
+            assert_eq!(
+                generated_rust(spec, mode),
+                generated_rust(spec, mode),
+                "{} {mode:?}",
+                spec.name
+            );
+            assert_eq!(
+                embedded, a.hash,
+                "{} {mode:?}: the macro and a fresh compile agree on the plan hash",
+                spec.name
+            );
+        }
     }
 }

@@ -333,7 +333,8 @@ fn check_program(spec: &ModelSpec, mode: Mode, code: &CudaProgram) {
     assert_eq!(code.kernels.len(), p.kernels.len(), "{what}: kernel count");
     let want = launches(&p, spec.name);
     assert_eq!(code.launches.len(), want.len(), "{what}: launch count");
-    // Enough values for every model's dynamic dims (the narrow models have four).
+    let program = spec.fused.decode().expect("the fused program decodes");
+    // Values for the dynamic dims, repeated where a model has more.
     let dim_sets: [&[usize]; 4] = [
         &[1, 1, 1, 1],
         &[3, 17, 2, 4],
@@ -358,8 +359,15 @@ fn check_program(spec: &ModelSpec, mode: Mode, code: &CudaProgram) {
                 | (GridSpec::Tiles { .. }, Grid::Tiles { .. })
         );
         assert!(same_kind, "{what} {}: grid kind", w.symbol);
-        for dims in dim_sets {
-            let dims = &dims[..spec.dyn_dims.len().min(dims.len())];
+        for set in dim_sets {
+            // The free dims from the set, then the sums of dims (`past + seq`) the program derives from them.
+            let mut dims: Vec<usize> = (0..spec.dyn_dims.len())
+                .map(|i| set[i % set.len()])
+                .collect();
+            if program.derive_dims(&mut dims).is_err() {
+                continue;
+            }
+            let dims = &dims[..];
             assert_eq!(
                 got.grid.dims(dims),
                 w.grid.dims(dims),
@@ -382,9 +390,14 @@ fn check_program(spec: &ModelSpec, mode: Mode, code: &CudaProgram) {
     }
 }
 
+/// The macro's embedded sources and tables (written in the compiler's process) against the writers run here, for
+/// every example, op and random-view model.
 #[test]
 fn embedded_gpu_tables_match_the_cuda_writer() {
-    for spec in specs() {
+    let views = fuse_tests::random_views::CASES
+        .iter()
+        .map(|case| (case.spec)());
+    for spec in specs().into_iter().chain(views) {
         let code = spec.cuda.expect("every model embeds its GPU code");
         check_program(
             spec,

@@ -260,3 +260,58 @@ fn random_views_refuse_bad_inputs() {
     eprintln!("{refused} bad calls refused");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The dims and inputs of one call.
+type Call = (Vec<(&'static str, usize)>, Vec<Tensor>);
+
+/// One model called at once from four threads, each at the four dims in its own order (so calls of different
+/// sizes take and give back the model's arenas at once), a fresh session a call: every output bit-identical to
+/// the same call made alone.
+#[test]
+fn random_views_called_at_once_from_threads() {
+    const SIZES: [(usize, usize); 4] = [(1, 1), (3, 5), (2, 9), (7, 33)];
+    for (i, case) in CASES.iter().enumerate() {
+        let spec = (case.spec)();
+        let model = CompiledModel::random(spec, i as u64);
+        let calls: Vec<Call> = SIZES
+            .iter()
+            .map(|&(batch, seq)| {
+                let dims = dims_of(spec, batch, seq);
+                let inputs =
+                    random_inputs(spec, &dims, i as u64).expect("the generated inputs fit");
+                (dims, inputs)
+            })
+            .collect();
+        let run = |(dims, inputs): &Call| {
+            let refs: Vec<&Tensor> = inputs.iter().collect();
+            let mut session = model.session(dims).expect("a session");
+            let outputs = model
+                .run_session(PlanMode::Fused, &mut session, &refs)
+                .unwrap_or_else(|e| panic!("{} at {dims:?}: {e}", spec.name));
+            let states = session.states().expect("host states").to_vec();
+            outputs
+                .iter()
+                .chain(&states)
+                .map(Tensor::to_f32_vec)
+                .collect::<Vec<_>>()
+        };
+        let alone: Vec<_> = calls.iter().map(run).collect();
+        std::thread::scope(|scope| {
+            for t in 0..4 {
+                let (run, calls, alone) = (&run, &calls, &alone);
+                scope.spawn(move || {
+                    for round in 0..3 {
+                        for c in (0..calls.len()).map(|c| (c + t + round) % calls.len()) {
+                            assert!(
+                                run(&calls[c]) == alone[c],
+                                "{} at {:?}, thread {t}: not what the call alone gave",
+                                spec.name,
+                                calls[c].0
+                            );
+                        }
+                    }
+                });
+            }
+        });
+    }
+}

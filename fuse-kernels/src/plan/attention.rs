@@ -172,9 +172,14 @@ fn candidate(
     let qk_index = *root_of.get(&s)?;
     let sm = slots[sm_index].as_ref()?;
     let qk = slots[qk_index].as_ref()?;
-    let Op::MatMul(q, _) = g.node(qk.anchor?).op else {
+    let Op::MatMul(q, kt) = g.node(qk.anchor?).op else {
         return None;
     };
+    // Q, K and V each have the scores' rank: the kernels index their batch dims as the scores'. One of lower rank
+    // (learned queries `[m, d]` shared by every batch and head) broadcasts in the separate products instead.
+    if [q, kt, v].iter().any(|&n| g.ty(n).shape.rank() != rank) {
+        return None;
+    }
     let inner = g.ty(q).shape.0.last()?;
     let chain_ok = qk
         .nodes
@@ -255,5 +260,31 @@ mod tests {
             "(&self, #[shape(s, 8)] q: Tensor) -> Tensor { q.matmul(&q.t()).softmax(-1).sum(-1, false) }",
         );
         assert!(!other.contains(&"attention"), "{other:?}");
+    }
+
+    /// Q, K or V of lower rank than the scores (learned queries shared by every batch and head, shared values)
+    /// broadcast in separate products; the attention kernels index every operand at the scores' rank, and the
+    /// CPU writer panicked on such a Q.
+    #[test]
+    fn operands_of_lower_rank_keep_separate_products() {
+        for forward in [
+            "(&self, #[shape(4, 8)] q: Tensor, #[shape(b, 2, 6, 8)] k: Tensor) -> Tensor { \
+             q.matmul(&k.t()).softmax(-1).matmul(&k) }",
+            "(&self, #[shape(b, 2, 4, 8)] q: Tensor, #[shape(6, 8)] k: Tensor, #[shape(b, 2, 6, 8)] v: Tensor) \
+             -> Tensor { q.matmul(&k.t()).softmax(-1).matmul(&v) }",
+            "(&self, #[shape(b, 2, 4, 8)] q: Tensor, #[shape(b, 2, 6, 8)] k: Tensor, #[shape(6, 8)] v: Tensor) \
+             -> Tensor { q.matmul(&k.t()).softmax(-1).matmul(&v) }",
+        ] {
+            let source = format!(
+                "#[fused_model] mod m {{ pub struct M {{}} impl M {{ pub fn forward{forward} }} }}"
+            );
+            let capture = crate::front::capture_str(&source).unwrap_or_else(|e| panic!("{e}"));
+            assert!(capture.errors.is_none(), "{forward}: {:?}", capture.errors);
+            let p = plan(&capture.models[0].graph, Mode::Fused);
+            let found: Vec<&str> = p.kernels.iter().map(|k| k.kind.name()).collect();
+            assert!(!found.contains(&"attention"), "{forward}: {found:?}");
+            crate::back::cpu::write_program(&p, "M");
+            crate::back::cuda::write_cuda(&p, "M");
+        }
     }
 }
