@@ -514,17 +514,31 @@ impl Model {
                 ))
             }
             (1, Some(n)) if n >= 2 => {
-                let first = rng.range(1, n - 1);
-                let (mut a, mut c) = (shape.clone(), shape.clone());
-                a[axis] = Dim::Fixed(first);
-                c[axis] = Dim::Fixed(n - first);
-                let x = self.operand(rng, &a, 2);
-                let z = self.operand(rng, &c, 2);
+                let (x, z) = self.split_operands(rng, &shape, axis, 2);
                 self.covers("concat Q or K");
                 self.value(format!("concat([{x}, {z}], {axis})"))
             }
             _ => self.operand(rng, &shape, 3),
         }
+    }
+
+    /// Two operands that make `shape` together along `axis` (a constant of at least 2), split at a random point.
+    fn split_operands(
+        &mut self,
+        rng: &mut Rng,
+        shape: &[Dim],
+        axis: usize,
+        max_steps: usize,
+    ) -> (String, String) {
+        let n = shape[axis].fixed().unwrap_or(2).max(2);
+        let first = rng.range(1, n - 1);
+        let (mut a, mut c) = (shape.to_vec(), shape.to_vec());
+        a[axis] = Dim::Fixed(first);
+        c[axis] = Dim::Fixed(n - first);
+        (
+            self.operand(rng, &a, max_steps),
+            self.operand(rng, &c, max_steps),
+        )
     }
 
     fn output(&mut self, expr: String) {
@@ -694,13 +708,7 @@ fn concat_reader(rng: &mut Rng, m: &mut Model, full: &[Dim]) {
     } else {
         2
     };
-    let n = full[axis].fixed().unwrap_or(2).max(2);
-    let first = rng.range(1, n - 1);
-    let (mut a, mut c) = (full.to_vec(), full.to_vec());
-    a[axis] = Dim::Fixed(first);
-    c[axis] = Dim::Fixed(n - first);
-    let x = m.operand(rng, &a, 3);
-    let z = m.operand(rng, &c, 3);
+    let (x, z) = m.split_operands(rng, full, axis, 3);
     let y = m.broadcast_operand(rng, full, 2);
     m.covers("concat along an inner axis");
     m.output(format!("concat([{x}, {z}], {axis}) * {y}"));

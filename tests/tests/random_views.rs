@@ -1,7 +1,8 @@
 //! Every random-view model (`gen/random_views.rs`: seeded chains of transposes, permutes, narrows, slices,
 //! reshapes and broadcasts, read by each kernel kind or written into a cache), fused and eager, against the f64
-//! reference at random dynamic dims, outputs and the states a call leaves. A failure names the model; its source
-//! is in the build's `OUT_DIR/random_views.rs`.
+//! reference at random dynamic dims, outputs and the states a call leaves; in the reduced CPU precisions against
+//! f32; on pools of 1 to 16 threads; from four threads at once; and with every kind of bad input. A failure names
+//! the model; its source is in the build's `OUT_DIR/random_views.rs`.
 //! `FUSE_VIEW_SEED=n cargo test -p fuse-tests --test random_views` checks another set.
 
 use fuse_runtime::{CompiledModel, CpuPrecision, PlanMode, Session, Tensor};
@@ -9,13 +10,16 @@ use fuse_tests::drift::{check_with_session, random_inputs, Tolerance};
 use fuse_tests::harness::rel_l2_floored;
 use fuse_tests::random_views::{bad_inputs, dims_of, Case, CASES, COVERAGE, DEFAULT_SET};
 
+/// The `(batch, seq)` each model is checked at: one row, a few, odd sizes, and more rows than one block.
+const SIZES: [(usize, usize); 4] = [(1, 1), (3, 5), (2, 9), (7, 33)];
+
 #[test]
 fn random_views_match_the_reference() {
     let mut failures = Vec::new();
     for (i, case) in CASES.iter().enumerate() {
         let spec = (case.spec)();
         let model = CompiledModel::random(spec, i as u64);
-        for (batch, seq) in [(1, 1), (3, 5), (2, 9), (7, 33)] {
+        for (batch, seq) in SIZES {
             let dims = dims_of(spec, batch, seq);
             if let Err(e) = check_at(&model, case, &dims, 7 * i as u64 + batch as u64) {
                 failures.push(e);
@@ -26,7 +30,7 @@ fn random_views_match_the_reference() {
         failures.is_empty(),
         "{} of {} random-view checks failed:\n{}",
         failures.len(),
-        CASES.len() * 4,
+        CASES.len() * SIZES.len(),
         failures.join("\n")
     );
 }
@@ -269,7 +273,6 @@ type Call = (Vec<(&'static str, usize)>, Vec<Tensor>);
 /// the same call made alone.
 #[test]
 fn random_views_called_at_once_from_threads() {
-    const SIZES: [(usize, usize); 4] = [(1, 1), (3, 5), (2, 9), (7, 33)];
     for (i, case) in CASES.iter().enumerate() {
         let spec = (case.spec)();
         let model = CompiledModel::random(spec, i as u64);
