@@ -589,7 +589,7 @@ fn needs_seq(kind: usize) -> bool {
     matches!(kind, 7 | 10 | 12)
 }
 
-/// The reader of one output, of `kind` (below [`READERS`]): a kernel kind and the operands it reads.
+/// The reader of `kind` (below [`READERS`]): a kernel kind, the operands it reads and the output(s) it writes.
 fn reader(rng: &mut Rng, m: &mut Model, full: &[Dim], kind: usize) {
     let (b, p, q) = (full[0], full[1], full[2]);
     m.scale = 1.0;
@@ -728,9 +728,9 @@ fn concat_positions(rng: &mut Rng, m: &mut Model, full: &[Dim]) {
     m.output(format!("concat([{first}, {second}], 1) - {y}"));
 }
 
-/// Elementwise choices: `where_` on comparisons of views (in forms continuous where the comparison flips, so
-/// rounding near a tie moves the result by a rounding error only), `max`/`min`, and a mask made from positions
-/// alone (`arange`) recomputed inside the softmax that reads it.
+/// Elementwise choices, three outputs of the same operands: `where_` on comparisons of views (in forms
+/// continuous where the comparison flips, so rounding near a tie moves the result by a rounding error only),
+/// `max`/`min`, and a softmax under a mask made from positions alone (`arange`), recomputed inside it.
 fn selection(rng: &mut Rng, m: &mut Model, full: &[Dim]) {
     let (p, q) = (full[1], full[2]);
     let x = m.operand(rng, full, 3);
@@ -765,7 +765,8 @@ fn selection(rng: &mut Rng, m: &mut Model, full: &[Dim]) {
 ///   attention reads them.
 /// - At times its heads merged back into rows (`[b, p, heads · dv]`: the kernel places them).
 /// - Q (and K) at times rotated (RoPE: `x * cos + concat([-x₂, x₁]) * sin`, the concat computed by the kernel
-///   that reads it) or a concat of two views.
+///   that reads it) or a concat of two views; Q or V at times of rank 2, shared by every batch and head (learned
+///   queries), which keeps the products apart.
 /// - When `cached` (with `seq` positions), over a cache passed in (`[.., past, d]`) with this call's keys and
 ///   values concatenated on, the extended cache returned as well at times, and a causal mask offset by `past`.
 fn attention(rng: &mut Rng, m: &mut Model, full: &[Dim], cached: bool) {

@@ -367,10 +367,9 @@ fn check_program(spec: &ModelSpec, mode: Mode, code: &CudaProgram) {
             if program.derive_dims(&mut dims).is_err() {
                 continue;
             }
-            let dims = &dims[..];
             assert_eq!(
-                got.grid.dims(dims),
-                w.grid.dims(dims),
+                got.grid.dims(&dims),
+                w.grid.dims(&dims),
                 "{what} {} at {dims:?}",
                 w.symbol
             );
@@ -761,9 +760,10 @@ fn reads_strided_by_different_strides_on_gpu() {
 /// Every random-view model (`tests/random_views.rs`), GPU against CPU: f32 at twice its reference tolerance;
 /// half storage with each element's error taken relative to at least the output's floor (`Case::floors`: 1, the
 /// size of the unit-normal inputs, or √n for a sum of n terms; an output of terms that cancel is small, its
-/// rounding error is not; a misplaced read errs by about the norm itself, far above the bound). A model that writes a cache runs with a session in each storage
-/// type: the session's first call runs on the CPU, the second on the GPU from the states the first left, and a
-/// third after calls with every kind of bad input (`bad_inputs`), each refused, finds the states as they were.
+/// rounding error is not; a misplaced read errs by about the norm itself, far above the bound). A model that
+/// writes a cache runs with a session in each storage type: the session's first call runs on the CPU, the second
+/// on the GPU from the states the first left, and a third after calls with every kind of bad input
+/// (`bad_inputs`), each refused, finds the states as they were.
 #[test]
 fn random_views_on_gpu() {
     use fuse_tests::drift::random_inputs;

@@ -1,8 +1,8 @@
 //! Mutants of the random-view models: in one model's `forward`, one integer changed (an axis, a length, a start,
-//! a reshape's size), one value read in place of another, or one method called in place of another. The compiler must take every mutant as a user's
-//! mistake or a valid model: an error on a place in the source, never a panic nor an error without a place (the
-//! macro would then fail the user's build with no line to look at); or, where the mutant is still a model, its
-//! plans and both writers' code made without a panic.
+//! a reshape's size), one value read in place of another, or one method called in place of another. The compiler
+//! must take every mutant as a user's mistake or a valid model: an error on a place in the source, never a panic
+//! nor an error without a place (the macro would then fail the user's build with no line to look at); or, where
+//! the mutant is still a model, its plans and both writers' code made without a panic.
 
 use fuse_kernels::back::cpu::write_program;
 use fuse_kernels::back::cuda::{launches, write_cuda_with, Options, StorageType};

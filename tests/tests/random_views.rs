@@ -102,10 +102,11 @@ fn random_views_on_any_number_of_threads() {
 }
 
 /// The relative L2 bound of each reduced CPU precision against f32, with each element taken to be at least its
-/// output's floor in size (`Case::floors`, `rel_l2_floored`). These bounds check placement, not accuracy (`cpu_precisions.rs` and
-/// `minilm_precisions.rs` measure that): a misplaced read errs by about the norm itself, 1 or more, while rounding
-/// errs by a few of the precision's steps, more where an op amplifies it (a layer norm over two elements that
-/// nearly agree read 8e-3 in bf16 and 2.3e-3 in f16 over five seeds' models; products, 1e-2 at most in int8).
+/// output's floor in size (`Case::floors`, `rel_l2_floored`). These bounds check placement, not accuracy
+/// (`cpu_precisions.rs` and `minilm_precisions.rs` measure that): a misplaced read errs by about the norm itself,
+/// 1 or more, while rounding errs by a few of the precision's steps, more where an op amplifies it (a layer norm
+/// over two elements that nearly agree read 8e-3 in bf16 and 2.3e-3 in f16 over five seeds' models; products,
+/// 1e-2 at most in int8).
 const REDUCED: [(CpuPrecision, f64); 3] = [
     (CpuPrecision::Bf16, 3e-2),
     (CpuPrecision::F16, 1e-2),
