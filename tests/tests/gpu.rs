@@ -769,8 +769,7 @@ fn random_views_on_gpu() {
     use fuse_tests::drift::random_inputs;
     use fuse_tests::random_views::{bad_inputs, dims_of, has_state, CASES as VIEW_MODELS};
     // Every bad variant of one good call is refused before it runs, on the GPU as on the CPU.
-    let refuses = |model: &CompiledModel, session: Option<&mut Session>, good: &[Tensor]| {
-        let mut session = session;
+    let refuses = |model: &CompiledModel, mut session: Option<&mut Session>, good: &[Tensor]| {
         for (what, bad) in bad_inputs(model.spec(), good) {
             let refs: Vec<&Tensor> = bad.iter().collect();
             let run = match session.as_deref_mut() {

@@ -5,7 +5,7 @@
 //! the mutant is still a model, its plans and both writers' code made without a panic.
 
 use fuse_kernels::back::cpu::write_program;
-use fuse_kernels::back::cuda::{launches, write_cuda_with, Options, StorageType};
+use fuse_kernels::back::cuda::write_all;
 use fuse_kernels::front::capture_str;
 use fuse_kernels::plan::{plan, Mode};
 use fuse_tests::random_views::CASES;
@@ -88,10 +88,7 @@ fn compile(source: &str) -> Result<Outcome, String> {
         for mode in [Mode::Fused, Mode::Eager] {
             let p = plan(&model.graph, mode);
             write_program(&p, &name);
-            for storage in [StorageType::F32, StorageType::Bf16, StorageType::F16] {
-                write_cuda_with(&p, &name, &Options { storage });
-            }
-            launches(&p, &name);
+            write_all(&p, &name);
         }
     }
     Ok(Outcome::Compiled)
