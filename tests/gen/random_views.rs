@@ -854,11 +854,17 @@ fn attention(rng: &mut Rng, m: &mut Model, full: &[Dim], cached: bool) {
     }
 }
 
-/// The text of `count` random-view models from `seed`: the `#[fused_model]` module and the table of cases.
-pub fn write(seed: u64, count: usize) -> String {
+/// `count` random-view models from `seed`: the text of their `#[fused_model]` module and of their tables, and the
+/// tolerance and floors of each (the fields of its `Case` after `spec`).
+pub struct Written {
+    pub text: String,
+    pub checks: Vec<String>,
+}
+
+pub fn write(seed: u64, count: usize) -> Written {
     let mut rng = Rng::new(seed);
     let mut module = String::new();
-    let mut table = String::new();
+    let mut checks = Vec::new();
     let mut covered = vec![0usize; KINDS.len()];
     for i in 0..count {
         let first = i % READERS;
@@ -881,25 +887,30 @@ pub fn write(seed: u64, count: usize) -> String {
         }
         let tol = if m.accumulates { "1e-4" } else { "1e-5" };
         let floors: Vec<String> = m.floors.iter().map(|f| format!("{f:?}")).collect();
-        let _ = writeln!(
-            table,
-            "    Case {{ spec: models::View{i}::spec, atol: {tol}, rtol: {tol}, floors: &[{}] }},",
+        checks.push(format!(
+            "atol: {tol}, rtol: {tol}, floors: &[{}]",
             floors.join(", ")
-        );
+        ));
     }
+    let table: String = checks
+        .iter()
+        .enumerate()
+        .map(|(i, check)| format!("    Case {{ spec: models::View{i}::spec, {check} }},\n"))
+        .collect();
     let coverage: String = KINDS
         .iter()
         .zip(&covered)
         .map(|(kind, n)| format!("    ({kind:?}, {n}),\n"))
         .collect();
-    format!(
+    let text = format!(
         "// Written by build.rs from `gen/random_views.rs`, seed {seed}: do not edit.\n\n\
          #[::fuse_runtime::fused_model]\npub mod models {{\n{module}}}\n\n\
          /// Every random-view model, with its tolerance against the f64 reference.\n\
          pub const CASES: &[Case] = &[\n{table}];\n\n\
          /// Each kind of view, source and reader the generator draws, and how many of the models hold it.\n\
          pub const COVERAGE: &[(&str, usize)] = &[\n{coverage}];\n"
-    )
+    );
+    Written { text, checks }
 }
 
 fn write_model(out: &mut String, i: usize, m: &Model) {

@@ -7,7 +7,7 @@ use fuse_kernels::ir::Graph;
 use fuse_runtime::{ModelSpec, Tensor};
 
 use crate::drift::{compare, Tolerance};
-use crate::reference::{interpret, RefError, RefTensor};
+use crate::reference::{interpret, Arithmetic, RefError, RefTensor};
 
 /// Why a model's reference could not be computed.
 #[derive(Debug, thiserror::Error)]
@@ -76,16 +76,27 @@ pub fn try_reference_with_states(
     inputs: &[&Tensor],
     states: &[Tensor],
 ) -> Result<Vec<RefTensor>, ReferenceError> {
+    try_reference_in(graph, spec, weights, inputs, states, Arithmetic::F64)
+}
+
+/// [`try_reference_with_states`] in `arithmetic` (`states` empty for a model without state).
+pub fn try_reference_in(
+    graph: &Graph,
+    spec: &ModelSpec,
+    weights: &[Tensor],
+    inputs: &[&Tensor],
+    states: &[Tensor],
+    arithmetic: Arithmetic,
+) -> Result<Vec<RefTensor>, ReferenceError> {
     let inputs: Vec<RefTensor> = inputs.iter().map(|t| to_ref(t)).collect();
     let params: Vec<RefTensor> = weights.iter().map(to_ref).collect();
     let states: Vec<RefTensor> = states.iter().map(to_ref).collect();
-    let (mut outputs, after) = crate::reference::interpret_with_states(
-        graph, &inputs, &params, &states,
-    )
-    .map_err(|source| ReferenceError::Interpret {
-        model: spec.name.to_string(),
-        source: Box::new(source),
-    })?;
+    let (mut outputs, after) =
+        crate::reference::interpret_with_states_in(graph, &inputs, &params, &states, arithmetic)
+            .map_err(|source| ReferenceError::Interpret {
+                model: spec.name.to_string(),
+                source: Box::new(source),
+            })?;
     outputs.extend(after);
     Ok(outputs)
 }

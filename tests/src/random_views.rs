@@ -2,7 +2,11 @@
 //! kind, checked by `tests/random_views.rs` against the f64 reference and by `tests/gpu.rs` on the GPU.
 
 use fuse_runtime::__private::DimSpec;
-use fuse_runtime::{DType, ModelSpec, Tensor};
+use fuse_runtime::{CompiledModel, DType, ModelSpec, PlanMode, Tensor};
+
+use crate::drift::{random_inputs, Tolerance};
+use crate::harness::{try_graph_of, try_reference_in};
+use crate::reference::Arithmetic;
 
 /// One generated model and its tolerance against the f64 reference (`atol + rtol·|want|`).
 pub struct Case {
@@ -13,6 +17,13 @@ pub struct Case {
     /// precision (`rel_l2_floored`): 1, the inputs' size, or √n where it sums n such terms, as its rounding
     /// error grows. A misplaced read errs by about the output's own size, far above the bounds.
     pub floors: &'static [f64],
+}
+
+/// A mutant of a random-view model that the compiler takes as a model (`gen/mutants.rs`), checked with its
+/// parent's tolerance, and what was changed in it.
+pub struct Mutant {
+    pub case: Case,
+    pub what: &'static str,
 }
 
 /// The dims of `spec` among `batch`, `seq` and `past` (a start that leaves `seq` rows inside the constant axes a
@@ -118,6 +129,106 @@ pub fn bad_inputs(spec: &ModelSpec, good: &[Tensor]) -> Vec<(String, Vec<Tensor>
     more.push(Tensor::randn(&[1], 5));
     bad.push(("one too many".into(), more));
     bad
+}
+
+/// `model`'s call at `dims` on inputs from `seed`, both plans, outputs and the states it leaves, against the
+/// reference of `weights`: each element within `tolerance` of the f64 value, widened by four times how far an f32
+/// evaluation of the same graph lands from it (`Arithmetic::F32Nodes`). A mutant can make a graph that f32 cannot
+/// evaluate to its f64 value (a mask of -1e9 over a whole row absorbs the scores, and f32's softmax is then
+/// uniform): `Some` of how many elements needed the widening. Where fuse refuses the call, the reference must
+/// refuse it too (`None`): fuse may neither refuse a valid call nor run one the reference cannot make sense of.
+pub fn check_mutant(
+    model: &CompiledModel,
+    weights: &[Tensor],
+    tolerance: Tolerance,
+    dims: &[(&str, usize)],
+    seed: u64,
+) -> Result<Option<usize>, String> {
+    let spec = model.spec();
+    let inputs = random_inputs(spec, dims, seed).map_err(|e| e.to_string())?;
+    let refs: Vec<&Tensor> = inputs.iter().collect();
+    let graph = try_graph_of(spec).map_err(|e| e.to_string())?;
+    let reference = |states: &[Tensor], arithmetic| {
+        try_reference_in(&graph, spec, weights, &refs, states, arithmetic)
+    };
+    let (before, [fused, eager]) = run_both_plans(model, dims, &refs)?;
+    let runs = match (fused, eager) {
+        (Ok(fused), Ok(eager)) => [fused, eager],
+        (Err(e), Err(_)) => {
+            return match reference(&before, Arithmetic::F64) {
+                Err(_) => Ok(None),
+                Ok(_) => Err(format!("refused a call the reference computes: {e}")),
+            }
+        }
+        (Ok(_), Err(e)) => return Err(format!("the fused plan ran, the eager refused: {e}")),
+        (Err(e), Ok(_)) => return Err(format!("the eager plan ran, the fused refused: {e}")),
+    };
+    let exact = reference(&before, Arithmetic::F64)
+        .map_err(|e| format!("ran a call the reference refuses: {e}"))?;
+    let f32_nodes = reference(&before, Arithmetic::F32Nodes).map_err(|e| e.to_string())?;
+    let mut widened = 0;
+    for (mode, outputs) in [PlanMode::Fused, PlanMode::Eager].iter().zip(&runs) {
+        if outputs.len() != exact.len() {
+            return Err(format!(
+                "{mode:?}: {} outputs and states, the reference {}",
+                outputs.len(),
+                exact.len()
+            ));
+        }
+        for (o, (got, (want, f32_want))) in
+            outputs.iter().zip(exact.iter().zip(&f32_nodes)).enumerate()
+        {
+            if got.shape() != want.shape.as_slice() {
+                return Err(format!(
+                    "{mode:?} output {o}: shape {:?}, the reference {:?}",
+                    got.shape(),
+                    want.shape
+                ));
+            }
+            let values = got.to_f32_vec().into_iter().map(f64::from);
+            for (k, (g, (&w, &r))) in values.zip(want.data.iter().zip(&f32_want.data)).enumerate() {
+                let bound = tolerance.atol + tolerance.rtol * w.abs();
+                let error = (g - w).abs();
+                if g == w || error <= bound {
+                    continue;
+                }
+                if error <= bound + 4.0 * (r - w).abs() {
+                    widened += 1;
+                    continue;
+                }
+                return Err(format!(
+                    "{mode:?} output {o} {:?}, element {k}: {g} against {w} (f32 nodes {r}), beyond {bound:.1e}",
+                    want.shape
+                ));
+            }
+        }
+    }
+    Ok(Some(widened))
+}
+
+/// Outputs and states after the call, or why it was refused.
+type Run = Result<Vec<Tensor>, String>;
+
+/// The states a fresh session at `dims` starts from, and what the fused and eager plans each return from them:
+/// their outputs followed by the states the call leaves.
+fn run_both_plans(
+    model: &CompiledModel,
+    dims: &[(&str, usize)],
+    inputs: &[&Tensor],
+) -> Result<(Vec<Tensor>, [Run; 2]), String> {
+    let mut session = model
+        .session(dims)
+        .map_err(|e| format!("no session: {e}"))?;
+    let before = session.states().map_err(|e| e.to_string())?.to_vec();
+    let mut run = |mode| -> Run {
+        let mut session = session.try_clone().map_err(|e| e.to_string())?;
+        let mut outputs = model
+            .run_session(mode, &mut session, inputs)
+            .map_err(|e| e.to_string())?;
+        outputs.extend(session.states().map_err(|e| e.to_string())?.iter().cloned());
+        Ok(outputs)
+    };
+    Ok((before, [run(PlanMode::Fused), run(PlanMode::Eager)]))
 }
 
 include!(concat!(env!("OUT_DIR"), "/random_views.rs"));

@@ -129,6 +129,17 @@ pub fn interpret(
         .collect())
 }
 
+/// How the interpreter keeps each node's value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arithmetic {
+    /// In f64.
+    F64,
+    /// Rounded to f32 after each node (each node's own arithmetic still in f64): what an evaluation of the same
+    /// graph in f32 errs by where a node absorbs or cancels what its operands held, as a -1e9 mask added to a
+    /// score of 0.5 does.
+    F32Nodes,
+}
+
 /// [`interpret`] for a model with `#[state]` fields: `states[i]` is what state i holds when the call starts; returns
 /// the outputs and then every state as the call leaves it (its `write`'s value, or unchanged).
 pub fn interpret_with_states(
@@ -137,7 +148,18 @@ pub fn interpret_with_states(
     params: &[RefTensor],
     states: &[RefTensor],
 ) -> Result<(Vec<RefTensor>, Vec<RefTensor>), RefError> {
-    let values = interpret_nodes(graph, inputs, params, states)?;
+    interpret_with_states_in(graph, inputs, params, states, Arithmetic::F64)
+}
+
+/// [`interpret_with_states`] in `arithmetic`.
+pub fn interpret_with_states_in(
+    graph: &Graph,
+    inputs: &[RefTensor],
+    params: &[RefTensor],
+    states: &[RefTensor],
+    arithmetic: Arithmetic,
+) -> Result<(Vec<RefTensor>, Vec<RefTensor>), RefError> {
+    let values = interpret_nodes(graph, inputs, params, states, arithmetic)?;
     let outputs = graph
         .outputs
         .iter()
@@ -160,7 +182,7 @@ pub fn interpret_all(
     inputs: &[RefTensor],
     params: &[RefTensor],
 ) -> Result<Vec<RefTensor>, RefError> {
-    interpret_nodes(graph, inputs, params, &[])
+    interpret_nodes(graph, inputs, params, &[], Arithmetic::F64)
 }
 
 fn interpret_nodes(
@@ -168,6 +190,7 @@ fn interpret_nodes(
     inputs: &[RefTensor],
     params: &[RefTensor],
     states: &[RefTensor],
+    arithmetic: Arithmetic,
 ) -> Result<Vec<RefTensor>, RefError> {
     check_tensors("input", graph.inputs.len(), inputs)?;
     check_tensors("state", graph.states.len(), states)?;
@@ -280,7 +303,7 @@ fn interpret_nodes(
                 })?
             }
         };
-        let Some(value) = value else {
+        let Some(mut value) = value else {
             let shapes: Vec<&[usize]> = node
                 .op
                 .operands()
@@ -298,6 +321,11 @@ fn interpret_nodes(
                 expected,
                 got: value.shape,
             });
+        }
+        if arithmetic == Arithmetic::F32Nodes {
+            for x in &mut value.data {
+                *x = f64::from(*x as f32);
+            }
         }
         values.push(value);
     }

@@ -854,6 +854,37 @@ fn random_views_on_gpu() {
     }
 }
 
+/// The mutants of the random-view models that compile (`MUTANTS`: a size, an axis, a start, an operand or a
+/// method changed), in f32 on the GPU, both plans, against the reference as on the CPU (`check_mutant`), at twice
+/// their parents' tolerance: each call matches, or is refused where the reference refuses it too.
+#[test]
+fn mutants_on_gpu() {
+    use fuse_tests::drift::Tolerance;
+    use fuse_tests::random_views::{check_mutant, dims_of, MUTANTS};
+    let Some(device) = gpu() else { return };
+    let mut failures = Vec::new();
+    for (i, mutant) in MUTANTS.iter().enumerate() {
+        let spec = (mutant.case.spec)();
+        let cpu = CompiledModel::random(spec, i as u64);
+        let weights = cpu.weights().expect("f32 weights");
+        let on_gpu = moved(&cpu, &device, GpuOptions::default());
+        let tolerance = Tolerance {
+            atol: 2.0 * mutant.case.atol,
+            rtol: 2.0 * mutant.case.rtol,
+        };
+        for (batch, seq, seed) in CASES {
+            let dims = dims_of(spec, batch, seq);
+            if let Err(e) = check_mutant(&on_gpu, weights, tolerance, &dims, seed) {
+                failures.push(format!(
+                    "{} ({}) at {dims:?} on the GPU: {e}",
+                    mutant.what, spec.name
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 #[test]
 fn concats_fused_into_their_readers_on_gpu() {
     ops_on_gpu(

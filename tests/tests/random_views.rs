@@ -8,7 +8,9 @@
 use fuse_runtime::{CompiledModel, CpuPrecision, PlanMode, Session, Tensor};
 use fuse_tests::drift::{check_with_session, random_inputs, Tolerance};
 use fuse_tests::harness::rel_l2_floored;
-use fuse_tests::random_views::{bad_inputs, dims_of, Case, CASES, COVERAGE, DEFAULT_SET};
+use fuse_tests::random_views::{
+    bad_inputs, check_mutant, dims_of, Case, CASES, COVERAGE, DEFAULT_SET, MUTANTS,
+};
 
 /// The `(batch, seq)` each model is checked at: one row, a few, odd sizes, and more rows than one block.
 const SIZES: [(usize, usize); 4] = [(1, 1), (3, 5), (2, 9), (7, 33)];
@@ -66,6 +68,55 @@ fn check_at(
         Ok(report) => Err(format!("{} at {dims:?}:\n{report}", spec.name)),
         Err(e) => Err(format!("{} at {dims:?}: {e}", spec.name)),
     }
+}
+
+/// The mutants of the random-view models that the compiler takes as models (a size, an axis, a start, an operand
+/// or a method changed: `gen/mutants.rs`), against the reference with their parents' tolerances.
+#[test]
+fn mutants_match_the_reference() {
+    let mut failures = Vec::new();
+    let (mut matched, mut refused, mut widened) = (0, 0, Vec::new());
+    for (i, mutant) in MUTANTS.iter().enumerate() {
+        let case = &mutant.case;
+        let spec = (case.spec)();
+        let model = CompiledModel::random(spec, i as u64);
+        for (batch, seq) in SIZES {
+            let dims = dims_of(spec, batch, seq);
+            let weights = model.weights().expect("f32 weights");
+            let tolerance = Tolerance {
+                atol: case.atol,
+                rtol: case.rtol,
+            };
+            match check_mutant(
+                &model,
+                weights,
+                tolerance,
+                &dims,
+                7 * i as u64 + batch as u64,
+            ) {
+                Ok(Some(w)) => {
+                    matched += 1;
+                    if w > 0 {
+                        widened.push(format!("{} at {dims:?}: {w}", mutant.what));
+                    }
+                }
+                Ok(None) => refused += 1,
+                Err(e) => {
+                    failures.push(format!("{} ({}) at {dims:?}: {e}", mutant.what, spec.name))
+                }
+            }
+        }
+    }
+    eprintln!("{matched} mutant calls matched the reference, {refused} refused by fuse and the reference alike");
+    if !widened.is_empty() {
+        eprintln!(
+            "elements within the f32 evaluation's own error only, in {} calls:\n{}",
+            widened.len(),
+            widened.join("\n")
+        );
+    }
+    assert!(matched > 0, "no mutant ran");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 /// The reference check, and the reduced precisions against f32, on pools of 1, 3, 8 and 16 threads, at dims large
