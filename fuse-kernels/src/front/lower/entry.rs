@@ -6,7 +6,7 @@ use super::{Instance, Lowerer, Scope, Value};
 use crate::front::consts::{eval_const, ConstVal};
 use crate::front::diag::At;
 use crate::front::model::{parse_shape_attr, tensor_dtype};
-use crate::ir::{Dim, InputInfo, Node, NodeId, Op, Shape, TensorType};
+use crate::ir::{DType, Dim, InputInfo, Node, NodeId, Op, Shape, TensorType};
 
 impl Lowerer<'_> {
     /// Lowers the root struct `def`'s `forward` into `self.g`.
@@ -188,6 +188,12 @@ impl Lowerer<'_> {
         };
         for v in values {
             match v {
+                // Outputs are f32: an i64 one (ids returned, an `arange` not cast) would be read as floats.
+                Value::Tensor(id) if self.g.ty(id).dtype == DType::I64 => self.diags.error(
+                    at,
+                    "`forward` returns f32 tensors, but one of its results holds i64 ids (a `Tensor<i64>` \
+                     input or an `arange`): return it as floats with `.to_f32()`",
+                ),
                 Value::Tensor(id) => self.g.outputs.push(id),
                 Value::Poison => {}
                 other => {
