@@ -758,12 +758,27 @@ impl Graph {
         Some(Dim::symbol(sym))
     }
 
-    /// Whether the dim `sym` sizes some value (then 0 would make it empty, which kernels do not support) rather
-    /// than only offsetting views.
-    pub fn sizes_a_value(&self, sym: u16) -> bool {
-        self.nodes
-            .iter()
-            .any(|n| n.ty.shape.0.iter().any(|d| d.syms.contains(&sym)))
+    /// Whether the dim `sym` may be 0 in a call. Kernels compute no empty value, so it may where it sizes no value
+    /// (it only offsets views: a narrow's start, `past` at a prompt), or only inputs and views of them, none
+    /// returned, that concats extend along it: a key cache passed in, `concat([past_k, k], 2)`, is empty at a
+    /// decoder's first step and its concat is not.
+    pub fn may_be_zero(&self, sym: u16) -> bool {
+        let holds = |id: NodeId| self.ty(id).shape.0.iter().any(|d| d.syms.contains(&sym));
+        self.ids().all(|id| {
+            let op = &self.node(id).op;
+            if !holds(id) {
+                let reads_empty = op.operands().into_iter().any(holds);
+                return !reads_empty || matches!(op, Op::Concat { .. });
+            }
+            let input_or_view = match op {
+                Op::Input(_) => true,
+                Op::Permute { input, .. } | Op::Reshape { input, .. } | Op::Slice { input, .. } => {
+                    holds(*input)
+                }
+                _ => false,
+            };
+            input_or_view && !self.outputs.contains(&id)
+        })
     }
 
     /// Number of nodes that read each node, outputs counted as readers.
@@ -807,6 +822,42 @@ impl Graph {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whether `past` may be 0 in the graph of a one-struct model with this `forward`.
+    fn past_may_be_zero(forward: &str) -> bool {
+        let source = format!(
+            "#[fused_model] mod m {{ pub struct M {{}} impl M {{ pub fn forward{forward} }} }}"
+        );
+        let capture = crate::front::capture_str(&source).unwrap_or_else(|e| panic!("{e}"));
+        assert!(capture.errors.is_none(), "test model does not capture");
+        let g = &capture.models[0].graph;
+        let past = g.dyn_dims.iter().position(|d| d == "past").expect("past");
+        g.may_be_zero(past as u16)
+    }
+
+    /// A dim may be 0 where it sizes only inputs (and views of them) that concats extend: a cache passed in.
+    #[test]
+    fn a_dim_may_be_zero_where_only_concats_read_what_it_sizes() {
+        let sig =
+            "(&self, #[shape(b, past, 8)] old: Tensor, #[shape(b, s, 8)] new: Tensor) -> Tensor";
+        assert!(past_may_be_zero(&format!(
+            "{sig} {{ concat([old, new], 1) * 2.0 }}"
+        )));
+        assert!(past_may_be_zero(&format!(
+            "{sig} {{ concat([old.t().t(), new], 1).softmax(-1) }}"
+        )));
+        // Read by anything else, or returned, it would make an empty value.
+        assert!(!past_may_be_zero(&format!("{sig} {{ old.sum(1, false) }}")));
+        assert!(!past_may_be_zero(&format!("{sig} {{ old * 2.0 }}")));
+        assert!(!past_may_be_zero(
+            "(&self, #[shape(b, past, 8)] old: Tensor, #[shape(b, s, 8)] new: Tensor) -> (Tensor, Tensor) \
+             { (concat([old, new], 1), old) }"
+        ));
+        // A `#[dim]` that only offsets a view sizes nothing.
+        assert!(past_may_be_zero(
+            "(&self, #[shape(b, 16, 8)] x: Tensor, #[dim] past: usize) -> Tensor { x.narrow(1, past, 2) }"
+        ));
+    }
 
     /// Sums and differences of dims: canonical, interned once, and refused where no dim can stand for them.
     #[test]

@@ -232,7 +232,7 @@ fn expand_model(
         let binds = match input.binds {
             Some(sym) => {
                 let dim = sym as usize;
-                let may_be_zero = !g.sizes_a_value(sym);
+                let may_be_zero = g.may_be_zero(sym);
                 quote!(Some(#rt::DimArg { dim: #dim, may_be_zero: #may_be_zero }))
             }
             None => quote!(None),

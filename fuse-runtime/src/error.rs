@@ -50,7 +50,10 @@ pub enum Error {
         input: String,
     },
 
-    #[error("dimension `{dim}` is 0; empty tensors are not supported")]
+    #[error(
+        "dimension `{dim}` is 0: a value it sizes would be empty; only inputs that concats extend along a dim (a \
+         cache passed in) may be empty"
+    )]
     ZeroDim { dim: String },
 
     #[error(

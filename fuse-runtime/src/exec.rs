@@ -342,7 +342,7 @@ pub fn bind_inputs(
     dyn_dims: &[&str],
     inputs: &[&Tensor],
 ) -> Result<Vec<usize>> {
-    bind_dims(specs, dyn_dims, &|_| false, inputs)
+    bind_dims(specs, dyn_dims, &|_| false, &|_| false, inputs)
 }
 
 /// [`bind_inputs`] for `program`'s model: its sums of dims (`past + seq`) are computed from the free dims, and an
@@ -353,7 +353,13 @@ pub fn bind_inputs_with(
     dyn_dims: &[&str],
     inputs: &[&Tensor],
 ) -> Result<Vec<usize>> {
-    let mut dims = bind_dims(specs, dyn_dims, &|s| program.is_sum_dim(s), inputs)?;
+    let mut dims = bind_dims(
+        specs,
+        dyn_dims,
+        &|s| program.is_sum_dim(s),
+        &|s| program.may_be_zero(s),
+        inputs,
+    )?;
     derive_dims(program, dyn_dims, &mut dims)?;
     for (spec, t) in specs.iter().zip(inputs) {
         for (d, &n) in spec.dims.iter().zip(t.shape()) {
@@ -381,11 +387,13 @@ pub(crate) fn derive_dims(program: &Program, names: &[&str], dims: &mut [usize])
     })
 }
 
-/// Binds every free dim from the shapes and `#[dim]` arguments; `is_sum` dims are left for the caller.
+/// Binds every free dim from the shapes and `#[dim]` arguments; `is_sum` dims are left for the caller. An axis
+/// binds 0 only to a dim that `may_be_zero` (one sizing only inputs a concat extends).
 fn bind_dims(
     specs: &[InputSpec],
     dyn_dims: &[&str],
     is_sum: &dyn Fn(usize) -> bool,
+    may_be_zero: &dyn Fn(usize) -> bool,
     inputs: &[&Tensor],
 ) -> Result<Vec<usize>> {
     if specs.len() != inputs.len() {
@@ -428,7 +436,7 @@ fn bind_dims(
                     }
                 }
                 DimSpec::Dyn(s) => {
-                    if n == 0 {
+                    if n == 0 && !may_be_zero(s) {
                         return Err(Error::ZeroDim {
                             dim: dyn_dims[s].into(),
                         });

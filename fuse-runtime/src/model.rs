@@ -386,12 +386,15 @@ impl CompiledModel {
             });
         }
         let program = self.spec.fused.decode()?;
-        // A `#[dim]` that only offsets views (a narrow's start, `past` at a prompt) may be 0, as in a call.
+        // A `#[dim]` that only offsets views (a narrow's start, `past` at a prompt), or a dim that sizes only inputs
+        // a concat extends (a cache passed in), may be 0, as in a call.
         let may_be_zero = |s: usize| {
-            self.spec
-                .inputs
-                .iter()
-                .any(|i| i.binds.is_some_and(|b| b.dim == s && b.may_be_zero))
+            program.may_be_zero(s)
+                || self
+                    .spec
+                    .inputs
+                    .iter()
+                    .any(|i| i.binds.is_some_and(|b| b.dim == s && b.may_be_zero))
         };
         let mut dims = known
             .iter()

@@ -85,6 +85,10 @@ pub struct ProgramTables {
     /// `arange`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub aranges: Vec<Mono>,
+    /// The free dims an input's axis may bind to 0: those that size only inputs a concat extends along them (a
+    /// cache passed in, empty at a decoder's first step). Empty (and absent from the encoding) when there is none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub zero_dims: Vec<usize>,
 }
 
 /// A `#[state]` buffer (f32): its checkpoint-style name and its dims, which may name dynamic dims (`batch`).
@@ -139,6 +143,11 @@ impl ProgramTables {
     /// Whether dim `sym` is a sum of others (computed, never bound by an input).
     pub fn is_sum_dim(&self, sym: usize) -> bool {
         self.sum_dims.iter().any(|d| d.sym == sym)
+    }
+
+    /// Whether an input's axis may bind the free dim `sym` to 0 (see [`ProgramTables::zero_dims`]).
+    pub fn may_be_zero(&self, sym: usize) -> bool {
+        self.zero_dims.contains(&sym)
     }
 }
 

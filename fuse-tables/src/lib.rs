@@ -185,6 +185,7 @@ mod tests {
                 coeff: 1,
                 syms: vec![1],
             }],
+            zero_dims: vec![1],
         };
         tables.states = vec![StateSpec {
             name: "k_cache".into(),

@@ -28,20 +28,21 @@ pub struct Mutant {
 
 /// The dims of `spec` among `batch`, `seq` and `past` (a start that leaves `seq` rows inside the constant axes a
 /// narrow at `past` reads: 48 long, for `seq` up to 40). `past` is 0 at times, but not where it sizes an input
-/// (a cache passed in): a tensor is never empty.
+/// that anything but a concat reads (a cache passed in may be empty; nothing else may).
 pub fn dims_of(spec: &ModelSpec, batch: usize, seq: usize) -> Vec<(&'static str, usize)> {
-    let sizes_an_input = spec
+    let must_size = spec
         .dyn_dims
         .iter()
         .position(|&d| d == "past")
         .is_some_and(|k| {
-            spec.inputs.iter().any(|i| {
+            let sizes_an_input = spec.inputs.iter().any(|i| {
                 i.dims
                     .iter()
                     .any(|d| matches!(d, DimSpec::Dyn(j) if *j == k))
-            })
+            });
+            sizes_an_input && !spec.fused.decode().is_ok_and(|p| p.may_be_zero(k))
         });
-    let past = if sizes_an_input {
+    let past = if must_size {
         1 + (batch + seq) % 7
     } else {
         (batch + seq) % 8

@@ -966,6 +966,26 @@ fn differences_of_dims_on_gpu() {
     );
 }
 
+/// A cache passed in and extended by a concat (`SumOfDims`), empty at a decoder's first step (`past` 0) and not.
+#[test]
+fn a_cache_passed_in_empty_or_not_on_gpu() {
+    ops_on_gpu(
+        SumOfDims::random(19).into_compiled(),
+        "sum of dims",
+        2e-5,
+        2e-5,
+        |b, q, s| {
+            let past = s as usize % 3;
+            vec![
+                Tensor::randn(&[b, past, D], s),
+                Tensor::randn(&[b, q, D], s + 1),
+                Tensor::randn(&[b, q, past + q], s + 2),
+                Tensor::randn(&[b, MAX_POS, D], s + 3),
+            ]
+        },
+    );
+}
+
 #[test]
 fn arange_positions_on_gpu() {
     let dim = |n: usize| fuse_runtime::exec::dim_arg(n).expect("dim argument");

@@ -135,6 +135,10 @@ impl DeviceBuffer {
                 format!("{} elements into a buffer of {}", t.numel(), self.len()),
             ));
         }
+        if t.numel() == 0 {
+            // An empty input (a cache passed in at a decoder's first step): nothing to copy.
+            return Ok(());
+        }
         let copy = |e| failed("copying to the GPU", e);
         match (self, t.as_f32(), t.as_i64()) {
             (DeviceBuffer::F32(d), Some(src), _) => stream.memcpy_htod(src, d).map_err(copy),

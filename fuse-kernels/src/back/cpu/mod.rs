@@ -193,7 +193,7 @@ fn tables(plan: &Plan, function_of: &[usize]) -> ProgramTables {
             sym: d.sym as usize,
             terms: d.terms.iter().map(mono).collect(),
             less: d.less,
-            may_be_zero: !g.sizes_a_value(d.sym),
+            may_be_zero: g.may_be_zero(d.sym),
         })
         .collect();
     let states = g
@@ -204,9 +204,15 @@ fn tables(plan: &Plan, function_of: &[usize]) -> ProgramTables {
             dims: s.ty.shape.0.iter().map(mono).collect(),
         })
         .collect();
+    // The free dims (bound by an input's axis or a `#[dim]`) that may be 0: the runtime's binding allows 0 for them.
+    let zero_dims = (0..g.dyn_dims.len() as u16)
+        .filter(|&sym| !g.derived.iter().any(|d| d.sym == sym) && g.may_be_zero(sym))
+        .map(usize::from)
+        .collect();
     ProgramTables {
         states,
         aranges: aranges.into_iter().map(|(_, start)| start).collect(),
+        zero_dims,
         sum_dims,
         slice_bounds,
         buffers,
