@@ -256,6 +256,25 @@ pub mod ops {
         }
     }
 
+    /// Attention whose queries broadcast to the scores, which the planner leaves as two products and a softmax:
+    /// one head of queries against four heads of keys, and queries shared by every batch. (Fused, the kernels took
+    /// Q's batch dims as the scores' and read past it.)
+    pub struct BroadcastQueries {
+        #[shape(4, 2, 6)]
+        shared: Tensor,
+    }
+    impl BroadcastQueries {
+        pub fn forward(
+            &self,
+            #[shape(batch, 1, seq, 6)] q: Tensor,
+            #[shape(batch, 4, keys, 6)] k: Tensor,
+        ) -> (Tensor, Tensor) {
+            let one_head = (q.matmul(&k.t()) * 0.4).softmax(-1).matmul(&k);
+            let shared = (self.shared.matmul(&k.t()) * 0.4).softmax(-1).matmul(&k);
+            (one_head, shared)
+        }
+    }
+
     /// Attentions whose Q is computed from the input rather than read: rotated halves (RoPE's rotate-half, a
     /// concat), a plain elementwise chain, rotated heads shared by two query heads each (grouped-query), and two
     /// the planner must leave reading Q from memory (Q is also an output; Q is a permuted view of what is

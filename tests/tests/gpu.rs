@@ -1017,6 +1017,22 @@ fn embeddings_on_gpu() {
 }
 
 #[test]
+fn attention_with_broadcast_queries_on_gpu() {
+    ops_on_gpu(
+        BroadcastQueries::random(11).into_compiled(),
+        "broadcast queries",
+        1e-5,
+        1e-5,
+        |b, q, s| {
+            vec![
+                Tensor::randn(&[b, 1, q, 6], s),
+                Tensor::randn(&[b, 4, q + 2, 6], s + 1),
+            ]
+        },
+    );
+}
+
+#[test]
 fn attentions_on_gpu() {
     ops_on_gpu(
         Attentions::random(10).into_compiled(),

@@ -201,6 +201,24 @@ fn attention_kernels() {
     }
 }
 
+/// Queries that broadcast to the scores (one head against four, one shared by every batch) stay separate products,
+/// which compute them right.
+#[test]
+fn attention_with_broadcast_queries() {
+    let m = BroadcastQueries::random(11);
+    let fused = m.compiled().report(fuse_runtime::PlanMode::Fused).dump();
+    assert_eq!(fused.matches("_attention -> ").count(), 0, "{fused}");
+    for (batch, seq, seed) in cases(11) {
+        let keys = seq + 2;
+        let inputs = [
+            Tensor::randn(&[batch, 1, seq, 6], seed),
+            Tensor::randn(&[batch, 4, keys, 6], seed + 1),
+        ];
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        check_model("broadcast queries", m.compiled(), &refs, 1e-5, 1e-5);
+    }
+}
+
 /// The fused plan of a model, and for each of its attention kernels whether it computes Q.
 fn computed_queries(spec: &fuse_runtime::ModelSpec) -> (fuse_kernels::plan::Plan, Vec<bool>) {
     use fuse_kernels::plan::{plan, KernelKind, Mode};

@@ -175,10 +175,12 @@ fn candidate(
     let Op::MatMul(q, _) = g.node(qk.anchor?).op else {
         return None;
     };
-    // Q has the scores' rank: the kernels take its rows and batch dims as the scores'. A Q of lower rank (learned
-    // queries `[m, d]` shared by every batch and head) broadcasts in the separate products instead. K and V may
-    // broadcast (keys shared by every batch): their reads carry stride 0 over the batch dims they lack.
-    if g.ty(q).shape.rank() != rank {
+    // Q has the scores' batch dims and rows: the kernels take them as the scores'. A Q that broadcasts (learned
+    // queries `[m, d]` shared by every batch and head, one head's `[b, 1, s, d]` against three heads of keys) does
+    // so in the separate products instead. K and V may broadcast (keys shared by every batch, grouped heads): their
+    // reads carry stride 0 over the batch dims they lack.
+    let q_shape = &g.ty(q).shape.0;
+    if q_shape.len() != rank || q_shape[..rank - 1] != scores_shape[..rank - 1] {
         return None;
     }
     let inner = g.ty(q).shape.0.last()?;
@@ -267,10 +269,20 @@ mod tests {
     /// products: the attention kernels take Q's rows at the scores' rank, and the CPU writer panicked on it. K and V
     /// of lower rank (shared by every batch) stay fused: their reads broadcast.
     #[test]
-    fn a_query_of_lower_rank_keeps_separate_products() {
+    fn a_query_that_broadcasts_keeps_separate_products() {
         for (forward, fused) in [
             (
                 "(&self, #[shape(4, 8)] q: Tensor, #[shape(b, 2, 6, 8)] k: Tensor) -> Tensor { \
+                 q.matmul(&k.t()).softmax(-1).matmul(&k) }",
+                false,
+            ),
+            (
+                "(&self, #[shape(b, 1, 4, 8)] q: Tensor, #[shape(b, 3, 6, 8)] k: Tensor) -> Tensor { \
+                 q.matmul(&k.t()).softmax(-1).matmul(&k) }",
+                false,
+            ),
+            (
+                "(&self, #[shape(1, 3, 4, 8)] q: Tensor, #[shape(b, 3, 6, 8)] k: Tensor) -> Tensor { \
                  q.matmul(&k.t()).softmax(-1).matmul(&k) }",
                 false,
             ),
