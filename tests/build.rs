@@ -1,5 +1,5 @@
 //! Writes the random-view models (`gen/random_views.rs`) into `OUT_DIR`, and beside them, for each model, the first
-//! of its mutants (`gen/mutants.rs`) that the compiler takes as a model, so that they run against the reference
+//! two of its mutants (`gen/mutants.rs`) that the compiler takes as models, so that they run against the reference
 //! too. `FUSE_VIEW_SEED` and `FUSE_VIEW_MODELS` draw another set (the defaults are what CI runs), and
 //! `FUSE_MUTANTS` takes that many mutants of each model.
 
@@ -15,7 +15,7 @@ use rand::SeedableRng;
 /// The set CI runs: its coverage is checked (`tests/random_views.rs`).
 const DEFAULT_SEED: u64 = 1;
 const DEFAULT_MODELS: u64 = 48;
-const DEFAULT_MUTANTS: u64 = 1;
+const DEFAULT_MUTANTS: u64 = 2;
 
 /// How many mutants of a model are drawn at most to find those that compile: about one in five does.
 const TRIES: usize = 80;

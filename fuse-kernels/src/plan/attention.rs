@@ -265,9 +265,11 @@ mod tests {
         assert!(!other.contains(&"attention"), "{other:?}");
     }
 
-    /// A Q of lower rank than the scores (learned queries shared by every batch and head) broadcasts in separate
-    /// products: the attention kernels take Q's rows at the scores' rank, and the CPU writer panicked on it. K and V
-    /// of lower rank (shared by every batch) stay fused: their reads broadcast.
+    /// A Q that broadcasts to the scores (of lower rank: learned queries shared by every batch and head; or of
+    /// their rank with a 1 for several heads or batches) does so in separate products: the attention kernels take
+    /// Q's batch dims and rows as the scores', and read past Q (the CPU writer panicked at build time on the first
+    /// kind, the kernels at run time on the others). K and V of lower rank (shared by every batch) stay fused: their
+    /// reads broadcast.
     #[test]
     fn a_query_that_broadcasts_keeps_separate_products() {
         for (forward, fused) in [
