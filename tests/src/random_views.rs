@@ -30,18 +30,12 @@ pub struct Mutant {
 /// narrow at `past` reads: 48 long, for `seq` up to 40). `past` is 0 at times, but not where it sizes an input
 /// that anything but a concat reads (a cache passed in may be empty; nothing else may).
 pub fn dims_of(spec: &ModelSpec, batch: usize, seq: usize) -> Vec<(&'static str, usize)> {
-    let must_size = spec
-        .dyn_dims
-        .iter()
-        .position(|&d| d == "past")
-        .is_some_and(|k| {
-            let sizes_an_input = spec.inputs.iter().any(|i| {
-                i.dims
-                    .iter()
-                    .any(|d| matches!(d, DimSpec::Dyn(j) if *j == k))
-            });
-            sizes_an_input && !spec.fused.decode().is_ok_and(|p| p.may_be_zero(k))
-        });
+    let must_size = past_sizes_an_input(spec)
+        && !spec
+            .dyn_dims
+            .iter()
+            .position(|&d| d == "past")
+            .is_some_and(|k| spec.fused.decode().is_ok_and(|p| p.may_be_zero(k)));
     let past = if must_size {
         1 + (batch + seq) % 7
     } else {
@@ -51,6 +45,16 @@ pub fn dims_of(spec: &ModelSpec, batch: usize, seq: usize) -> Vec<(&'static str,
         .into_iter()
         .filter(|(name, _)| spec.dyn_dims.contains(name))
         .collect()
+}
+
+/// Whether `past` sizes an axis of one of `spec`'s inputs (a cache passed in).
+pub fn past_sizes_an_input(spec: &ModelSpec) -> bool {
+    let past = spec.dyn_dims.iter().position(|&d| d == "past");
+    spec.inputs.iter().any(|i| {
+        i.dims
+            .iter()
+            .any(|d| matches!(d, DimSpec::Dyn(k) if Some(*k) == past))
+    })
 }
 
 /// Whether `spec`'s model has `#[state]` (a cache it writes): it runs with a session.

@@ -5,12 +5,12 @@
 //! the model; its source is in the build's `OUT_DIR/random_views.rs`.
 //! `FUSE_VIEW_SEED=n cargo test -p fuse-tests --test random_views` checks another set.
 
-use fuse_runtime::__private::DimSpec;
 use fuse_runtime::{CompiledModel, CpuPrecision, PlanMode, Session, Tensor};
 use fuse_tests::drift::{check_with_session, random_inputs, Tolerance};
 use fuse_tests::harness::rel_l2_floored;
 use fuse_tests::random_views::{
-    bad_inputs, check_mutant, dims_of, Case, CASES, COVERAGE, DEFAULT_SET, MUTANTS,
+    bad_inputs, check_mutant, dims_of, past_sizes_an_input, Case, CASES, COVERAGE, DEFAULT_SET,
+    MUTANTS,
 };
 
 /// The `(batch, seq)` each model is checked at: one row, a few, odd sizes, and more rows than one block.
@@ -81,13 +81,13 @@ fn mutants_match_the_reference() {
         let case = &mutant.case;
         let spec = (case.spec)();
         let model = CompiledModel::random(spec, i as u64);
+        let weights = model.weights().expect("f32 weights");
+        let tolerance = Tolerance {
+            atol: case.atol,
+            rtol: case.rtol,
+        };
         for (batch, seq) in SIZES {
             let dims = dims_of(spec, batch, seq);
-            let weights = model.weights().expect("f32 weights");
-            let tolerance = Tolerance {
-                atol: case.atol,
-                rtol: case.rtol,
-            };
             match check_mutant(
                 &model,
                 weights,
@@ -257,13 +257,7 @@ fn random_views_cover_every_kind() {
         .iter()
         .filter(|case| {
             let spec = (case.spec)();
-            let past = spec.dyn_dims.iter().position(|&d| d == "past");
-            let sized = spec.inputs.iter().any(|i| {
-                i.dims
-                    .iter()
-                    .any(|d| matches!(d, DimSpec::Dyn(k) if Some(*k) == past))
-            });
-            sized && dims_of(spec, 3, 5).contains(&("past", 0))
+            past_sizes_an_input(spec) && dims_of(spec, 3, 5).contains(&("past", 0))
         })
         .count();
     eprintln!(
