@@ -386,16 +386,9 @@ impl CompiledModel {
             });
         }
         let program = self.spec.fused.decode()?;
-        // A `#[dim]` that only offsets views (a narrow's start, `past` at a prompt), or a dim that sizes only inputs
-        // a concat extends (a cache passed in), may be 0, as in a call.
-        let may_be_zero = |s: usize| {
-            program.may_be_zero(s)
-                || self
-                    .spec
-                    .inputs
-                    .iter()
-                    .any(|i| i.binds.is_some_and(|b| b.dim == s && b.may_be_zero))
-        };
+        // A dim that sizes no value (a `#[dim]` that only offsets views: a narrow's start, `past` at a prompt), or
+        // only inputs a concat extends (a cache passed in), may be 0, as in a call: the plan lists them.
+        let may_be_zero = |s: usize| program.may_be_zero(s);
         let mut dims = known
             .iter()
             .enumerate()

@@ -85,8 +85,9 @@ pub struct ProgramTables {
     /// `arange`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub aranges: Vec<Mono>,
-    /// The free dims an input's axis may bind to 0: those that size only inputs a concat extends along them (a
-    /// cache passed in, empty at a decoder's first step). Empty (and absent from the encoding) when there is none.
+    /// The free dims a call may bind to 0: those that size no value (a `#[dim]` that only offsets views) or only
+    /// inputs a concat extends along them (a cache passed in, empty at a decoder's first step). Empty (and absent
+    /// from the encoding) when there is none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub zero_dims: Vec<usize>,
 }

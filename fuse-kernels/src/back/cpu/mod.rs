@@ -206,7 +206,7 @@ fn tables(plan: &Plan, function_of: &[usize]) -> ProgramTables {
         .collect();
     // The free dims (bound by an input's axis or a `#[dim]`) that may be 0: the runtime's binding allows 0 for them.
     let zero_dims = (0..g.dyn_dims.len() as u16)
-        .filter(|&sym| !g.derived.iter().any(|d| d.sym == sym) && g.may_be_zero(sym))
+        .filter(|&sym| g.derived_of(sym).is_none() && g.may_be_zero(sym))
         .map(usize::from)
         .collect();
     ProgramTables {
