@@ -1,7 +1,8 @@
 //! Writes the random-view models (`gen/random_views.rs`) into `OUT_DIR`, and beside them, for each model, the first
 //! two of its mutants (`gen/mutants.rs`) that the compiler takes as models, so that they run against the reference
-//! too. `FUSE_VIEW_SEED` and `FUSE_VIEW_MODELS` draw another set (the defaults are what CI runs), and
-//! `FUSE_MUTANTS` takes that many mutants of each model.
+//! too. `FUSE_VIEW_SEED` and `FUSE_VIEW_MODELS` draw another set (the defaults are what CI runs),
+//! `FUSE_MUTANTS` takes that many mutants of each model, and `FUSE_MUTANT_CHANGES` makes that many changes in
+//! each.
 
 #[path = "gen/mutants.rs"]
 mod mutants;
@@ -16,14 +17,21 @@ use rand::SeedableRng;
 const DEFAULT_SEED: u64 = 1;
 const DEFAULT_MODELS: u64 = 48;
 const DEFAULT_MUTANTS: u64 = 2;
+const DEFAULT_CHANGES: u64 = 1;
 
-/// How many mutants of a model are drawn at most to find those that compile: about one in five does.
+/// How many mutants of one change of a model are drawn at most to find those that compile: about one in five
+/// does (fewer of more changes: as many more are drawn).
 const TRIES: usize = 80;
 
 fn main() {
     println!("cargo:rerun-if-changed=gen/random_views.rs");
     println!("cargo:rerun-if-changed=gen/mutants.rs");
-    for var in ["FUSE_VIEW_SEED", "FUSE_VIEW_MODELS", "FUSE_MUTANTS"] {
+    for var in [
+        "FUSE_VIEW_SEED",
+        "FUSE_VIEW_MODELS",
+        "FUSE_MUTANTS",
+        "FUSE_MUTANT_CHANGES",
+    ] {
         println!("cargo:rerun-if-env-changed={var}");
     }
     let number = |var: &str, default: u64| {
@@ -41,6 +49,7 @@ fn main() {
         models,
         seed,
         number("FUSE_MUTANTS", DEFAULT_MUTANTS),
+        number("FUSE_MUTANT_CHANGES", DEFAULT_CHANGES) as usize,
     );
     text += &format!(
         "\n/// Whether this is the set CI runs, whose coverage is checked.\npub const DEFAULT_SET: bool = {};\n",
@@ -51,14 +60,15 @@ fn main() {
         .expect("OUT_DIR is writable");
 }
 
-/// The `#[fused_model]` module of `per_model` compiling mutants of each of the `models` in `written`, each renamed
-/// `Mutant{n}`, and their table `MUTANTS`. A mutant the compiler panics on is passed over here: reporting those is
-/// `tests/mutated_models.rs`'s job.
+/// The `#[fused_model]` module of `per_model` compiling mutants (of `changes` changes) of each of the `models` in
+/// `written`, each renamed `Mutant{n}`, and their table `MUTANTS`. A mutant the compiler panics on is passed over
+/// here: reporting those is `tests/mutated_models.rs`'s job.
 fn compiling_mutants(
     written: &random_views::Written,
     models: usize,
     seed: u64,
     per_model: u64,
+    changes: usize,
 ) -> String {
     let module = module_of(&written.text);
     let mut items: Vec<syn::Item> = Vec::new();
@@ -69,11 +79,11 @@ fn compiling_mutants(
         let mutable = Mutable::new(&module, &parent);
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed << 32 | i as u64);
         let mut found = 0;
-        for _ in 0..TRIES {
+        for _ in 0..TRIES * changes {
             if found == per_model {
                 break;
             }
-            let Some((what, mutant)) = mutable.mutant(&mut rng) else {
+            let Some((what, mutant)) = mutable.mutant(changes, &mut rng) else {
                 continue;
             };
             let source = mutant.to_token_stream().to_string();

@@ -97,26 +97,26 @@ impl Mutable {
         }
     }
 
-    /// A mutant: what was changed, and the module with it; `None` where the change left the impl as it was (an
-    /// integer drawn equal to itself, a value or method drawn in place of itself) or no longer parsing.
-    pub fn mutant(&self, rng: &mut impl Rng) -> Option<(String, syn::ItemMod)> {
-        let site = rng.gen_range(0..self.sites);
-        let mut what = String::new();
-        let mut same = false;
-        let mutated = mutate(
-            self.body.clone(),
-            &self.names,
-            site,
-            rng,
-            &mut |from, to| {
-                what = format!("`{from}` as `{to}`");
-                same = from.to_string() == to.to_string();
-            },
-        );
-        let item = syn::parse2::<syn::Item>(mutated).ok().filter(|_| !same)?;
+    /// A mutant with `changes` changes, each at a site drawn anew: what was changed, and the module with it;
+    /// `None` where the changes left the impl as it was (an integer drawn equal to itself, a value or method drawn
+    /// in place of itself, a change undone by the next) or no longer parsing. Each change leaves the sites where
+    /// they were (an integer stays an integer, a name a name), so the sites counted once serve every change.
+    pub fn mutant(&self, changes: usize, rng: &mut impl Rng) -> Option<(String, syn::ItemMod)> {
+        let mut body = self.body.clone();
+        let mut whats = Vec::new();
+        for _ in 0..changes {
+            let site = rng.gen_range(0..self.sites);
+            body = mutate(body, &self.names, site, rng, &mut |from, to| {
+                whats.push(format!("`{from}` as `{to}`"))
+            });
+        }
+        if body.to_string() == self.body.to_string() {
+            return None;
+        }
+        let item = syn::parse2::<syn::Item>(body).ok()?;
         let mut module = self.module.clone();
         module.content.as_mut().expect("the module has items").1[self.at] = item;
-        Some((what, module))
+        Some((whats.join(" and "), module))
     }
 }
 

@@ -11,8 +11,9 @@ use mutants::{compile, module_of, Mutable, Outcome};
 use quote::ToTokens;
 use rand::SeedableRng;
 
-/// How many mutants each model gets.
-const MUTANTS: usize = 100;
+/// How many mutants each model gets, and with how many changes: most of one, some of two (a wrong size and a
+/// wrong axis together reach checks that one alone does not).
+const MUTANTS: [(usize, usize); 2] = [(100, 1), (50, 2)];
 
 #[test]
 fn mutated_models_fail_on_a_line_or_compile() {
@@ -22,8 +23,11 @@ fn mutated_models_fail_on_a_line_or_compile() {
     for case in CASES {
         let spec = (case.spec)();
         let mutable = Mutable::new(&module_of(spec.source), spec.name);
-        for _ in 0..MUTANTS {
-            let Some((what, mutant)) = mutable.mutant(&mut rng) else {
+        for changes in MUTANTS
+            .iter()
+            .flat_map(|&(count, changes)| std::iter::repeat(changes).take(count))
+        {
+            let Some((what, mutant)) = mutable.mutant(changes, &mut rng) else {
                 continue;
             };
             let source = mutant.to_token_stream().to_string();
