@@ -107,7 +107,10 @@ impl Mutable {
         for _ in 0..changes {
             let site = rng.gen_range(0..self.sites);
             body = mutate(body, &self.names, site, rng, &mut |from, to| {
-                whats.push(format!("`{from}` as `{to}`"))
+                // A change that drew what was there is none.
+                if from.to_string() != to.to_string() {
+                    whats.push(format!("`{from}` as `{to}`"))
+                }
             });
         }
         if body.to_string() == self.body.to_string() {

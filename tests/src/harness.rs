@@ -125,14 +125,23 @@ pub fn assert_close(what: &str, got: &Tensor, want: &RefTensor, atol: f64, rtol:
 
 /// `‖got − want‖ / ‖want‖`, with each element of `want` taken to be at least `floor` in size: a sum that cancels
 /// to near 0 (one output element of a few products, say) has the rounding error of its terms, not of its own.
+/// An element that is not finite on one side only is an infinite error (a NaN would otherwise compare below every
+/// bound); one that is the same NaN or infinity on both sides is no error.
 pub fn rel_l2_floored(got: &Tensor, want: &Tensor, floor: f64) -> f64 {
     let (g, w) = (got.to_f32_vec(), want.to_f32_vec());
-    let diff: f64 = g
+    let mut diff = 0.0f64;
+    for (a, b) in g.iter().zip(&w) {
+        match (a.is_finite(), b.is_finite()) {
+            (true, true) => diff += (f64::from(*a) - f64::from(*b)).powi(2),
+            (false, false) if a == b || (a.is_nan() && b.is_nan()) => {}
+            _ => return f64::INFINITY,
+        }
+    }
+    let norm: f64 = w
         .iter()
-        .zip(&w)
-        .map(|(a, b)| f64::from(a - b).powi(2))
+        .filter(|b| b.is_finite())
+        .map(|b| f64::from(*b).powi(2))
         .sum();
-    let norm: f64 = w.iter().map(|b| f64::from(*b).powi(2)).sum();
     let floor = floor * floor * w.len() as f64;
     (diff / norm.max(floor).max(1e-30)).sqrt()
 }

@@ -5,7 +5,7 @@ use fuse_runtime::__private::DimSpec;
 use fuse_runtime::{CompiledModel, DType, ModelSpec, PlanMode, Tensor};
 
 use crate::drift::{random_inputs, Tolerance};
-use crate::harness::{try_graph_of, try_reference_in};
+use crate::harness::{rel_l2_floored, try_graph_of, try_reference_in};
 use crate::reference::Arithmetic;
 
 /// One generated model and its tolerance against the f64 reference (`atol + rtol·|want|`).
@@ -213,6 +213,55 @@ pub fn check_mutant(
         }
     }
     Ok(Some(widened))
+}
+
+/// A mutant's weights in a reduced CPU precision (`reduced`) against the same weights in f32 (`f32`), both plans
+/// against the f32 fused plan, from a fresh session at `dims`, outputs and the states a call leaves: the worst
+/// relative L2 error (`rel_l2_floored`, each output at its parent's floor, states at 1); `None` where both
+/// refuse the call. A call one refuses and the other runs is an error.
+pub fn reduced_mutant_error(
+    f32: &CompiledModel,
+    reduced: &CompiledModel,
+    floors: &[f64],
+    dims: &[(&str, usize)],
+    seed: u64,
+) -> Result<Option<f64>, String> {
+    let inputs = random_inputs(f32.spec(), dims, seed).map_err(|e| e.to_string())?;
+    let refs: Vec<&Tensor> = inputs.iter().collect();
+    // No session at these dims: a call every plan refuses.
+    let runs = |model| match run_both_plans(model, dims, &refs) {
+        Ok((_, runs)) => runs,
+        Err(e) => [Err(e.clone()), Err(e)],
+    };
+    let [want, _] = runs(f32);
+    let [fused, eager] = runs(reduced);
+    let want = match (want, fused.is_ok(), eager.is_ok()) {
+        (Err(_), false, false) => return Ok(None),
+        (Ok(want), true, true) => want,
+        (want, ..) => {
+            let said = |run: &Run| run.as_ref().err().cloned().unwrap_or("ran".into());
+            return Err(format!(
+                "in f32: {}; reduced, fused: {}; reduced, eager: {}",
+                said(&want),
+                said(&fused),
+                said(&eager)
+            ));
+        }
+    };
+    let mut worst = 0.0f64;
+    for (mode, got) in [(PlanMode::Fused, fused), (PlanMode::Eager, eager)] {
+        for (o, (g, w)) in got.unwrap_or_default().iter().zip(&want).enumerate() {
+            if g.shape() != w.shape() {
+                return Err(format!(
+                    "{mode:?} output {o}: shape {:?}, in f32 {:?}",
+                    g.shape(),
+                    w.shape()
+                ));
+            }
+            worst = worst.max(rel_l2_floored(g, w, floors.get(o).copied().unwrap_or(1.0)));
+        }
+    }
+    Ok(Some(worst))
 }
 
 /// Outputs and states after the call, or why it was refused.

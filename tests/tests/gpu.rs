@@ -856,11 +856,13 @@ fn random_views_on_gpu() {
 
 /// The mutants of the random-view models that compile (`MUTANTS`: a size, an axis, a start, an operand or a
 /// method changed), in f32 on the GPU, both plans, against the reference as on the CPU (`check_mutant`), at twice
-/// their parents' tolerance: each call matches, or is refused where the reference refuses it too.
+/// their parents' tolerance: each call matches, or is refused where the reference refuses it too. In bf16 and
+/// f16 storage, against the CPU's f32 outputs and states at the parents' relative L2 bounds
+/// (`reduced_mutant_error`): refused in both or in neither.
 #[test]
 fn mutants_on_gpu() {
     use fuse_tests::drift::Tolerance;
-    use fuse_tests::random_views::{check_mutant, dims_of, MUTANTS};
+    use fuse_tests::random_views::{check_mutant, dims_of, reduced_mutant_error, MUTANTS};
     let Some(device) = gpu() else { return };
     let mut failures = Vec::new();
     for (i, mutant) in MUTANTS.iter().enumerate() {
@@ -879,6 +881,26 @@ fn mutants_on_gpu() {
                     "{} ({}) at {dims:?} on the GPU: {e}",
                     mutant.what, spec.name
                 ));
+            }
+        }
+        for precision in [Precision::Bf16, Precision::F16] {
+            let options = GpuOptions {
+                precision,
+                ..GpuOptions::default()
+            };
+            let on_gpu = moved(&cpu, &device, options);
+            let (batch, seq, seed) = CASES[2];
+            let dims = dims_of(spec, batch, seq);
+            let what = format!(
+                "{} ({}) at {dims:?} in {precision:?} on the GPU",
+                mutant.what, spec.name
+            );
+            match reduced_mutant_error(&cpu, &on_gpu, mutant.case.floors, &dims, seed) {
+                Ok(Some(err)) if err > half_bound(precision) => {
+                    failures.push(format!("{what}: relative L2 error {err:.2e}"))
+                }
+                Ok(_) => {}
+                Err(e) => failures.push(format!("{what}: {e}")),
             }
         }
     }

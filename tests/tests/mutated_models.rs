@@ -25,7 +25,7 @@ fn mutated_models_fail_on_a_line_or_compile() {
         let mutable = Mutable::new(&module_of(spec.source), spec.name);
         for changes in MUTANTS
             .iter()
-            .flat_map(|&(count, changes)| std::iter::repeat(changes).take(count))
+            .flat_map(|&(count, changes)| std::iter::repeat_n(changes, count))
         {
             let Some((what, mutant)) = mutable.mutant(changes, &mut rng) else {
                 continue;

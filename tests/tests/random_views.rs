@@ -9,8 +9,8 @@ use fuse_runtime::{CompiledModel, CpuPrecision, PlanMode, Session, Tensor};
 use fuse_tests::drift::{check_with_session, random_inputs, Tolerance};
 use fuse_tests::harness::rel_l2_floored;
 use fuse_tests::random_views::{
-    bad_inputs, check_mutant, dims_of, past_sizes_an_input, Case, CASES, COVERAGE, DEFAULT_SET,
-    MUTANTS,
+    bad_inputs, check_mutant, dims_of, past_sizes_an_input, reduced_mutant_error, Case, CASES,
+    COVERAGE, DEFAULT_SET, MUTANTS,
 };
 
 /// The `(batch, seq)` each model is checked at: one row, a few, odd sizes, and more rows than one block.
@@ -237,6 +237,54 @@ fn reduced_precision_errors(
         }
     }
     failures
+}
+
+/// The mutants the compiler takes (`mutants_match_the_reference`) with their weight products in bf16, f16 and
+/// int8 on the CPU, against their f32 outputs and states, at the parents' bounds: a mutant reads A through views
+/// no parent has, into products no parent makes. A call must be refused in every precision or in none.
+#[test]
+fn mutants_in_reduced_cpu_precisions() {
+    let mut failures = Vec::new();
+    let (mut calls, mut refused, mut worst) = (0, 0, [0.0f64; 3]);
+    for (i, mutant) in MUTANTS.iter().enumerate() {
+        let spec = (mutant.case.spec)();
+        let f32_model = CompiledModel::random(spec, i as u64);
+        let weights = f32_model.weights().expect("f32 weights").to_vec();
+        for (p, &(precision, bound)) in REDUCED.iter().enumerate() {
+            let what = format!("{} ({}) in {precision:?}", mutant.what, spec.name);
+            let model = match CompiledModel::from_weights_in(spec, weights.clone(), precision) {
+                Ok(model) => model,
+                Err(e) => {
+                    failures.push(format!("{what}: {e}"));
+                    continue;
+                }
+            };
+            for (batch, seq) in [(3, 5), (7, 33)] {
+                let dims = dims_of(spec, batch, seq);
+                let seed = 7 * i as u64 + batch as u64;
+                match reduced_mutant_error(&f32_model, &model, mutant.case.floors, &dims, seed) {
+                    Ok(Some(err)) => {
+                        calls += 1;
+                        worst[p] = worst[p].max(err);
+                        if err > bound {
+                            failures.push(format!(
+                                "{what} at {dims:?}: relative L2 error {err:.2e} > {bound:e}"
+                            ));
+                        }
+                    }
+                    Ok(None) => refused += 1,
+                    Err(e) => failures.push(format!("{what} at {dims:?}: {e}")),
+                }
+            }
+        }
+    }
+    eprintln!(
+        "{calls} mutant calls in reduced precisions, {refused} refused in every one; worst relative L2 error: \
+         bf16 {:.2e}, f16 {:.2e}, int8 {:.2e}",
+        worst[0], worst[1], worst[2]
+    );
+    assert!(calls > 0, "no mutant ran");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 /// The default set holds every kind of view, source and reader the generator can draw: a change to the generator
