@@ -53,6 +53,10 @@ FUSE_DEVICE bool fuse_aligned16(const void* p) { return (reinterpret_cast<unsign
 // tails makes GELU and softmax disagree with the CPU reference by far more than rounding.
 
 FUSE_DEVICE float fuse_relu(float x) { return x < 0.0f ? 0.0f : x; }  // NaN stays NaN, as in PyTorch
+// The larger and smaller of two, NaN where either is (PyTorch's `maximum`, `minimum` and `amax`): `fmaxf` and
+// `fminf` return the other operand, which would hide a NaN a model computed.
+FUSE_DEVICE float fuse_max(float a, float b) { return (a > b || a != a) ? a : b; }
+FUSE_DEVICE float fuse_min(float a, float b) { return (a < b || a != a) ? a : b; }
 FUSE_DEVICE float fuse_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 FUSE_DEVICE float fuse_silu(float x) { return x / (1.0f + expf(-x)); }
 FUSE_DEVICE float fuse_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
@@ -132,7 +136,7 @@ FUSE_DEVICE float fuse_warp_sum(float v) {
 
 FUSE_DEVICE float fuse_warp_max(float v) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    for (int o = 16; o > 0; o >>= 1) v = fuse_max(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 

@@ -57,6 +57,10 @@ FUSE_DEVICE bool fuse_aligned16(const void* p) { return (reinterpret_cast<unsign
 // tails makes GELU and softmax disagree with the CPU reference by far more than rounding.
 
 FUSE_DEVICE float fuse_relu(float x) { return x < 0.0f ? 0.0f : x; }  // NaN stays NaN, as in PyTorch
+// The larger and smaller of two, NaN where either is (PyTorch's `maximum`, `minimum` and `amax`): `fmaxf` and
+// `fminf` return the other operand, which would hide a NaN a model computed.
+FUSE_DEVICE float fuse_max(float a, float b) { return (a > b || a != a) ? a : b; }
+FUSE_DEVICE float fuse_min(float a, float b) { return (a < b || a != a) ? a : b; }
 FUSE_DEVICE float fuse_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 FUSE_DEVICE float fuse_silu(float x) { return x / (1.0f + expf(-x)); }
 FUSE_DEVICE float fuse_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
@@ -136,7 +140,7 @@ FUSE_DEVICE float fuse_warp_sum(float v) {
 
 FUSE_DEVICE float fuse_warp_max(float v) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    for (int o = 16; o > 0; o >>= 1) v = fuse_max(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 
@@ -615,7 +619,7 @@ extern "C" __global__ void __launch_bounds__(128) fuse_smollm_063f5e3a7ec23eb2_k
         const float v6 = (score * 0.125f);
         const float v7 = (v6 + cr6);
         const float s = v7;
-        const float top = fmaxf(running_max, s);
+        const float top = fuse_max(running_max, s);
         // Nothing but -inf so far: no rescaling, and a -inf score weighs nothing.
         const float rescale = top == FUSE_NEG_INF ? 1.0f : expf(running_max - top);
         const float p = top == FUSE_NEG_INF ? 0.0f : expf(s - top);
@@ -630,7 +634,7 @@ extern "C" __global__ void __launch_bounds__(128) fuse_smollm_063f5e3a7ec23eb2_k
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
         const long long c = lane + 32 * t;
-        if (c < 64) out[o0 * (576LL * dyn1) + o1 * 192LL + o2 * 64LL + o3 * 576LL + c] = fuse_from_f32(acc[t] / running_sum);
+        if (c < 64) out[o0 * (576LL * dyn1) + o1 * 192LL + o2 * 64LL + o3 * 576LL + c] = fuse_from_f32(running_sum == 0.0f ? 0.0f : acc[t] / running_sum);
     }
 }
 

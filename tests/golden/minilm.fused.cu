@@ -57,6 +57,10 @@ FUSE_DEVICE bool fuse_aligned16(const void* p) { return (reinterpret_cast<unsign
 // tails makes GELU and softmax disagree with the CPU reference by far more than rounding.
 
 FUSE_DEVICE float fuse_relu(float x) { return x < 0.0f ? 0.0f : x; }  // NaN stays NaN, as in PyTorch
+// The larger and smaller of two, NaN where either is (PyTorch's `maximum`, `minimum` and `amax`): `fmaxf` and
+// `fminf` return the other operand, which would hide a NaN a model computed.
+FUSE_DEVICE float fuse_max(float a, float b) { return (a > b || a != a) ? a : b; }
+FUSE_DEVICE float fuse_min(float a, float b) { return (a < b || a != a) ? a : b; }
 FUSE_DEVICE float fuse_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 FUSE_DEVICE float fuse_silu(float x) { return x / (1.0f + expf(-x)); }
 FUSE_DEVICE float fuse_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
@@ -136,7 +140,7 @@ FUSE_DEVICE float fuse_warp_sum(float v) {
 
 FUSE_DEVICE float fuse_warp_max(float v) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    for (int o = 16; o > 0; o >>= 1) v = fuse_max(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 
@@ -435,7 +439,7 @@ extern "C" __global__ void __launch_bounds__(128) fuse_minilm_afd693aeedd73abf_k
         const float v1 = (score * 0.17677669f);
         const float v2 = (v1 + cr2);
         const float s = v2;
-        const float top = fmaxf(running_max, s);
+        const float top = fuse_max(running_max, s);
         // Nothing but -inf so far: no rescaling, and a -inf score weighs nothing.
         const float rescale = top == FUSE_NEG_INF ? 1.0f : expf(running_max - top);
         const float p = top == FUSE_NEG_INF ? 0.0f : expf(s - top);
@@ -450,7 +454,7 @@ extern "C" __global__ void __launch_bounds__(128) fuse_minilm_afd693aeedd73abf_k
 #pragma unroll
     for (int t = 0; t < 1; ++t) {
         const long long c = lane + 32 * t;
-        if (c < 32) out[o0 * (384LL * dyn1) + o1 * 32LL + o2 * 384LL + c] = fuse_from_f32(acc[t] / running_sum);
+        if (c < 32) out[o0 * (384LL * dyn1) + o1 * 32LL + o2 * 384LL + c] = fuse_from_f32(running_sum == 0.0f ? 0.0f : acc[t] / running_sum);
     }
 }
 
@@ -1149,7 +1153,7 @@ extern "C" __global__ void __launch_bounds__(128) fuse_minilm_afd693aeedd73abf_k
         }
         red = fuse_warp_sum(red);
         if (tid == 0) {
-            const float v1 = fmaxf(red, 1e-9f);
+            const float v1 = fuse_max(red, 1e-9f);
             out[row] = fuse_from_f32(v1);
         }
     } else {
@@ -1161,7 +1165,7 @@ extern "C" __global__ void __launch_bounds__(128) fuse_minilm_afd693aeedd73abf_k
         }
         red = fuse_warp_sum(red);
         if (tid == 0) {
-            const float v1 = fmaxf(red, 1e-9f);
+            const float v1 = fuse_max(red, 1e-9f);
             out[row] = fuse_from_f32(v1);
         }
     }
@@ -1200,7 +1204,7 @@ extern "C" __global__ void __launch_bounds__(128) fuse_minilm_afd693aeedd73abf_k
     }
     float pv4;
     {
-        const float v4 = fmaxf(pv3, 1e-12f);
+        const float v4 = fuse_max(pv3, 1e-12f);
         pv4 = v4;
     }
     for (long long j = tid; j < len; j += 32) {

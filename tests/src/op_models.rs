@@ -1,7 +1,7 @@
 //! The per-op models: one small model per op family, shared by the CPU parity tests (`tests/ops.rs`, against
 //! the f64 reference) and the GPU parity tests (`tests/gpu.rs`, GPU against CPU).
 
-use fuse_runtime::fused_model;
+use fuse_runtime::{fused_model, Tensor};
 
 #[fused_model]
 pub mod ops {
@@ -253,6 +253,47 @@ pub mod ops {
             // once read every query row from V's, the batch's first row).
             let own = (qh.matmul(&qh.t()) * 0.3).softmax(-1).matmul(&qh);
             (masked, plain, shared, kept, probs, own)
+        }
+    }
+
+    /// NaN and ±∞ in the inputs, passed on as PyTorch passes them: `relu`, `max`/`min` and the max reduction
+    /// keep a NaN (`f32::max` and `fmaxf` return the other operand, which hid it), alone, in a row region beside
+    /// the reduction, and in a product's epilogue; a softmax over a NaN or +∞ is NaN, and over -∞ alone zeros,
+    /// alone and in attention (a mask of -∞ over a whole row, and a NaN in it).
+    pub struct NonFinite {
+        #[shape(D, D)]
+        w: Tensor,
+        #[shape(D)]
+        b: Tensor,
+    }
+    impl NonFinite {
+        pub fn forward(
+            &self,
+            #[shape(batch, D)] x: Tensor,
+            #[shape(batch, D)] y: Tensor,
+            #[shape(batch, seq, 8)] q: Tensor,
+            #[shape(batch, seq, seq)] mask: Tensor,
+        ) -> (
+            Tensor,
+            Tensor,
+            Tensor,
+            Tensor,
+            Tensor,
+            Tensor,
+            Tensor,
+            Tensor,
+        ) {
+            let attention = (q.matmul(&q.t()) * 0.35 + mask).softmax(-1).matmul(&q);
+            (
+                attention,
+                x.relu(),
+                x.max(&y),
+                x.min(&y),
+                x.max(-1, false),
+                x - x.max(-1, true),
+                (x.matmul(&self.w) + &self.b).relu(),
+                x.softmax(-1),
+            )
         }
     }
 
@@ -664,4 +705,37 @@ pub mod ops {
             (embedding(&self.table, &ids) * 2.0, ids.to_f32() + 0.5)
         }
     }
+}
+
+/// The inputs of `NonFinite`: `x` and `y` of `[batch, ops::D]`, random but for NaN, +∞ and -∞ at places that
+/// differ per row and between the two (so `max(x, y)` meets a NaN on either side), one row of neither, and in x
+/// one row of -∞ alone; `q` of `[batch, seq, 8]`, and a mask of zeros but for a row of -∞ (every key masked)
+/// and a NaN.
+pub fn non_finite_inputs(batch: usize, seq: usize, seed: u64) -> Vec<Tensor> {
+    let mut inputs: Vec<Tensor> = [0, 1]
+        .map(|which| {
+            let mut v = Tensor::randn(&[batch, ops::D], seed + which).to_f32_vec();
+            if which == 0 && batch > 1 {
+                v[(batch - 1) * ops::D..].fill(f32::NEG_INFINITY);
+            }
+            for row in 1..batch - 1 {
+                let at = |k: usize| row * ops::D + (row * 5 + k * 7 + which as usize * 3) % ops::D;
+                v[at(0)] = f32::NAN;
+                if row % 2 == 0 {
+                    v[at(1)] = f32::INFINITY;
+                }
+                if row % 3 == 0 {
+                    v[at(2)] = f32::NEG_INFINITY;
+                }
+            }
+            Tensor::from_f32(&[batch, ops::D], v).expect("a [batch, D] tensor")
+        })
+        .into();
+    inputs.push(Tensor::randn(&[batch, seq, 8], seed + 2));
+    let mut mask = vec![0.0f32; batch * seq * seq];
+    // The last query of the first sequence sees no key; the first query of the last sequence reads a NaN.
+    mask[(seq - 1) * seq..seq * seq].fill(f32::NEG_INFINITY);
+    mask[(batch - 1) * seq * seq] = f32::NAN;
+    inputs.push(Tensor::from_f32(&[batch, seq, seq], mask).expect("a [batch, seq, seq] tensor"));
+    inputs
 }

@@ -5,7 +5,7 @@
 
 mod erf;
 mod index;
-mod ops;
+pub(crate) mod ops;
 #[cfg(test)]
 mod tests;
 

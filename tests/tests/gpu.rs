@@ -32,6 +32,7 @@ use fuse_runtime::{
     Tensor,
 };
 use fuse_tests::harness::{assert_close, graph_of, rel_l2_floored, to_ref};
+use fuse_tests::op_models::non_finite_inputs;
 use fuse_tests::op_models::ops::*;
 
 const BF16_REL_L2: f64 = 2e-2;
@@ -597,6 +598,20 @@ fn elementwise_ops_on_gpu() {
     );
 }
 
+/// NaN and ±∞ in the inputs on every GPU path, as on the CPU: `relu`, `max`/`min` and the max reduction keep a
+/// NaN (`fmaxf` returned the other operand), alone, beside the reduction in a row region, and in a product's
+/// epilogue (the generated GEMM's and cuBLAS's).
+#[test]
+fn nan_and_infinities_on_gpu() {
+    ops_on_gpu(
+        NonFinite::random(12).into_compiled(),
+        "non-finite",
+        2e-5,
+        2e-5,
+        |b, q, s| non_finite_inputs(b + 3, q, s),
+    );
+}
+
 /// A shape's second call captures its CUDA graph, which later calls replay: `gpu_timing` (two calls, then
 /// replays only) finds a graph to time, and the replays leave the outputs as a direct run makes them.
 #[test]
@@ -856,9 +871,11 @@ fn random_views_on_gpu() {
 
 /// The mutants of the random-view models that compile (`MUTANTS`: a size, an axis, a start, an operand or a
 /// method changed), in f32 on the GPU, both plans, against the reference as on the CPU (`check_mutant`), at twice
-/// their parents' tolerance: each call matches, or is refused where the reference refuses it too. In bf16 and
-/// f16 storage, against the CPU's f32 outputs and states at the parents' relative L2 bounds
-/// (`reduced_mutant_error`): refused in both or in neither.
+/// their parents' tolerance: each call matches, or is refused where the reference refuses it too. In bf16
+/// storage, against the CPU's f32 outputs and states at the parents' relative L2 bound (`reduced_mutant_error`):
+/// refused in both or in neither. Not in f16: its range (±65504) holds none of the -1e9 the models mask with, and
+/// a mutant that masks a whole row (an `arange` start changed) then has a row of -∞ where f32 has finite scores,
+/// whose softmax is zeros in f16 and uniform in f32.
 #[test]
 fn mutants_on_gpu() {
     use fuse_tests::drift::Tolerance;
@@ -883,25 +900,23 @@ fn mutants_on_gpu() {
                 ));
             }
         }
-        for precision in [Precision::Bf16, Precision::F16] {
-            let options = GpuOptions {
-                precision,
-                ..GpuOptions::default()
-            };
-            let on_gpu = moved(&cpu, &device, options);
-            let (batch, seq, seed) = CASES[2];
-            let dims = dims_of(spec, batch, seq);
-            let what = format!(
-                "{} ({}) at {dims:?} in {precision:?} on the GPU",
-                mutant.what, spec.name
-            );
-            match reduced_mutant_error(&cpu, &on_gpu, mutant.case.floors, &dims, seed) {
-                Ok(Some(err)) if err > half_bound(precision) => {
-                    failures.push(format!("{what}: relative L2 error {err:.2e}"))
-                }
-                Ok(_) => {}
-                Err(e) => failures.push(format!("{what}: {e}")),
+        let options = GpuOptions {
+            precision: Precision::Bf16,
+            ..GpuOptions::default()
+        };
+        let on_gpu = moved(&cpu, &device, options);
+        let (batch, seq, seed) = CASES[2];
+        let dims = dims_of(spec, batch, seq);
+        let what = format!(
+            "{} ({}) at {dims:?} in bf16 on the GPU",
+            mutant.what, spec.name
+        );
+        match reduced_mutant_error(&cpu, &on_gpu, mutant.case.floors, &dims, seed) {
+            Ok(Some(err)) if err > BF16_REL_L2 => {
+                failures.push(format!("{what}: relative L2 error {err:.2e}"))
             }
+            Ok(_) => {}
+            Err(e) => failures.push(format!("{what}: {e}")),
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));

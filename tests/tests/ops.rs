@@ -6,7 +6,7 @@ use fuse_runtime::Tensor;
 use fuse_tests::check::check_model;
 use rand::{Rng, SeedableRng};
 
-use fuse_tests::op_models::ops;
+use fuse_tests::op_models::{non_finite_inputs, ops};
 
 use ops::*;
 
@@ -34,6 +34,18 @@ fn sin_and_cos() {
     for (batch, _, seed) in cases(4) {
         let x = Tensor::randn(&[batch, D], seed);
         check_model("trig", m.compiled(), &[&x], 1e-6, 1e-6);
+    }
+}
+
+#[test]
+fn nan_and_infinities_pass_on() {
+    let m = NonFinite::random(12);
+    let fused = m.compiled().report(fuse_runtime::PlanMode::Fused).dump();
+    assert_eq!(fused.matches("_attention -> ").count(), 1, "{fused}");
+    for (batch, seq, seed) in cases(12) {
+        let inputs = non_finite_inputs(batch + 3, seq, seed);
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        check_model("non-finite", m.compiled(), &refs, 1e-5, 1e-5);
     }
 }
 

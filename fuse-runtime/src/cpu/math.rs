@@ -69,6 +69,38 @@ fn clamp_nan(x: f32, lo: f32, hi: f32) -> f32 {
     }
 }
 
+/// `max(x, 0)` with NaN passed through, as PyTorch's `relu` (`f32::max` would turn NaN into 0); -0 stays -0.
+/// One `vmaxps` with 0 as its first operand, which returns the second where either is NaN.
+#[inline(always)]
+pub fn relu(x: f32) -> f32 {
+    if 0.0 > x {
+        0.0
+    } else {
+        x
+    }
+}
+
+/// The larger of `x` and `y`, NaN where either is (IEEE 754's `maximum`, PyTorch's `maximum` and `amax`):
+/// `f32::max` returns the other operand instead, which would hide a NaN a model computed.
+#[inline(always)]
+pub fn maximum(x: f32, y: f32) -> f32 {
+    if x > y || x.is_nan() {
+        x
+    } else {
+        y
+    }
+}
+
+/// The smaller of `x` and `y`, NaN where either is (PyTorch's `minimum`).
+#[inline(always)]
+pub fn minimum(x: f32, y: f32) -> f32 {
+    if x < y || x.is_nan() {
+        x
+    } else {
+        y
+    }
+}
+
 /// 2ⁿ for n in [-126, 127], built directly from the exponent bits.
 #[inline(always)]
 fn pow2i(n: i32) -> f32 {

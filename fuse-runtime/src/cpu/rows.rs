@@ -78,9 +78,21 @@ pub fn sum(row: &[f32]) -> f32 {
     lane_sum::<LANES>(row, |x| x)
 }
 
-/// Largest element; -∞ for an empty row. NaN elements are skipped (as `f32::max` does).
+/// Largest element, NaN where the row holds one (PyTorch's `amax`); -∞ for an empty row.
 #[inline(always)]
 pub fn max(row: &[f32]) -> f32 {
+    lane_max(row, super::math::maximum)
+}
+
+/// Largest element with NaN elements skipped: the softmax's shift, whose exp turns a NaN into NaNs anyway.
+#[inline(always)]
+fn max_of_numbers(row: &[f32]) -> f32 {
+    lane_max(row, larger)
+}
+
+/// `row` folded by `larger` on [`LANES`] lanes from -∞, then across them.
+#[inline(always)]
+fn lane_max(row: &[f32], larger: impl Fn(f32, f32) -> f32) -> f32 {
     let mut acc = [f32::NEG_INFINITY; LANES];
     let chunks = row.chunks_exact(LANES);
     let tail = chunks.remainder();
@@ -113,7 +125,7 @@ fn larger(a: f32, x: f32) -> f32 {
 /// padded attention row contributes nothing instead of poisoning the output. NaN anywhere gives NaN everywhere.
 #[inline(always)]
 pub fn softmax_in_place(row: &mut [f32]) {
-    let m = max(row);
+    let m = max_of_numbers(row);
     let shift = if m == f32::NEG_INFINITY { 0.0 } else { m };
     let total = exp_shifted(row, shift);
     let inv = if total > 0.0 { 1.0 / total } else { 0.0 };
@@ -282,7 +294,9 @@ mod tests {
         }
         assert_eq!(sum(&[]), 0.0);
         assert_eq!(max(&[]), f32::NEG_INFINITY);
-        assert_eq!(max(&[f32::NAN, 1.0, -2.0]), 1.0);
+        assert!(max(&[f32::NAN, 1.0, -2.0]).is_nan());
+        assert!(max(&[1.0, -2.0, f32::NAN]).is_nan());
+        assert_eq!(max_of_numbers(&[f32::NAN, 1.0, -2.0]), 1.0);
     }
 
     #[test]

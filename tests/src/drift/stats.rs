@@ -32,7 +32,8 @@ pub struct ErrorStats {
     /// and `ratio`.
     pub ulp_median: u64,
     pub ulp_max: u64,
-    /// Largest `|got − want| / (atol + rtol·|want|)`: at most 1 means within tolerance (NaN counts as infinite).
+    /// Largest `|got − want| / (atol + rtol·|want|)`: at most 1 means within tolerance (a NaN or infinity
+    /// counts as infinite, unless `want` has the same there: NaN and ±∞ pass on as in PyTorch).
     pub ratio: f64,
     /// The element with the largest ratio: its index in each axis, and both values.
     pub worst_at: Vec<usize>,
@@ -68,17 +69,21 @@ pub fn compare(
     let mut count = 0;
     for (i, (g, &w)) in got.into_iter().zip(want).enumerate() {
         count += 1;
-        let err = (g - w).abs();
-        let ratio = if err.is_nan() {
-            f64::INFINITY
-        } else {
-            err / (tol.atol + tol.rtol * w.abs())
+        // The same NaN or infinity on both sides (`inf - inf` would be NaN) is no error.
+        let same = g == w || (g.is_nan() && w.is_nan());
+        let err = if same { 0.0 } else { (g - w).abs() };
+        // Against an infinite `want`, the bound is NaN or ∞ and the quotient NaN: infinitely far unless the same.
+        let ratio = match err / (tol.atol + tol.rtol * w.abs()) {
+            _ if same => 0.0,
+            r if r.is_nan() => f64::INFINITY,
+            r => r,
         };
         stats.max_abs = stats
             .max_abs
             .max(if err.is_nan() { f64::INFINITY } else { err });
         stats.max_rel = stats.max_rel.max(err / w.abs().max(tol.atol));
-        if w.abs() >= tol.atol || g.is_nan() || w.is_nan() {
+        // The same NaN or infinity on both sides is no distance either (`ulp_distance` has NaN infinitely far).
+        if (!same || w.is_finite()) && (w.abs() >= tol.atol || g.is_nan() || w.is_nan()) {
             ulps.push(ulp_distance(g as f32, w as f32));
         }
         if i == 0 || ratio > stats.ratio {
@@ -162,6 +167,12 @@ mod tests {
         assert_eq!(s.ulp_max, ulp_distance(5.5, 5.0));
         assert!(compare(want, &want, &[6], tol).within());
         assert!(!compare([f64::NAN], &[1.0], &[1], tol).within());
+        // The same NaN or infinity on both sides is no error; a NaN or infinity on one side only is.
+        let special = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1.0];
+        let same = compare(special, &special, &[4], tol);
+        assert!(same.within() && same.ulp_max == 0);
+        assert!(!compare([f64::INFINITY], &[f64::NEG_INFINITY], &[1], tol).within());
+        assert!(!compare([1.0], &[f64::NAN], &[1], tol).within());
     }
 
     #[test]

@@ -25,7 +25,14 @@ pub fn unary(op: UnaryOp, a: &RefTensor) -> RefTensor {
         UnaryOp::Rsqrt => 1.0 / x.sqrt(),
         UnaryOp::Tanh => x.tanh(),
         UnaryOp::Sigmoid => sigmoid(x),
-        UnaryOp::Relu => x.max(0.0),
+        // NaN stays NaN, as in PyTorch (`f64::max` would give 0).
+        UnaryOp::Relu => {
+            if x < 0.0 {
+                0.0
+            } else {
+                x
+            }
+        }
         UnaryOp::Gelu => x / 2.0 * (1.0 + erf(x * FRAC_1_SQRT_2)),
         UnaryOp::GeluTanh => {
             // √(2/π) = (2/√π) · (1/√2)
@@ -48,8 +55,8 @@ pub fn binary(op: BinaryOp, a: &RefTensor, b: &RefTensor) -> Option<RefTensor> {
             BinaryOp::Sub => x - y,
             BinaryOp::Mul => x * y,
             BinaryOp::Div => x / y,
-            BinaryOp::Max => x.max(y),
-            BinaryOp::Min => x.min(y),
+            BinaryOp::Max => maximum(x, y),
+            BinaryOp::Min => -maximum(-x, -y),
             BinaryOp::Pow => x.powf(y),
             BinaryOp::Lt => bool(x < y),
             BinaryOp::Le => bool(x <= y),
@@ -92,7 +99,7 @@ pub fn reduce(op: ReduceOp, a: &RefTensor, axis: usize, keepdim: bool) -> Option
         data.push(match op {
             ReduceOp::Sum => lane.sum(),
             ReduceOp::Mean => lane.sum::<f64>() / len as f64,
-            ReduceOp::Max => lane.fold(f64::NEG_INFINITY, f64::max),
+            ReduceOp::Max => lane.fold(f64::NEG_INFINITY, maximum),
         });
     });
     let mut shape = a.shape.clone();
@@ -114,9 +121,12 @@ pub fn softmax(a: &RefTensor, axis: usize) -> Option<RefTensor> {
         let max = (0..len)
             .map(|k| a.data[at(k)])
             .fold(f64::NEG_INFINITY, f64::max);
+        // A lane of -∞ alone (every position masked) is all zeros, as fuse documents (PyTorch gives NaN).
+        let max = if max == f64::NEG_INFINITY { 0.0 } else { max };
         let sum: f64 = (0..len).map(|k| (a.data[at(k)] - max).exp()).sum();
         for k in 0..len {
-            data[at(k)] = (a.data[at(k)] - max).exp() / sum;
+            let e = (a.data[at(k)] - max).exp();
+            data[at(k)] = if sum == 0.0 { 0.0 } else { e / sum };
         }
     });
     Some(RefTensor::new(a.shape.clone(), data))
@@ -298,4 +308,13 @@ pub fn write(state: &RefTensor, axis: usize, start: usize, value: &RefTensor) ->
         }
     }
     Some(out)
+}
+
+/// The larger of `x` and `y`, NaN where either is (PyTorch's `maximum` and `amax`; `f64::max` skips a NaN).
+fn maximum(x: f64, y: f64) -> f64 {
+    if x.is_nan() || y.is_nan() {
+        f64::NAN
+    } else {
+        x.max(y)
+    }
 }

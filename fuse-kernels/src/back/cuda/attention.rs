@@ -204,7 +204,9 @@ pub fn write(w: &mut String, cx: &Ctx, symbol: &str, att: &Attention) -> fmt::Re
     };
     let s = expr::emit_nodes(w, "        ", cx, &chain, *input, &section)?;
     writeln!(w, "        const float s = {s};")?;
-    writeln!(w, "        const float top = fmaxf(running_max, s);")?;
+    // `fuse_max`, not `fmaxf`: a NaN score makes the row NaN, as it does on the CPU; `fmaxf` skipped it, and as
+    // the first score it then weighed nothing.
+    writeln!(w, "        const float top = fuse_max(running_max, s);")?;
     writeln!(
         w,
         "        // Nothing but -inf so far: no rescaling, and a -inf score weighs nothing."
@@ -241,9 +243,10 @@ pub fn write(w: &mut String, cx: &Ctx, symbol: &str, att: &Attention) -> fmt::Re
     writeln!(w, "#pragma unroll")?;
     writeln!(w, "    for (int t = 0; t < {vi}; ++t) {{")?;
     writeln!(w, "        const long long c = lane + 32 * t;")?;
+    // A row whose every key is masked (-inf) weighed nothing: zeros, as the softmax gives, not 0 / 0.
     writeln!(
         w,
-        "        if (c < {dv}) out[{}] = fuse_from_f32(acc[t] / running_sum);",
+        "        if (c < {dv}) out[{}] = fuse_from_f32(running_sum == 0.0f ? 0.0f : acc[t] / running_sum);",
         placed_at
     )?;
     writeln!(w, "    }}")?;

@@ -141,13 +141,21 @@ impl Body<'_> {
                     w,
                     "float mx = FUSE_NEG_INF;",
                     "mx = fmaxf(mx, xv);",
-                    format!("mx = {};", self.max("mx")),
+                    // A row of -∞ alone (every position masked) is shifted by 0 and becomes zeros, as on the
+                    // CPU and in the attention kernels, rather than exp(-∞ + ∞) = NaN.
+                    format!(
+                        "mx = {}; if (mx == FUSE_NEG_INF) mx = 0.0f;",
+                        self.max("mx")
+                    ),
                 )?;
                 pass(
                     w,
                     "float sm = 0.0f;",
                     "sm += expf(xv - mx);",
-                    format!("const float inv = 1.0f / {};", self.sum("sm")),
+                    format!(
+                        "const float total = {}; const float inv = total == 0.0f ? 0.0f : 1.0f / total;",
+                        self.sum("sm")
+                    ),
                 )?;
                 write_rows(w, "expf(xv - mx) * inv")
             }
@@ -203,7 +211,7 @@ impl Body<'_> {
                     ),
                     ReduceOp::Max => (
                         "float red = FUSE_NEG_INF;",
-                        "red = fmaxf(red, xv);",
+                        "red = fuse_max(red, xv);",
                         format!("red = {};", self.max("red")),
                     ),
                 };

@@ -93,7 +93,7 @@ pub fn write(w: &mut String, cx: &Ctx, symbol: &str) -> fmt::Result {
                         "acc + v",
                         format!("{} / (float)len", sum.replace("{}", "acc")),
                     ),
-                    ReduceOp::Max => ("FUSE_NEG_INF", "fmaxf(acc, v)", max.replace("{}", "acc")),
+                    ReduceOp::Max => ("FUSE_NEG_INF", "fuse_max(acc, v)", max.replace("{}", "acc")),
                 };
                 writeln!(w, "    float {} = 0.0f;", name(id))?;
                 writeln!(w, "    {{")?;

@@ -489,3 +489,41 @@ fn embedding() {
         );
     }
 }
+
+/// NaN passes on as in PyTorch through `relu`, `max`, `min` and the max reduction (`f64::max` skips it), and a
+/// softmax over a lane of -∞ alone is zeros, as fuse documents.
+#[test]
+fn nan_passes_on_and_a_masked_lane_is_zeros() {
+    use crate::reference::ops;
+    let x = RefTensor::new(vec![2, 2], vec![f64::NAN, 1.0, -2.0, 3.0]);
+    let y = RefTensor::new(vec![2, 2], vec![0.0, f64::NAN, 5.0, -1.0]);
+    let same = |got: &RefTensor, want: &[f64]| {
+        assert!(
+            got.data
+                .iter()
+                .zip(want)
+                .all(|(g, w)| g == w || (g.is_nan() && w.is_nan())),
+            "{:?} against {want:?}",
+            got.data
+        )
+    };
+    let nan = f64::NAN;
+    same(&ops::unary(UnaryOp::Relu, &x), &[nan, 1.0, 0.0, 3.0]);
+    same(
+        &ops::binary(BinaryOp::Max, &x, &y).unwrap(),
+        &[nan, nan, 5.0, 3.0],
+    );
+    same(
+        &ops::binary(BinaryOp::Min, &x, &y).unwrap(),
+        &[nan, nan, -2.0, -1.0],
+    );
+    same(
+        &ops::reduce(ReduceOp::Max, &x, 1, false).unwrap(),
+        &[nan, 3.0],
+    );
+    let masked = RefTensor::new(
+        vec![2, 2],
+        vec![f64::NEG_INFINITY, f64::NEG_INFINITY, 0.0, 0.0],
+    );
+    same(&ops::softmax(&masked, 1).unwrap(), &[0.0, 0.0, 0.5, 0.5]);
+}
