@@ -722,3 +722,35 @@ fn an_output_reshaped_across_a_permute_is_copied() {
         check_model("reshaped output", m.compiled(), &[&x], 1e-6, 1e-6);
     }
 }
+
+/// The same NaN and ±∞ in the reduced CPU precisions (weight products in bf16, f16 and int8): every output is NaN
+/// or infinite exactly where the f32 plan's is, so a quantised row that held a NaN does not come back finite.
+#[test]
+fn nan_and_infinities_pass_on_in_reduced_cpu_precisions() {
+    use fuse_runtime::{CompiledModel, CpuPrecision, PlanMode};
+    let f32_model = NonFinite::random(12).into_compiled();
+    let weights = f32_model.weights().expect("f32 weights").to_vec();
+    for precision in [CpuPrecision::Bf16, CpuPrecision::F16, CpuPrecision::Int8] {
+        let model = CompiledModel::from_weights_in(f32_model.spec(), weights.clone(), precision)
+            .expect("a model in a reduced precision");
+        for (batch, seq, seed) in cases(12) {
+            let inputs = non_finite_inputs(batch + 3, seq, seed);
+            let refs: Vec<&Tensor> = inputs.iter().collect();
+            let want = f32_model.run(PlanMode::Fused, &refs).expect("f32 run");
+            for mode in [PlanMode::Fused, PlanMode::Eager] {
+                let got = model.run(mode, &refs).expect("a reduced-precision run");
+                for (o, (g, w)) in got.iter().zip(&want).enumerate() {
+                    let kind = |v: f32| (v.is_nan(), v.is_infinite().then_some(v.signum()));
+                    let (g, w) = (g.to_f32_vec(), w.to_f32_vec());
+                    let differ = g.iter().zip(&w).position(|(a, b)| kind(*a) != kind(*b));
+                    assert!(
+                        differ.is_none(),
+                        "{precision:?} {mode:?} output {o} at {batch}x{seq}: element {differ:?} is {:?}, in f32 {:?}",
+                        differ.map(|i| g[i]),
+                        differ.map(|i| w[i])
+                    );
+                }
+            }
+        }
+    }
+}

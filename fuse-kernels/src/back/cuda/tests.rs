@@ -250,7 +250,10 @@ fn attention_streams_keys_with_an_online_softmax_one_warp_per_row() {
     assert!(fused.contains("if (c < 40) part += qr[t] *"));
     assert!(fused.contains("const float score = fuse_warp_sum(part);"));
     assert!(fused.contains("running_sum = running_sum * rescale + p;"));
-    assert!(fused.contains("out[row * 72 + c] = fuse_from_f32(acc[t] / running_sum);"));
+    assert!(fused.contains("const float top = fuse_max(running_max, s);"));
+    assert!(fused.contains(
+        "out[row * 72 + c] = fuse_from_f32(running_sum == 0.0f ? 0.0f : acc[t] / running_sum);"
+    ));
     // Only the fused plan has it; the eager plan keeps the scores in memory.
     assert!(!eager.contains("_attention("));
     let launch = launches(&p, "M").into_iter().find(|l| l.symbol == k);
