@@ -600,7 +600,8 @@ fn elementwise_ops_on_gpu() {
 
 /// NaN and ±∞ in the inputs on every GPU path, as on the CPU: `relu`, `max`/`min` and the max reduction keep a
 /// NaN (`fmaxf` returned the other operand), alone, beside the reduction in a row region, and in a product's
-/// epilogue (the generated GEMM's and cuBLAS's).
+/// epilogue (after the generated GEMM and after cuBLAS); a softmax or attention over a row of -∞ alone is zeros
+/// (attention's was 0 / 0), and a NaN score makes its row NaN (attention dropped a NaN first score).
 #[test]
 fn nan_and_infinities_on_gpu() {
     ops_on_gpu(

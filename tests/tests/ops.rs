@@ -37,6 +37,7 @@ fn sin_and_cos() {
     }
 }
 
+/// NaN and ±∞ against the reference, fused (with its attention kernel) and eager: see `NonFinite`.
 #[test]
 fn nan_and_infinities_pass_on() {
     let m = NonFinite::random(12);
