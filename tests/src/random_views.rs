@@ -234,12 +234,10 @@ pub fn reduced_mutant_error(
         Ok((_, runs)) => runs,
         Err(e) => [Err(e.clone()), Err(e)],
     };
-    let [want, _] = runs(f32);
-    let [fused, eager] = runs(reduced);
-    let want = match (want, fused.is_ok(), eager.is_ok()) {
-        (Err(_), false, false) => return Ok(None),
-        (Ok(want), true, true) => want,
-        (want, ..) => {
+    let (want, fused, eager) = match (runs(f32), runs(reduced)) {
+        ([Err(_), _], [Err(_), Err(_)]) => return Ok(None),
+        ([Ok(want), _], [Ok(fused), Ok(eager)]) => (want, fused, eager),
+        ([want, _], [fused, eager]) => {
             let said = |run: &Run| run.as_ref().err().cloned().unwrap_or("ran".into());
             return Err(format!(
                 "in f32: {}; reduced, fused: {}; reduced, eager: {}",
@@ -251,7 +249,7 @@ pub fn reduced_mutant_error(
     };
     let mut worst = 0.0f64;
     for (mode, got) in [(PlanMode::Fused, fused), (PlanMode::Eager, eager)] {
-        for (o, (g, w)) in got.unwrap_or_default().iter().zip(&want).enumerate() {
+        for (o, (g, w)) in got.iter().zip(&want).enumerate() {
             if g.shape() != w.shape() {
                 return Err(format!(
                     "{mode:?} output {o}: shape {:?}, in f32 {:?}",
