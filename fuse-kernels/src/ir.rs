@@ -758,26 +758,22 @@ impl Graph {
         Some(Dim::symbol(sym))
     }
 
-    /// Whether the dim `sym` may be 0 in a call. Kernels compute no empty value, so it may where it sizes no value
-    /// (it only offsets views: a narrow's start, `past` at a prompt), or only inputs and views of them, none
-    /// returned, that concats extend along it: a key cache passed in, `concat([past_k, k], 2)`, is empty at a
-    /// decoder's first step and its concat is not.
+    /// Whether the dim `sym` may be 0 in a call, as in PyTorch, where nothing reads an empty value into one that
+    /// is not empty: every value it sizes is then empty and its kernel has nothing to do (the runtimes skip a
+    /// kernel whose output has no elements), and every other value is computed as for any dim. So `batch` 0 is a
+    /// call that returns empty outputs, and `past` 0 a decoder's first step with an empty cache passed in: a
+    /// concat may extend an empty piece (it copies nothing of it). A reduction, a product or attention over an
+    /// axis it sizes (a mean over `seq`) would read nothing into values, and a state it sizes belongs to a session
+    /// made for other calls, so either keeps it at least 1.
     pub fn may_be_zero(&self, sym: u16) -> bool {
         let holds = |id: NodeId| self.ty(id).shape.0.iter().any(|d| d.syms.contains(&sym));
         self.ids().all(|id| {
             let op = &self.node(id).op;
-            if !holds(id) {
-                let reads_empty = op.operands().into_iter().any(holds);
-                return !reads_empty || matches!(op, Op::Concat { .. });
+            if holds(id) {
+                return !matches!(op, Op::State(_) | Op::Write { .. });
             }
-            let input_or_view = match op {
-                Op::Input(_) => true,
-                Op::Permute { input, .. } | Op::Reshape { input, .. } | Op::Slice { input, .. } => {
-                    holds(*input)
-                }
-                _ => false,
-            };
-            input_or_view && !self.outputs.contains(&id)
+            let reads_empty = op.operands().into_iter().any(holds);
+            !reads_empty || matches!(op, Op::Concat { .. })
         })
     }
 
@@ -835,9 +831,10 @@ mod tests {
         g.may_be_zero(past as u16)
     }
 
-    /// A dim may be 0 where it sizes only inputs (and views of them) that concats extend: a cache passed in.
+    /// A dim may be 0 where nothing reads what it sizes into a value it does not size, but a concat (a cache passed
+    /// in).
     #[test]
-    fn a_dim_may_be_zero_where_only_concats_read_what_it_sizes() {
+    fn a_dim_may_be_zero_where_no_value_it_does_not_size_reads_an_empty_one() {
         let sig =
             "(&self, #[shape(b, past, 8)] old: Tensor, #[shape(b, s, 8)] new: Tensor) -> Tensor";
         assert!(past_may_be_zero(&format!(
@@ -846,10 +843,17 @@ mod tests {
         assert!(past_may_be_zero(&format!(
             "{sig} {{ concat([old.t().t(), new], 1).softmax(-1) }}"
         )));
-        // Read by anything else, or returned, it would make an empty value.
+        // Read into a value it does not size (a reduction over it), it would leave that value nothing to read.
         assert!(!past_may_be_zero(&format!("{sig} {{ old.sum(1, false) }}")));
-        assert!(!past_may_be_zero(&format!("{sig} {{ old * 2.0 }}")));
-        assert!(!past_may_be_zero(
+        assert!(!past_may_be_zero(&format!(
+            "{sig} {{ old.t().matmul(&old) }}"
+        )));
+        // Values it sizes are empty, and so are whatever is made of them, returned or not.
+        assert!(past_may_be_zero(&format!("{sig} {{ old * 2.0 }}")));
+        assert!(past_may_be_zero(&format!(
+            "{sig} {{ (old.sum(2, true).exp() + 1.0).softmax(1) }}"
+        )));
+        assert!(past_may_be_zero(
             "(&self, #[shape(b, past, 8)] old: Tensor, #[shape(b, s, 8)] new: Tensor) -> (Tensor, Tensor) \
              { (concat([old, new], 1), old) }"
         ));

@@ -51,8 +51,9 @@ pub enum Error {
     },
 
     #[error(
-        "dimension `{dim}` is 0: a value it sizes would be empty; only inputs that concats extend along a dim (a \
-         cache passed in) may be empty"
+        "dimension `{dim}` is 0, but this model reads what it sizes into a value it does not size (a reduction, a \
+         product or attention over it), or it sizes a state: here it must be at least 1 (a dim whose empty \
+         values only make other empty values, or that a concat extends, may be 0)"
     )]
     ZeroDim { dim: String },
 
@@ -63,7 +64,7 @@ pub enum Error {
 
     #[error(
         "the dim `{dim}` is {value} for this call's sizes; it must be at least 1, or at least 0 where it only \
-         offsets a view (a `narrow` start)"
+         offsets a view (a `narrow` start) or its empty values make only empty values"
     )]
     DimOutOfRange { dim: String, value: i64 },
 

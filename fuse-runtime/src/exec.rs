@@ -318,7 +318,8 @@ pub struct InputSpec {
 pub struct DimArg {
     /// Index into the model's dynamic dims.
     pub dim: usize,
-    /// Whether 0 is a valid value: true when the dim only offsets views (a `narrow` start) and sizes no value.
+    /// Whether 0 is a valid value: when the dim only offsets views (a `narrow` start), or its empty values make
+    /// only empty values (see `ProgramTables::zero_dims`).
     pub may_be_zero: bool,
 }
 
@@ -388,7 +389,7 @@ pub(crate) fn derive_dims(program: &Program, names: &[&str], dims: &mut [usize])
 }
 
 /// Binds every free dim from the shapes and `#[dim]` arguments; `is_sum` dims are left for the caller. An axis
-/// binds 0 only to a dim that `may_be_zero` (one sizing only inputs a concat extends).
+/// binds 0 only to a dim that `may_be_zero` (whose empty values make only empty values, or a concat extends).
 fn bind_dims(
     specs: &[InputSpec],
     dyn_dims: &[&str],
@@ -862,6 +863,12 @@ impl Executor {
         let run_kernels = |mut times: Option<&mut [f64]>,
                            mut observe: Option<KernelObserver<'_>>| {
             for (i, call) in p.kernels.iter().enumerate() {
+                // A value sized by a dim bound to 0 is empty, and so is everything made of it (`Graph::
+                // may_be_zero`): its kernel has nothing to compute.
+                let empty = call
+                    .buffers
+                    .first()
+                    .is_some_and(|&out| ptrs.get(out).is_some_and(|&(_, bytes)| bytes == 0));
                 let ctx = Ctx {
                     dims,
                     ptrs: &ptrs,
@@ -869,6 +876,7 @@ impl Executor {
                     attention: self.attention,
                 };
                 match times.as_deref_mut() {
+                    _ if empty => {}
                     Some(times) => {
                         let start = std::time::Instant::now();
                         (p.functions[call.function])(&ctx, &call.buffers);

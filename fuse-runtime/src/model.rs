@@ -386,8 +386,9 @@ impl CompiledModel {
             });
         }
         let program = self.spec.fused.decode()?;
-        // A dim that sizes no value (a `#[dim]` that only offsets views: a narrow's start, `past` at a prompt), or
-        // only inputs a concat extends (a cache passed in), may be 0, as in a call: the plan lists them.
+        // A dim whose empty values make only empty values (an empty batch) or that a concat extends (a cache
+        // passed in), or that sizes no value (a `#[dim]` that only offsets views), may be 0, as in a call: the
+        // plan lists them.
         let may_be_zero = |s: usize| program.may_be_zero(s);
         let mut dims = known
             .iter()

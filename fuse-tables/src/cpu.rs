@@ -85,9 +85,9 @@ pub struct ProgramTables {
     /// `arange`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub aranges: Vec<Mono>,
-    /// The free dims a call may bind to 0: those that size no value (a `#[dim]` that only offsets views) or only
-    /// inputs a concat extends along them (a cache passed in, empty at a decoder's first step). Empty (and absent
-    /// from the encoding) when there is none.
+    /// The free dims a call may bind to 0: those whose empty values only make other empty values or are extended
+    /// by a concat (an empty batch; a cache passed in, empty at a decoder's first step), and those that size no
+    /// value (a `#[dim]` that only offsets views). Empty (and absent from the encoding) when there is none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub zero_dims: Vec<usize>,
 }
@@ -107,13 +107,14 @@ pub struct SumDim {
     /// The constant subtracted (`seq - 1`: 1).
     #[serde(default)]
     pub less: usize,
-    /// Whether 0 is a valid value: true when the dim only offsets views (a `narrow` start) and sizes no value.
+    /// Whether 0 is a valid value: when the dim only offsets views (a `narrow` start), or its empty values make
+    /// only empty values (see [`ProgramTables::zero_dims`]).
     #[serde(default)]
     pub may_be_zero: bool,
 }
 
-/// A call whose free dims make a sum dim negative, or 0 where it sizes a value (`x.narrow(1, 0, seq - 1)` at
-/// `seq` 1): the call is refused before any kernel runs.
+/// A call whose free dims make a sum dim negative, or 0 where it may not be ([`SumDim::may_be_zero`]: a mean over
+/// `x.narrow(1, 0, seq - 1)` at `seq` 1): the call is refused before any kernel runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SumDimOutOfRange {
     pub sym: usize,

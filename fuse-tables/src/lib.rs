@@ -199,7 +199,7 @@ mod tests {
         assert_eq!(dims, [3, 4, 7]);
         let back: ProgramTables = decode(&encode(&tables)).unwrap();
         assert_eq!(back, tables);
-        // A difference (`dims[2] = dims[0] + dims[1] - 8`): negative, or 0 where it sizes a value, is refused.
+        // A difference (`dims[2] = dims[0] + dims[1] - 8`): negative, or 0 where it may not be, is refused.
         tables.sum_dims[0].less = 8;
         let back: ProgramTables = decode(&encode(&tables)).unwrap();
         assert_eq!(back, tables);

@@ -54,6 +54,16 @@ pub enum DriftError {
         eager: usize,
         reference: usize,
     },
+    #[error(
+        "`{model}` output {output} has shape {fused:?} fused, {eager:?} eager, and {reference:?} in the reference"
+    )]
+    OutputShape {
+        model: &'static str,
+        output: usize,
+        fused: Vec<usize>,
+        eager: Vec<usize>,
+        reference: Vec<usize>,
+    },
     #[error("no size given for the dynamic dim `{dim}` (the model's dims are {known:?})")]
     MissingDim {
         dim: &'static str,
@@ -208,6 +218,20 @@ pub fn check_with_session(
             fused: fused.len(),
             eager: eager.len(),
             reference: want.len(),
+        });
+    }
+    // Values alone would not tell an empty output (a dim bound to 0) of the wrong shape from the right one.
+    let shapes = fused.iter().zip(&eager).zip(&want).enumerate();
+    if let Some((output, ((f, e), w))) = shapes
+        .into_iter()
+        .find(|(_, ((f, e), w))| f.shape() != w.shape || e.shape() != w.shape)
+    {
+        return Err(DriftError::OutputShape {
+            model: spec.name,
+            output,
+            fused: f.shape().to_vec(),
+            eager: e.shape().to_vec(),
+            reference: w.shape.clone(),
         });
     }
     let outputs = fused

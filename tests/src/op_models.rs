@@ -593,9 +593,9 @@ pub mod ops {
         }
     }
 
-    /// Differences of dims the runtime checks: every position but the first (a length of `seq - 1`, which sizes a
-    /// value and so must be at least 1) beside the table rows from `past - 2` on (a start, which may be 0 but not
-    /// negative); and the positions rolled by one, a concat of `1 + (seq - 1)` rows, which is `seq` again.
+    /// Differences of dims the runtime checks: every position but the first (a length of `seq - 1`, empty at `seq`
+    /// 1 as in PyTorch) beside the table rows from `past - 2` on (a start, which may be 0 but not negative); and
+    /// the positions rolled by one, a concat of `1 + (seq - 1)` rows, which is `seq` again.
     pub struct AllButFirst {
         #[shape(MAX_POS, D)]
         table: Tensor,

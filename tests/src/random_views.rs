@@ -47,6 +47,39 @@ pub fn dims_of(spec: &ModelSpec, batch: usize, seq: usize) -> Vec<(&'static str,
         .collect()
 }
 
+/// A call with one free dim bound to 0: see [`zero_dim_calls`].
+pub struct ZeroDimCall {
+    /// The dim bound to 0.
+    pub dim: &'static str,
+    /// Whether the plan allows 0 for it (nothing reads an empty value into one that is not: `Graph::may_be_zero`).
+    pub allowed: bool,
+    pub dims: Vec<(&'static str, usize)>,
+}
+
+/// A call of `spec` for each of its free dims among `batch`, `seq` and `past`: that dim bound to 0, the others as
+/// [`dims_of`] gives them at `(batch, seq)` but `past` at least 1 (so `past + seq` sizes what `seq` alone sized).
+pub fn zero_dim_calls(spec: &ModelSpec, batch: usize, seq: usize) -> Vec<ZeroDimCall> {
+    let dims = dims_of(spec, batch, seq);
+    let program = spec.fused.decode().ok();
+    dims.iter()
+        .filter_map(|&(name, _)| {
+            let k = spec.dyn_dims.iter().position(|&d| d == name)?;
+            Some(ZeroDimCall {
+                dim: name,
+                allowed: program.is_some_and(|p| p.may_be_zero(k)),
+                dims: dims
+                    .iter()
+                    .map(|&(n, size)| match n {
+                        _ if n == name => (n, 0),
+                        "past" => (n, size.max(1)),
+                        _ => (n, size),
+                    })
+                    .collect(),
+            })
+        })
+        .collect()
+}
+
 /// Whether `past` sizes an axis of one of `spec`'s inputs (a cache passed in).
 pub fn past_sizes_an_input(spec: &ModelSpec) -> bool {
     let past = spec.dyn_dims.iter().position(|&d| d == "past");

@@ -1,7 +1,10 @@
-//! Both example models: fused == eager == the f64 reference, at several dynamic dims.
+//! Both example models: fused == eager == the f64 reference, at several dynamic dims; and the examples at a dim
+//! of 0, as PyTorch takes it.
 
-use fuse_examples::models::{encoder::encoder::EncoderLayer, mlp::mlp::Mlp};
-use fuse_runtime::Tensor;
+use fuse_examples::models::{
+    encoder::encoder::EncoderLayer, minilm::minilm::MiniLm, mlp::mlp::Mlp,
+};
+use fuse_runtime::{Error, Tensor};
 use fuse_tests::harness::{assert_close, reference};
 
 #[test]
@@ -38,5 +41,50 @@ fn mlp_matches_reference() {
         let want = reference(Mlp::spec(), model.weights().expect("f32 weights"), &[&x]);
         assert_close("mlp fused", &fused, &want[0], 1e-4, 1e-3);
         assert_close("mlp eager", &eager, &want[0], 1e-4, 1e-3);
+    }
+}
+
+/// An empty batch returns empty outputs, as in PyTorch, and so does an empty sequence where nothing sums over it
+/// (self-attention over no positions is no positions); MiniLM's mean pooling over `seq` would make its
+/// embeddings out of nothing, so `seq` 0 is `Error::ZeroDim` there, while its empty batch is `[0, 384]`.
+#[test]
+fn example_models_at_a_dim_of_zero() {
+    let encoder = EncoderLayer::random(7);
+    for (batch, seq) in [(0, 5), (2, 0)] {
+        let x = Tensor::randn(&[batch, seq, 384], 3);
+        let mask = Tensor::from_f32(&[batch, seq], vec![1.0; batch * seq]).unwrap();
+        let want = reference(
+            EncoderLayer::spec(),
+            encoder.weights().expect("f32 weights"),
+            &[&x, &mask],
+        );
+        for got in [encoder.forward(&x, &mask), encoder.forward_eager(&x, &mask)] {
+            let got = got.unwrap_or_else(|e| panic!("encoder at {batch}x{seq}: {e}"));
+            assert_eq!(got.shape(), [batch, seq, 384]);
+            assert_close("encoder", &got, &want[0], 0.0, 0.0);
+        }
+    }
+    let mlp = Mlp::random(3);
+    assert_eq!(
+        mlp.forward(&Tensor::zeros(&[0, 1024])).unwrap().shape(),
+        [0, 1024]
+    );
+
+    let minilm = MiniLm::random(5);
+    let call = |batch: usize, seq: usize| {
+        let ids = Tensor::from_i64(&[batch, seq], vec![1; batch * seq]).unwrap();
+        let positions = Tensor::from_i64(
+            &[batch, seq],
+            (0..batch * seq).map(|i| (i % seq.max(1)) as i64).collect(),
+        )
+        .unwrap();
+        let mask = Tensor::from_f32(&[batch, seq], vec![1.0; batch * seq]).unwrap();
+        minilm.forward(&ids, &ids, &positions, &mask)
+    };
+    assert_eq!(call(0, 7).unwrap().shape(), [0, 384]);
+    assert_eq!(call(2, 7).unwrap().shape(), [2, 384]);
+    match call(2, 0) {
+        Err(Error::ZeroDim { dim }) => assert_eq!(dim, "seq"),
+        other => panic!("MiniLM at seq 0: {other:?}"),
     }
 }

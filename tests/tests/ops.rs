@@ -501,11 +501,27 @@ fn differences_of_dims_are_checked_when_the_call_binds_its_dims() {
             .run(fuse_runtime::PlanMode::Fused, &[&x, &past])
             .map(drop)
     };
-    // `seq - 1` sizes the result: 0 would make it empty.
-    match run(1, 4) {
-        Err(fuse_runtime::Error::DimOutOfRange { dim, value: 0 }) => assert_eq!(dim, "seq - 1"),
-        other => panic!("seq 1: {other:?}"),
-    }
+    // `seq - 1` sizes the first result: at `seq` 1 it is empty, as in PyTorch, and the second (a concat of the
+    // last row and the empty rest) is whole.
+    let (x, past) = (
+        Tensor::randn(&[2, 1, D], 34),
+        fuse_runtime::exec::dim_arg(4).unwrap(),
+    );
+    check_model(
+        "all but first, seq 1",
+        m.compiled(),
+        &[&x, &past],
+        1e-5,
+        1e-5,
+    );
+    let outputs = m
+        .compiled()
+        .run(fuse_runtime::PlanMode::Fused, &[&x, &past])
+        .unwrap();
+    assert_eq!(
+        (outputs[0].shape(), outputs[1].shape()),
+        (&[2, 0, D][..], &[2, 1, D][..])
+    );
     // `past - 2` only offsets a view: 0 is a start, -1 is not.
     match run(3, 1) {
         Err(fuse_runtime::Error::DimOutOfRange { dim, value: -1 }) => assert_eq!(dim, "past - 2"),

@@ -9,8 +9,8 @@ use fuse_runtime::{CompiledModel, CpuPrecision, PlanMode, Session, Tensor};
 use fuse_tests::drift::{check_with_session, random_inputs, Tolerance};
 use fuse_tests::harness::rel_l2_floored;
 use fuse_tests::random_views::{
-    bad_inputs, check_mutant, dims_of, past_sizes_an_input, reduced_mutant_error, Case, CASES,
-    COVERAGE, DEFAULT_SET, MUTANTS,
+    bad_inputs, check_mutant, dims_of, past_sizes_an_input, reduced_mutant_error, zero_dim_calls,
+    Case, ZeroDimCall, CASES, COVERAGE, DEFAULT_SET, MUTANTS,
 };
 
 /// The `(batch, seq)` each model is checked at: one row, a few, odd sizes, and more rows than one block.
@@ -69,6 +69,56 @@ fn check_at(
         Ok(report) => Err(format!("{} at {dims:?}:\n{report}", spec.name)),
         Err(e) => Err(format!("{} at {dims:?}: {e}", spec.name)),
     }
+}
+
+/// Every random-view model with each of its free dims bound to 0 in turn, as PyTorch allows. Where the plan allows
+/// it (nothing reads an empty value into one that is not: an empty batch, an empty cache passed in), both plans
+/// against the reference, outputs of the reference's shapes, empty ones among them; a difference of dims made
+/// negative (`seq - 1` at `seq` 0) is `Error::DimOutOfRange`. Where it does not (a mean over `seq`, a state sized
+/// by `batch`), `Error::ZeroDim` naming the dim, before any kernel runs.
+#[test]
+fn random_views_with_a_dim_of_zero() {
+    use fuse_runtime::Error;
+    let (mut failures, mut empty_outputs, mut refused) = (Vec::new(), 0, 0);
+    for (i, case) in CASES.iter().enumerate() {
+        let spec = (case.spec)();
+        let model = CompiledModel::random(spec, i as u64);
+        for ZeroDimCall { dim, allowed, dims } in zero_dim_calls(spec, 3, 5) {
+            let seed = 11 * i as u64 + dim.len() as u64;
+            let inputs = random_inputs(spec, &dims, seed).expect("the generated inputs fit");
+            let refs: Vec<&Tensor> = inputs.iter().collect();
+            let run = model
+                .session(&dims)
+                .and_then(|mut s| model.run_session(PlanMode::Fused, &mut s, &refs));
+            match (allowed, run) {
+                (true, Ok(outputs)) => {
+                    empty_outputs += outputs.iter().filter(|t| t.numel() == 0).count();
+                    if let Err(e) = check_at(&model, case, &dims, seed) {
+                        failures.push(e);
+                    }
+                }
+                (true, Err(Error::DimOutOfRange { .. })) => {}
+                (false, Err(Error::ZeroDim { dim: named })) if named == dim => refused += 1,
+                (_, other) => failures.push(format!(
+                    "{} at {dims:?} ({dim} 0 {}): {other:?}",
+                    spec.name,
+                    if allowed { "allowed" } else { "refused" }
+                )),
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} calls with a dim of 0 failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    // Both sides of the rule were reached.
+    assert!(
+        empty_outputs > 0 && refused > 0,
+        "{empty_outputs} empty outputs, {refused} refused"
+    );
+    eprintln!("{empty_outputs} empty outputs matched the reference, {refused} calls refused");
 }
 
 /// The mutants of the random-view models that the compiler takes as models (a size, an axis, a start, an operand

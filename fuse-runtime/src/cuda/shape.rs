@@ -161,6 +161,10 @@ impl ShapeState {
             return Ok(None);
         }
         self.calls = self.calls.saturating_add(1);
+        if self.steps.is_empty() {
+            // Every value empty (a dim bound to 0): nothing to launch, so no graph to capture.
+            return Ok(None);
+        }
         let mut note = None;
         if self.calls == 1 {
             family.shapes = family.shapes.saturating_add(1);
@@ -334,6 +338,15 @@ fn steps(
     let mut out = Vec::new();
     let mut fallbacks = 0;
     for (ki, kernel) in code.kernels.iter().enumerate() {
+        // A value sized by a dim bound to 0 is empty, and so is everything made of it: no launch (a grid of no
+        // blocks is not one).
+        let output = kernel
+            .buffers
+            .first()
+            .and_then(|&b| plan.program.buffers.get(b));
+        if output.is_some_and(|b| b.numel.eval(dims) == 0) {
+            continue;
+        }
         let params = kernel
             .buffers
             .iter()
