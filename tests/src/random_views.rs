@@ -2,7 +2,7 @@
 //! kind, checked by `tests/random_views.rs` against the f64 reference and by `tests/gpu.rs` on the GPU.
 
 use fuse_runtime::__private::DimSpec;
-use fuse_runtime::{CompiledModel, DType, ModelSpec, PlanMode, Tensor};
+use fuse_runtime::{CompiledModel, DType, Error, ModelSpec, PlanMode, Tensor};
 
 use crate::drift::{random_inputs, Tolerance};
 use crate::harness::{rel_l2_floored, try_graph_of, try_reference_in};
@@ -78,6 +78,41 @@ pub fn zero_dim_calls(spec: &ModelSpec, batch: usize, seq: usize) -> Vec<ZeroDim
             })
         })
         .collect()
+}
+
+/// `model` at one of its [`zero_dim_calls`], on inputs from `seed`: where the plan allows the 0, against the
+/// reference of `weights` as [`check_mutant`] checks it (both plans, outputs and states of the reference's shapes,
+/// or refused by both), returning how many outputs of the fused plan are empty;
+/// where it does not, the call must be `Error::ZeroDim` naming the dim (`None`).
+pub fn check_zero_dim_call(
+    model: &CompiledModel,
+    weights: &[Tensor],
+    tolerance: Tolerance,
+    call: &ZeroDimCall,
+    seed: u64,
+) -> Result<Option<usize>, String> {
+    let inputs = random_inputs(model.spec(), &call.dims, seed).map_err(|e| e.to_string())?;
+    let refs: Vec<&Tensor> = inputs.iter().collect();
+    let run = model
+        .session(&call.dims)
+        .and_then(|mut s| model.run_session(PlanMode::Fused, &mut s, &refs));
+    match (call.allowed, run) {
+        (true, Ok(outputs)) => {
+            check_mutant(model, weights, tolerance, &call.dims, seed)?;
+            Ok(Some(outputs.iter().filter(|t| t.numel() == 0).count()))
+        }
+        // Refused for another reason (a difference of dims made negative, a narrow of a mutant out of range):
+        // the reference must refuse it too.
+        (true, Err(_)) => {
+            check_mutant(model, weights, tolerance, &call.dims, seed).map(|_| Some(0))
+        }
+        (false, Err(Error::ZeroDim { dim })) if dim == call.dim => Ok(None),
+        (allowed, other) => Err(format!(
+            "`{}` 0 ({}): {other:?}",
+            call.dim,
+            if allowed { "allowed" } else { "not allowed" }
+        )),
+    }
 }
 
 /// Whether `past` sizes an axis of one of `spec`'s inputs (a cache passed in).

@@ -51,6 +51,20 @@ fn report_counts_kernels_bytes_and_refusals() {
     assert_eq!(fused.plan_hash(), EncoderLayer::PLAN_HASH);
 }
 
+/// The report says which dims a call may bind to 0: the encoder layer's empty batch and empty sequence make only
+/// empty values; MiniLM's mean pooling sums over `seq`, so `seq` must be at least 1 there.
+#[test]
+fn report_says_which_dims_may_be_zero() {
+    use fuse_examples::models::minilm::minilm::MiniLm;
+    let encoder = EncoderLayer::random(0).plan().to_string();
+    assert!(encoder.contains("\n  may be 0: batch, seq\n"), "{encoder}");
+    let minilm = MiniLm::random(0).plan().to_string();
+    assert!(
+        minilm.contains("\n  may be 0: batch; at least 1: seq\n"),
+        "{minilm}"
+    );
+}
+
 #[test]
 fn dot_has_a_cluster_per_kernel_and_every_edge() {
     let report = EncoderLayer::random(0).plan();
