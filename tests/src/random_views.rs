@@ -19,6 +19,16 @@ pub struct Case {
     pub floors: &'static [f64],
 }
 
+impl Case {
+    /// Its tolerance against the f64 reference, widened `times` (a GPU against a CPU may err by it on both sides).
+    pub fn tolerance(&self, times: f64) -> Tolerance {
+        Tolerance {
+            atol: times * self.atol,
+            rtol: times * self.rtol,
+        }
+    }
+}
+
 /// A mutant of a random-view model that the compiler takes as a model (`gen/mutants.rs`), checked with its
 /// parent's tolerance, and what was changed in it.
 pub struct Mutant {
@@ -82,8 +92,8 @@ pub fn zero_dim_calls(spec: &ModelSpec, batch: usize, seq: usize) -> Vec<ZeroDim
 
 /// `model` at one of its [`zero_dim_calls`], on inputs from `seed`: where the plan allows the 0, against the
 /// reference of `weights` as [`check_mutant`] checks it (both plans, outputs and states of the reference's shapes,
-/// or refused by both), returning how many outputs of the fused plan are empty;
-/// where it does not, the call must be `Error::ZeroDim` naming the dim (`None`).
+/// or refused by both), returning how many outputs of the fused plan are empty; where it does not, the call must
+/// be `Error::ZeroDim` naming the dim (`None`).
 pub fn check_zero_dim_call(
     model: &CompiledModel,
     weights: &[Tensor],

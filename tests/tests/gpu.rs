@@ -879,7 +879,6 @@ fn random_views_on_gpu() {
 /// whose softmax is zeros in f16 and uniform in f32.
 #[test]
 fn mutants_on_gpu() {
-    use fuse_tests::drift::Tolerance;
     use fuse_tests::random_views::{check_mutant, dims_of, reduced_mutant_error, MUTANTS};
     let Some(device) = gpu() else { return };
     let mut failures = Vec::new();
@@ -888,10 +887,7 @@ fn mutants_on_gpu() {
         let cpu = CompiledModel::random(spec, i as u64);
         let weights = cpu.weights().expect("f32 weights");
         let on_gpu = moved(&cpu, &device, GpuOptions::default());
-        let tolerance = Tolerance {
-            atol: 2.0 * mutant.case.atol,
-            rtol: 2.0 * mutant.case.rtol,
-        };
+        let tolerance = mutant.case.tolerance(2.0);
         for (batch, seq, seed) in CASES {
             let dims = dims_of(spec, batch, seq);
             if let Err(e) = check_mutant(&on_gpu, weights, tolerance, &dims, seed) {
@@ -930,7 +926,6 @@ fn mutants_on_gpu() {
 /// values left out, perhaps all), the second captures it as a CUDA graph, the third replays that.
 #[test]
 fn random_views_with_a_dim_of_zero_on_gpu() {
-    use fuse_tests::drift::Tolerance;
     use fuse_tests::random_views::{check_zero_dim_call, zero_dim_calls, CASES as VIEW_MODELS};
     let Some(device) = gpu() else { return };
     let (mut failures, mut ran) = (Vec::new(), 0);
@@ -939,10 +934,7 @@ fn random_views_with_a_dim_of_zero_on_gpu() {
         let cpu = CompiledModel::random(spec, i as u64);
         let weights = cpu.weights().expect("f32 weights");
         let on_gpu = moved(&cpu, &device, GpuOptions::default());
-        let tolerance = Tolerance {
-            atol: 2.0 * case.atol,
-            rtol: 2.0 * case.rtol,
-        };
+        let tolerance = case.tolerance(2.0);
         for call in zero_dim_calls(spec, 3, 5) {
             for nth in ["first", "second", "third"] {
                 match check_zero_dim_call(&on_gpu, weights, tolerance, &call, 5 + i as u64) {

@@ -6,7 +6,7 @@
 //! `FUSE_VIEW_SEED=n cargo test -p fuse-tests --test random_views` checks another set.
 
 use fuse_runtime::{CompiledModel, CpuPrecision, PlanMode, Session, Tensor};
-use fuse_tests::drift::{check_with_session, random_inputs, Tolerance};
+use fuse_tests::drift::{check_with_session, random_inputs};
 use fuse_tests::harness::rel_l2_floored;
 use fuse_tests::random_views::{
     bad_inputs, check_mutant, check_zero_dim_call, dims_of, past_sizes_an_input,
@@ -47,10 +47,7 @@ fn check_at(
     seed: u64,
 ) -> Result<(), String> {
     let spec = (case.spec)();
-    let tolerance = Tolerance {
-        atol: case.atol,
-        rtol: case.rtol,
-    };
+    let tolerance = case.tolerance(1.0);
     let checked = random_inputs(spec, dims, seed).and_then(|inputs| {
         let refs: Vec<&Tensor> = inputs.iter().collect();
         // A session holds the states of a model that writes a cache (none for the others).
@@ -83,10 +80,7 @@ fn random_views_with_a_dim_of_zero() {
         let spec = (case.spec)();
         let model = CompiledModel::random(spec, i as u64);
         let weights = model.weights().expect("f32 weights");
-        let tolerance = Tolerance {
-            atol: case.atol,
-            rtol: case.rtol,
-        };
+        let tolerance = case.tolerance(1.0);
         for call in zero_dim_calls(spec, 3, 5) {
             let seed = 11 * i as u64 + call.dim.len() as u64;
             match check_zero_dim_call(&model, weights, tolerance, &call, seed) {
@@ -122,10 +116,7 @@ fn mutants_match_the_reference() {
         let spec = (case.spec)();
         let model = CompiledModel::random(spec, i as u64);
         let weights = model.weights().expect("f32 weights");
-        let tolerance = Tolerance {
-            atol: case.atol,
-            rtol: case.rtol,
-        };
+        let tolerance = case.tolerance(1.0);
         for (batch, seq) in SIZES {
             let dims = dims_of(spec, batch, seq);
             match check_mutant(
