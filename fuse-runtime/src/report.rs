@@ -165,18 +165,16 @@ impl fmt::Display for PlanReport {
         // Which free dims a call may bind to 0 (`ProgramTables::zero_dims`), and which it may not.
         let free = (0..self.spec.dyn_dims.len()).filter(|&s| !p.is_sum_dim(s));
         let (zero, not): (Vec<usize>, Vec<usize>) = free.partition(|&s| p.may_be_zero(s));
-        let names =
-            |dims: &[usize]| -> Vec<&str> { dims.iter().map(|&s| self.spec.dyn_dims[s]).collect() };
-        match (zero.is_empty(), not.is_empty()) {
-            (true, true) => {}
-            (false, true) => writeln!(f, "  may be 0: {}", names(&zero).join(", "))?,
-            (true, false) => writeln!(f, "  at least 1: {}", names(&not).join(", "))?,
-            (false, false) => writeln!(
-                f,
-                "  may be 0: {}; at least 1: {}",
-                names(&zero).join(", "),
-                names(&not).join(", ")
-            )?,
+        let parts: Vec<String> = [("may be 0", zero), ("at least 1", not)]
+            .into_iter()
+            .filter(|(_, dims)| !dims.is_empty())
+            .map(|(what, dims)| {
+                let names: Vec<&str> = dims.iter().map(|&s| self.spec.dyn_dims[s]).collect();
+                format!("{what}: {}", names.join(", "))
+            })
+            .collect();
+        if !parts.is_empty() {
+            writeln!(f, "  {}", parts.join("; "))?;
         }
         if !p.slice_bounds.is_empty() {
             writeln!(f, "  checked per call:")?;
