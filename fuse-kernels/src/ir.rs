@@ -758,25 +758,6 @@ impl Graph {
         Some(Dim::symbol(sym))
     }
 
-    /// Whether the dim `sym` may be 0 in a call, as in PyTorch, where nothing reads an empty value into one that
-    /// is not empty: every value it sizes is then empty and its kernel has nothing to do (the runtimes skip a
-    /// kernel whose output has no elements), and every other value is computed as for any dim. So `batch` 0 is a
-    /// call that returns empty outputs, and `past` 0 a decoder's first step with an empty cache passed in: a
-    /// concat may extend an empty piece (it copies nothing of it). A reduction, a product or attention over an
-    /// axis it sizes (a mean over `seq`) would read nothing into values, and a state it sizes belongs to a session
-    /// made for other calls, so either keeps it at least 1.
-    pub fn may_be_zero(&self, sym: u16) -> bool {
-        let holds = |id: NodeId| self.ty(id).shape.0.iter().any(|d| d.syms.contains(&sym));
-        self.ids().all(|id| {
-            let op = &self.node(id).op;
-            if holds(id) {
-                return !matches!(op, Op::State(_) | Op::Write { .. });
-            }
-            let reads_empty = op.operands().into_iter().any(holds);
-            !reads_empty || matches!(op, Op::Concat { .. })
-        })
-    }
-
     /// Number of nodes that read each node, outputs counted as readers.
     pub fn use_counts(&self) -> Vec<usize> {
         let mut counts = vec![0; self.nodes.len()];
@@ -818,50 +799,6 @@ impl Graph {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Whether `past` may be 0 in the graph of a one-struct model with this `forward`.
-    fn past_may_be_zero(forward: &str) -> bool {
-        let source = format!(
-            "#[fused_model] mod m {{ pub struct M {{}} impl M {{ pub fn forward{forward} }} }}"
-        );
-        let capture = crate::front::capture_str(&source).unwrap_or_else(|e| panic!("{e}"));
-        assert!(capture.errors.is_none(), "test model does not capture");
-        let g = &capture.models[0].graph;
-        let past = g.dyn_dims.iter().position(|d| d == "past").expect("past");
-        g.may_be_zero(past as u16)
-    }
-
-    /// A dim may be 0 where nothing reads what it sizes into a value it does not size, but a concat (a cache passed
-    /// in).
-    #[test]
-    fn a_dim_may_be_zero_where_no_value_it_does_not_size_reads_an_empty_one() {
-        let sig =
-            "(&self, #[shape(b, past, 8)] old: Tensor, #[shape(b, s, 8)] new: Tensor) -> Tensor";
-        assert!(past_may_be_zero(&format!(
-            "{sig} {{ concat([old, new], 1) * 2.0 }}"
-        )));
-        assert!(past_may_be_zero(&format!(
-            "{sig} {{ concat([old.t().t(), new], 1).softmax(-1) }}"
-        )));
-        // Read into a value it does not size (a reduction over it), it would leave that value nothing to read.
-        assert!(!past_may_be_zero(&format!("{sig} {{ old.sum(1, false) }}")));
-        assert!(!past_may_be_zero(&format!(
-            "{sig} {{ old.t().matmul(&old) }}"
-        )));
-        // Values it sizes are empty, and so are whatever is made of them, returned or not.
-        assert!(past_may_be_zero(&format!("{sig} {{ old * 2.0 }}")));
-        assert!(past_may_be_zero(&format!(
-            "{sig} {{ (old.sum(2, true).exp() + 1.0).softmax(1) }}"
-        )));
-        assert!(past_may_be_zero(
-            "(&self, #[shape(b, past, 8)] old: Tensor, #[shape(b, s, 8)] new: Tensor) -> (Tensor, Tensor) \
-             { (concat([old, new], 1), old) }"
-        ));
-        // A `#[dim]` that only offsets a view sizes nothing.
-        assert!(past_may_be_zero(
-            "(&self, #[shape(b, 16, 8)] x: Tensor, #[dim] past: usize) -> Tensor { x.narrow(1, past, 2) }"
-        ));
-    }
 
     /// Sums and differences of dims: canonical, interned once, and refused where no dim can stand for them.
     #[test]

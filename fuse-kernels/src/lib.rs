@@ -7,3 +7,4 @@ pub mod infer;
 pub mod ir;
 pub mod plan;
 pub mod timing;
+pub mod zero_dims;

@@ -50,22 +50,20 @@ pub enum Error {
         input: String,
     },
 
-    #[error(
-        "dimension `{dim}` is 0, but this model reads what it sizes into a value it does not size (a reduction, a \
-         product or attention over it), or it sizes a state: here it must be at least 1 (a dim whose empty \
-         values only make other empty values, or that a concat extends, may be 0)"
-    )]
-    ZeroDim { dim: String },
+    #[error("dimension `{dim}` is 0, but {}", zero_dim_reason(.unless))]
+    ZeroDim {
+        dim: String,
+        /// Where the dim may be 0 in another call: for each set, one of its dims 0 too (`[["batch"]]` for a mean
+        /// over `seq`: an empty batch may have `seq` 0). Empty where it may be 0 in no call.
+        unless: Vec<Vec<String>>,
+    },
 
     #[error(
         "dimension argument `{dim}` is {value}; a dim argument must be a non-negative integer"
     )]
     NegativeDim { dim: String, value: i64 },
 
-    #[error(
-        "the dim `{dim}` is {value} for this call's sizes; it must be at least 1, or at least 0 where it only \
-         offsets a view (a `narrow` start) or its empty values make only empty values"
-    )]
+    #[error("the dim `{dim}` is {value} for this call's sizes; a difference of dims must not be negative")]
     DimOutOfRange { dim: String, value: i64 },
 
     #[error(
@@ -348,3 +346,25 @@ pub enum Error {
 
 /// The runtime's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why a dim may not be 0 in a call ([`Error::ZeroDim`]).
+fn zero_dim_reason(unless: &[Vec<String>]) -> String {
+    if unless.is_empty() {
+        return "this model reads what it sizes into a value no dim can empty (a reduction, a product or attention \
+                over it), or it sizes a state: here it must be at least 1 (a dim whose empty values only make \
+                other empty values, or that a concat extends, may be 0)"
+            .into();
+    }
+    let sets: Vec<String> = unless
+        .iter()
+        .map(|set| {
+            let dims: Vec<String> = set.iter().map(|d| format!("`{d}`")).collect();
+            dims.join(" or ")
+        })
+        .collect();
+    format!(
+        "this model reads what it sizes into a value it does not size (a reduction, a product or attention over \
+         it), which this call leaves non-empty: it may be 0 only where {} is 0 too",
+        sets.join(", and ")
+    )
+}

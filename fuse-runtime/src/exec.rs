@@ -318,8 +318,9 @@ pub struct InputSpec {
 pub struct DimArg {
     /// Index into the model's dynamic dims.
     pub dim: usize,
-    /// Whether 0 is a valid value: when the dim only offsets views (a `narrow` start), or its empty values make
-    /// only empty values (see `ProgramTables::zero_dims`).
+    /// Whether 0 is a valid value in some call: when the dim only offsets views (a `narrow` start), or its empty
+    /// values make only empty values, or only where other dims are 0 too (see `ProgramTables::zero_dims`; the
+    /// call then checks `ProgramTables::zero_with`).
     pub may_be_zero: bool,
 }
 
@@ -380,16 +381,38 @@ pub fn bind_inputs_with(
     Ok(dims)
 }
 
-/// Fills in `program`'s sums of dims from the free ones; one out of range (`seq - 2` at `seq` 1) is an error.
+/// Fills in `program`'s sums of dims from the free ones; one out of range (`seq - 2` at `seq` 1) is an error, and
+/// so is a dim at 0 that some value this call leaves non-empty reads (`seq` 0 under a mean over it, with `batch`
+/// not 0).
 pub(crate) fn derive_dims(program: &Program, names: &[&str], dims: &mut [usize]) -> Result<()> {
-    program.derive_dims(dims).map_err(|e| Error::DimOutOfRange {
-        dim: names.get(e.sym).copied().unwrap_or("?").into(),
-        value: e.value,
-    })
+    let name = |sym: usize| -> String { names.get(sym).copied().unwrap_or("?").into() };
+    program.derive_dims(dims).map_err(|e| match e.value {
+        // A sum at 0 where it may not be: the rule of empty values, as for a free dim.
+        0 => Error::ZeroDim {
+            dim: name(e.sym),
+            unless: Vec::new(),
+        },
+        value => Error::DimOutOfRange {
+            dim: name(e.sym),
+            value,
+        },
+    })?;
+    match program.zero_refused(dims) {
+        Some(rule) => Err(Error::ZeroDim {
+            dim: name(rule.sym),
+            unless: rule
+                .any_of
+                .iter()
+                .map(|set| set.iter().map(|&s| name(s)).collect())
+                .collect(),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Binds every free dim from the shapes and `#[dim]` arguments; `is_sum` dims are left for the caller. An axis
-/// binds 0 only to a dim that `may_be_zero` (whose empty values make only empty values, or a concat extends).
+/// binds 0 only to a dim that `may_be_zero` in some call; [`derive_dims`] then checks those that may be 0 only
+/// where other dims are.
 fn bind_dims(
     specs: &[InputSpec],
     dyn_dims: &[&str],
@@ -430,9 +453,10 @@ fn bind_dims(
                 }
                 DimSpec::Fixed(_) => {}
                 DimSpec::Dyn(s) if is_sum(s) => {
-                    if n == 0 {
+                    if n == 0 && !may_be_zero(s) {
                         return Err(Error::ZeroDim {
                             dim: dyn_dims[s].into(),
+                            unless: Vec::new(),
                         });
                     }
                 }
@@ -440,6 +464,7 @@ fn bind_dims(
                     if n == 0 && !may_be_zero(s) {
                         return Err(Error::ZeroDim {
                             dim: dyn_dims[s].into(),
+                            unless: Vec::new(),
                         });
                     }
                     match dims[s] {
@@ -464,7 +489,10 @@ fn bind_dims(
                 value,
             })?;
             if n == 0 && !arg.may_be_zero {
-                return Err(Error::ZeroDim { dim: name.into() });
+                return Err(Error::ZeroDim {
+                    dim: name.into(),
+                    unless: Vec::new(),
+                });
             }
             match dims[arg.dim] {
                 Some((first, first_input)) if first != n => {
@@ -864,7 +892,7 @@ impl Executor {
                            mut observe: Option<KernelObserver<'_>>| {
             for (i, call) in p.kernels.iter().enumerate() {
                 // A value sized by a dim bound to 0 is empty, and so is everything made of it (`Graph::
-                // may_be_zero`): its kernel has nothing to compute.
+                // zero_rule`): its kernel has nothing to compute.
                 let empty = call
                     .buffers
                     .first()

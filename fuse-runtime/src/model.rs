@@ -388,7 +388,7 @@ impl CompiledModel {
         let program = self.spec.fused.decode()?;
         // A dim whose empty values make only empty values (an empty batch) or that a concat extends (a cache
         // passed in), or that sizes no value (a `#[dim]` that only offsets views), may be 0, as in a call: the
-        // plan lists them.
+        // plan lists them. One that may be 0 only where other dims are is checked with the sums, as a call is.
         let may_be_zero = |s: usize| program.may_be_zero(s);
         let mut dims = known
             .iter()
@@ -397,7 +397,10 @@ impl CompiledModel {
                 // A sum of dims (`past + seq`) is computed from its terms below.
                 _ if program.is_sum_dim(s) => Ok(1),
                 Some(&(_, 0)) if may_be_zero(s) => Ok(0),
-                Some(&(_, 0)) => Err(Error::ZeroDim { dim: name.into() }),
+                Some(&(_, 0)) => Err(Error::ZeroDim {
+                    dim: name.into(),
+                    unless: Vec::new(),
+                }),
                 Some(&(_, n)) => Ok(n),
                 None if required(s) => Err(Error::MissingDim { dim: name.into() }),
                 None => Ok(1),

@@ -162,16 +162,36 @@ impl fmt::Display for PlanReport {
                 writeln!(f, "    {r}")?;
             }
         }
-        // Which free dims a call may bind to 0 (`ProgramTables::zero_dims`), and which it may not.
+        // Which free dims a call may bind to 0 (`ProgramTables::zero_dims`), which only where others are 0 too
+        // (`zero_with`, sums of dims among them), and which it may not.
+        let name = |s: usize| self.spec.dyn_dims.get(s).copied().unwrap_or("?");
         let free = (0..self.spec.dyn_dims.len()).filter(|&s| !p.is_sum_dim(s));
         let (zero, not): (Vec<usize>, Vec<usize>) = free.partition(|&s| p.may_be_zero(s));
-        let parts: Vec<String> = [("may be 0", zero), ("at least 1", not)]
+        let always: Vec<usize> = zero
             .into_iter()
-            .filter(|(_, dims)| !dims.is_empty())
-            .map(|(what, dims)| {
-                let names: Vec<&str> = dims.iter().map(|&s| self.spec.dyn_dims[s]).collect();
-                format!("{what}: {}", names.join(", "))
-            })
+            .filter(|&s| p.zero_with(s).is_none())
+            .collect();
+        let list = |what: &str, dims: &[usize]| {
+            let names: Vec<&str> = dims.iter().map(|&s| name(s)).collect();
+            (!dims.is_empty()).then(|| format!("{what}: {}", names.join(", ")))
+        };
+        let only_with = p.zero_with.iter().map(|rule| {
+            let sets: Vec<String> = rule
+                .any_of
+                .iter()
+                .map(|set| {
+                    set.iter()
+                        .map(|&s| name(s))
+                        .collect::<Vec<_>>()
+                        .join(" or ")
+                })
+                .collect();
+            format!("{} only with {} 0", name(rule.sym), sets.join(" and "))
+        });
+        let parts: Vec<String> = list("may be 0", &always)
+            .into_iter()
+            .chain(only_with)
+            .chain(list("at least 1", &not))
             .collect();
         if !parts.is_empty() {
             writeln!(f, "  {}", parts.join("; "))?;

@@ -85,11 +85,34 @@ pub struct ProgramTables {
     /// `arange`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub aranges: Vec<Mono>,
-    /// The free dims a call may bind to 0: those whose empty values only make other empty values or are extended
-    /// by a concat (an empty batch; a cache passed in, empty at a decoder's first step), and those that size no
-    /// value (a `#[dim]` that only offsets views). Empty (and absent from the encoding) when there is none.
+    /// The free dims some call may bind to 0: those whose empty values only make other empty values or are
+    /// extended by a concat (an empty batch; a cache passed in, empty at a decoder's first step), those that size
+    /// no value (a `#[dim]` that only offsets views), and those that may be 0 where other dims are ([`ZeroWith`]).
+    /// Empty (and absent from the encoding) when there is none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub zero_dims: Vec<usize>,
+    /// The dims (free or sums) that may be 0 only in a call where other dims are 0 too. Empty (and absent from the
+    /// encoding) when there is none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub zero_with: Vec<ZeroWith>,
+}
+
+/// A dim a reduction, a product or attention reads over into a value it does not size (a mean over `seq`): it may
+/// be 0 only in a call where each such value is empty too, through another of its dims (`seq` 0 with `batch` 0).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ZeroWith {
+    pub sym: usize,
+    /// One set per value that reads it: a call must bind some dim of each set to 0 (sorted, none holding another).
+    pub any_of: Vec<Vec<usize>>,
+}
+
+impl ZeroWith {
+    /// Whether a call with these dims (sums filled in) leaves every value that reads `sym` empty.
+    pub fn holds(&self, dims: &[usize]) -> bool {
+        self.any_of
+            .iter()
+            .all(|set| set.iter().any(|&s| dims.get(s) == Some(&0)))
+    }
 }
 
 /// A `#[state]` buffer (f32): its checkpoint-style name and its dims, which may name dynamic dims (`batch`).
@@ -107,8 +130,8 @@ pub struct SumDim {
     /// The constant subtracted (`seq - 1`: 1).
     #[serde(default)]
     pub less: usize,
-    /// Whether 0 is a valid value: when the dim only offsets views (a `narrow` start), or its empty values make
-    /// only empty values (see [`ProgramTables::zero_dims`]).
+    /// Whether 0 is a valid value in some call: when the dim only offsets views (a `narrow` start), its empty
+    /// values make only empty values (see [`ProgramTables::zero_dims`]), or other dims are 0 too ([`ZeroWith`]).
     #[serde(default)]
     pub may_be_zero: bool,
 }
@@ -147,9 +170,22 @@ impl ProgramTables {
         self.sum_dims.iter().any(|d| d.sym == sym)
     }
 
-    /// Whether an input's axis may bind the free dim `sym` to 0 (see [`ProgramTables::zero_dims`]).
+    /// Whether some call may bind the dim `sym` to 0 (see [`ProgramTables::zero_dims`], [`SumDim::may_be_zero`]).
     pub fn may_be_zero(&self, sym: usize) -> bool {
-        self.zero_dims.contains(&sym)
+        self.zero_dims.contains(&sym) || self.sum_dims.iter().any(|d| d.sym == sym && d.may_be_zero)
+    }
+
+    /// The condition under which `sym` may be 0, where it has one (see [`ZeroWith`]).
+    pub fn zero_with(&self, sym: usize) -> Option<&ZeroWith> {
+        self.zero_with.iter().find(|z| z.sym == sym)
+    }
+
+    /// The first dim a call with these dims (sums filled in) binds to 0 though a value that reads it is not
+    /// empty ([`ZeroWith`]); `None` when every dim at 0 may be.
+    pub fn zero_refused(&self, dims: &[usize]) -> Option<&ZeroWith> {
+        self.zero_with
+            .iter()
+            .find(|z| dims.get(z.sym) == Some(&0) && !z.holds(dims))
     }
 }
 

@@ -13,7 +13,7 @@ mod cuda;
 
 pub use cpu::{
     BufferKind, BufferSpec, KernelCall, KernelInfo, OutputSpec, PackedB, ProgramTables, SliceBound,
-    StateSpec, SumDim, SumDimOutOfRange,
+    StateSpec, SumDim, SumDimOutOfRange, ZeroWith,
 };
 pub use cuda::{CudaAccess, CudaGemm, CudaKernel, CudaLaunch, CudaTables, GridSpec, LaunchRole};
 
@@ -186,6 +186,7 @@ mod tests {
                 syms: vec![1],
             }],
             zero_dims: vec![1],
+            zero_with: vec![],
         };
         tables.states = vec![StateSpec {
             name: "k_cache".into(),
@@ -210,6 +211,25 @@ mod tests {
         let mut dims = [3, 5, 1];
         tables.derive_dims(&mut dims).unwrap();
         assert_eq!(dims, [3, 5, 0]);
+        // That 0 only where dim 0 or dim 1 is 0 too, and dim 1 only where dim 0 is (a mean over it).
+        tables.zero_with = vec![
+            ZeroWith {
+                sym: 2,
+                any_of: vec![vec![0, 1]],
+            },
+            ZeroWith {
+                sym: 1,
+                any_of: vec![vec![0]],
+            },
+        ];
+        let back: ProgramTables = decode(&encode(&tables)).unwrap();
+        assert_eq!(back, tables);
+        let refused = |dims: &[usize]| tables.zero_refused(dims).map(|z| z.sym);
+        assert_eq!(refused(&[3, 5, 0]), Some(2));
+        assert_eq!(refused(&[0, 5, 0]), None);
+        assert_eq!(refused(&[3, 0, 0]), Some(1));
+        assert_eq!(refused(&[0, 0, 0]), None);
+        assert_eq!(refused(&[3, 4, 1]), None);
     }
 
     #[test]

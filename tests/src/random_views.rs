@@ -5,7 +5,7 @@ use fuse_runtime::__private::DimSpec;
 use fuse_runtime::{CompiledModel, DType, Error, ModelSpec, PlanMode, Tensor};
 
 use crate::drift::{random_inputs, Tolerance};
-use crate::harness::{rel_l2_floored, try_graph_of, try_reference_in};
+use crate::harness::{rel_l2_floored, to_ref, try_graph_of, try_reference_in};
 use crate::reference::Arithmetic;
 
 /// One generated model and its tolerance against the f64 reference (`atol + rtol·|want|`).
@@ -45,7 +45,10 @@ pub fn dims_of(spec: &ModelSpec, batch: usize, seq: usize) -> Vec<(&'static str,
             .dyn_dims
             .iter()
             .position(|&d| d == "past")
-            .is_some_and(|k| spec.fused.decode().is_ok_and(|p| p.may_be_zero(k)));
+            .is_some_and(|k| {
+                let program = spec.fused.decode();
+                program.is_ok_and(|p| p.may_be_zero(k) && p.zero_with(k).is_none())
+            });
     let past = if must_size {
         1 + (batch + seq) % 7
     } else {
@@ -57,43 +60,45 @@ pub fn dims_of(spec: &ModelSpec, batch: usize, seq: usize) -> Vec<(&'static str,
         .collect()
 }
 
-/// A call with one free dim bound to 0: see [`zero_dim_calls`].
+/// A call with some free dims bound to 0: see [`zero_dim_calls`].
 pub struct ZeroDimCall {
-    /// The dim bound to 0.
-    pub dim: &'static str,
-    /// Whether the plan allows 0 for it (nothing reads an empty value into one that is not: `Graph::may_be_zero`).
-    pub allowed: bool,
+    /// The dims bound to 0.
+    pub zeros: Vec<&'static str>,
     pub dims: Vec<(&'static str, usize)>,
 }
 
-/// A call of `spec` for each of its free dims among `batch`, `seq` and `past`: that dim bound to 0, the others as
-/// [`dims_of`] gives them at `(batch, seq)` but `past` at least 1 (so `past + seq` sizes what `seq` alone sized).
+/// A call of `spec` for each non-empty set of its free dims among `batch`, `seq` and `past`: those bound to 0, the
+/// others as [`dims_of`] gives them at `(batch, seq)` but `past` at least 1 (so `past + seq` sizes what `seq`
+/// alone sized). A dim a mean runs over may be 0 only where the mean is empty too (`seq` 0 with `batch` 0).
 pub fn zero_dim_calls(spec: &ModelSpec, batch: usize, seq: usize) -> Vec<ZeroDimCall> {
     let dims = dims_of(spec, batch, seq);
-    let program = spec.fused.decode().ok();
-    dims.iter()
-        .filter_map(|&(name, _)| {
-            let k = spec.dyn_dims.iter().position(|&d| d == name)?;
-            Some(ZeroDimCall {
-                dim: name,
-                allowed: program.is_some_and(|p| p.may_be_zero(k)),
+    (1..1usize << dims.len())
+        .map(|subset| {
+            let zero = |k: usize| subset & (1 << k) != 0;
+            ZeroDimCall {
+                zeros: (0..dims.len())
+                    .filter(|&k| zero(k))
+                    .map(|k| dims[k].0)
+                    .collect(),
                 dims: dims
                     .iter()
-                    .map(|&(n, size)| match n {
-                        _ if n == name => (n, 0),
+                    .enumerate()
+                    .map(|(k, &(n, size))| match n {
+                        _ if zero(k) => (n, 0),
                         "past" => (n, size.max(1)),
                         _ => (n, size),
                     })
                     .collect(),
-            })
+            }
         })
         .collect()
 }
 
-/// `model` at one of its [`zero_dim_calls`], on inputs from `seed`: where the plan allows the 0, against the
+/// `model` at one of its [`zero_dim_calls`], on inputs from `seed`. Where the shapes of the call keep the rule of
+/// empty values (`reference::empty_read`: no value with elements computed from one without), against the
 /// reference of `weights` as [`check_mutant`] checks it (both plans, outputs and states of the reference's shapes,
-/// or refused by both), returning how many outputs of the fused plan are empty; where it does not, the call must
-/// be `Error::ZeroDim` naming the dim (`None`).
+/// or refused by both), returning how many outputs of the fused plan are empty; where they do not, the call must
+/// be `Error::ZeroDim` naming a dim that is 0 (`None`).
 pub fn check_zero_dim_call(
     model: &CompiledModel,
     weights: &[Tensor],
@@ -101,26 +106,38 @@ pub fn check_zero_dim_call(
     call: &ZeroDimCall,
     seed: u64,
 ) -> Result<Option<usize>, String> {
-    let inputs = random_inputs(model.spec(), &call.dims, seed).map_err(|e| e.to_string())?;
+    let spec = model.spec();
+    let inputs = random_inputs(spec, &call.dims, seed).map_err(|e| e.to_string())?;
     let refs: Vec<&Tensor> = inputs.iter().collect();
+    let graph = try_graph_of(spec).map_err(|e| e.to_string())?;
+    let ref_inputs: Vec<_> = inputs.iter().map(to_ref).collect();
+    // `Err`: the reference cannot bind these dims (`seq - 1` at `seq` 0), a call fuse must refuse too.
+    let breaks_rule = crate::reference::empty_read(&graph, &ref_inputs).map(|n| n.is_some());
+    // A dim that is 0 in this call: one of `zeros`, or a sum of dims (`past + seq`), which no call binds.
+    let is_zero =
+        |dim: &str| call.zeros.contains(&dim) || !call.dims.iter().any(|(n, _)| *n == dim);
     let run = model
         .session(&call.dims)
         .and_then(|mut s| model.run_session(PlanMode::Fused, &mut s, &refs));
-    match (call.allowed, run) {
-        (true, Ok(outputs)) => {
+    match (breaks_rule, run) {
+        (Ok(false), Ok(outputs)) => {
             check_mutant(model, weights, tolerance, &call.dims, seed)?;
             Ok(Some(outputs.iter().filter(|t| t.numel() == 0).count()))
         }
         // Refused for another reason (a difference of dims made negative, a narrow of a mutant out of range):
         // the reference must refuse it too.
-        (true, Err(_)) => {
+        (Ok(false) | Err(_), Err(_)) => {
             check_mutant(model, weights, tolerance, &call.dims, seed).map(|_| Some(0))
         }
-        (false, Err(Error::ZeroDim { dim })) if dim == call.dim => Ok(None),
-        (allowed, other) => Err(format!(
-            "`{}` 0 ({}): {other:?}",
-            call.dim,
-            if allowed { "allowed" } else { "not allowed" }
+        (Ok(true), Err(Error::ZeroDim { dim, .. })) if is_zero(&dim) => Ok(None),
+        (rule, other) => Err(format!(
+            "{:?} at 0 ({}): {other:?}",
+            call.zeros,
+            match rule {
+                Ok(true) => "a value with elements reads an empty one".to_string(),
+                Ok(false) => "every value is computed or empty".to_string(),
+                Err(e) => format!("the reference refuses: {e}"),
+            }
         )),
     }
 }

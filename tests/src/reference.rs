@@ -341,6 +341,28 @@ fn interpret_nodes(
     Ok(values)
 }
 
+/// fuse's rule of empty values on the shapes of one call, node by node: the first node that computes a value with
+/// elements from one without (a reduction, a product or attention over no positions; a concat's empty pieces
+/// aside), or a state of no elements. PyTorch computes such a value (zeros, NaN) where fuse refuses the call with
+/// `Error::ZeroDim`. This evaluates each node's shape, independently of the compiler's rule on the dims'
+/// symbols (`Graph::zero_rule`), which the tests check against it.
+pub fn empty_read(graph: &Graph, inputs: &[RefTensor]) -> Result<Option<NodeId>, RefError> {
+    let vals = bind_dyn_dims(graph, inputs)?;
+    let empty: Vec<bool> = graph
+        .nodes
+        .iter()
+        .map(|n| Ok(eval_shape(graph, &vals, &n.ty.shape)?.contains(&0)))
+        .collect::<Result<_, RefError>>()?;
+    Ok(graph.ids().find(|&id| {
+        let op = &graph.node(id).op;
+        if empty[id.index()] {
+            matches!(op, Op::State(_) | Op::Write { .. })
+        } else {
+            !matches!(op, Op::Concat { .. }) && op.operands().iter().any(|o| empty[o.index()])
+        }
+    }))
+}
+
 /// Checks the tensor count and that each tensor's data fills its shape.
 fn check_tensors(what: &'static str, expected: usize, got: &[RefTensor]) -> Result<(), RefError> {
     if got.len() != expected {

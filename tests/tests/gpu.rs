@@ -919,10 +919,10 @@ fn mutants_on_gpu() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// Every random-view model with each free dim bound to 0 in turn (an empty batch, an empty cache passed in:
-/// `tests/random_views.rs` has the rule), in f32 on the GPU as on the CPU (`check_zero_dim_call`: where the plan
-/// allows the 0, both plans, outputs and states of the reference's shapes, at twice the model's tolerance; where
-/// not, `Error::ZeroDim`). Each call is made three times: the first launches its list (the kernels of empty
+/// Every random-view model with each set of its free dims bound to 0 (an empty batch, an empty cache passed in:
+/// `tests/random_views.rs` has the rule), in f32 on the GPU as on the CPU (`check_zero_dim_call`: where the call
+/// keeps the rule of empty values, both plans, outputs and states of the reference's shapes, at twice the model's
+/// tolerance; where not, `Error::ZeroDim`). Each call is made three times: the first launches its list (the kernels of empty
 /// values left out, perhaps all), the second captures it as a CUDA graph, the third replays that.
 #[test]
 fn random_views_with_a_dim_of_zero_on_gpu() {

@@ -46,7 +46,8 @@ fn mlp_matches_reference() {
 
 /// An empty batch returns empty outputs, as in PyTorch, and so does an empty sequence where nothing sums over it
 /// (self-attention over no positions is no positions); MiniLM's mean pooling over `seq` would make its
-/// embeddings out of nothing, so `seq` 0 is `Error::ZeroDim` there, while its empty batch is `[0, 384]`.
+/// embeddings out of nothing, so `seq` 0 is `Error::ZeroDim` there unless the batch is empty too (an empty batch
+/// padded to its longest sentence), while its empty batch is `[0, 384]`.
 #[test]
 fn example_models_at_a_dim_of_zero() {
     let encoder = EncoderLayer::random(7);
@@ -83,8 +84,14 @@ fn example_models_at_a_dim_of_zero() {
     };
     assert_eq!(call(0, 7).unwrap().shape(), [0, 384]);
     assert_eq!(call(2, 7).unwrap().shape(), [2, 384]);
+    assert_eq!(call(0, 0).unwrap().shape(), [0, 384]);
     match call(2, 0) {
-        Err(Error::ZeroDim { dim }) => assert_eq!(dim, "seq"),
+        Err(Error::ZeroDim { dim, unless }) => {
+            assert_eq!(
+                (dim.as_str(), unless),
+                ("seq", vec![vec!["batch".to_string()]])
+            )
+        }
         other => panic!("MiniLM at seq 0: {other:?}"),
     }
 }

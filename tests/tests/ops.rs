@@ -588,7 +588,7 @@ fn a_narrow_past_its_axis_is_a_typed_error_before_any_kernel_runs() {
     assert!(cache.forward(&q, &c, 0, 4).is_ok());
     let zero = cache.forward(&q, &c, 1, 0).expect_err("total = 0");
     assert!(
-        matches!(&zero, fuse_runtime::Error::ZeroDim { dim } if dim == "total"),
+        matches!(&zero, fuse_runtime::Error::ZeroDim { dim, .. } if dim == "total"),
         "{zero:?}"
     );
     // Reserving (and a session) by name takes the same rule: `past` 0 is a prompt, `total` 0 sizes nothing.
@@ -598,7 +598,7 @@ fn a_narrow_past_its_axis_is_a_typed_error_before_any_kernel_runs() {
     assert!(compiled.session(&dims(0, 4)).is_ok());
     let zero = compiled.reserve(&dims(1, 0)).expect_err("total = 0");
     assert!(
-        matches!(&zero, fuse_runtime::Error::ZeroDim { dim } if dim == "total"),
+        matches!(&zero, fuse_runtime::Error::ZeroDim { dim, .. } if dim == "total"),
         "{zero:?}"
     );
     // A value the untyped API cannot carry, and a negative one handed to it directly.

@@ -18,12 +18,13 @@ use quote::{format_ident, quote};
 
 use fuse_tables::{
     BufferKind, BufferSpec, KernelCall, KernelInfo, Mono, OutputSpec, ProgramTables, SliceBound,
-    StateSpec, SumDim,
+    StateSpec, SumDim, ZeroWith,
 };
 
 use super::mono;
 use crate::ir::{DType, NodeId, Op};
 use crate::plan::{kernel_bytes, Kernel, Mode, Plan, Storage};
+use crate::zero_dims::ZeroRule;
 
 fn dtype(d: DType) -> fuse_tables::DType {
     match d {
@@ -204,15 +205,29 @@ fn tables(plan: &Plan, function_of: &[usize]) -> ProgramTables {
             dims: s.ty.shape.0.iter().map(mono).collect(),
         })
         .collect();
-    // The free dims (bound by an input's axis or a `#[dim]`) that may be 0: the runtime's binding allows 0 for them.
+    // The free dims (bound by an input's axis or a `#[dim]`) that may be 0 in some call: the runtime's binding
+    // allows 0 for them, then checks the conditions of those that may be 0 only where other dims are.
     let zero_dims = (0..g.dyn_dims.len() as u16)
         .filter(|&sym| g.derived_of(sym).is_none() && g.may_be_zero(sym))
         .map(usize::from)
+        .collect();
+    let zero_with = (0..g.dyn_dims.len() as u16)
+        .filter_map(|sym| match g.zero_rule(sym) {
+            ZeroRule::EmptyWith(sets) => Some(ZeroWith {
+                sym: usize::from(sym),
+                any_of: sets
+                    .into_iter()
+                    .map(|set| set.into_iter().map(usize::from).collect())
+                    .collect(),
+            }),
+            _ => None,
+        })
         .collect();
     ProgramTables {
         states,
         aranges: aranges.into_iter().map(|(_, start)| start).collect(),
         zero_dims,
+        zero_with,
         sum_dims,
         slice_bounds,
         buffers,
