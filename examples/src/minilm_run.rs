@@ -79,9 +79,7 @@ impl SentenceEmbedder {
         &self,
         sentences: &[&str],
     ) -> Result<Vec<Embedding>, Box<dyn std::error::Error>> {
-        if sentences.is_empty() {
-            return Ok(Vec::new());
-        }
+        // No sentences are a batch of none padded to no tokens, which the model returns as no embeddings.
         let batch = self.tokenizer.encode_batch(sentences)?;
         let out = self.embed_batch(&batch)?;
         let width = *out.shape().last().ok_or("the model returned a scalar")?;

@@ -98,6 +98,10 @@ fn the_embedder_loads_from_a_folder_and_counts_tokens() {
     }
     assert_eq!((counted[0].tokens, counted[1].tokens), (12, 6));
     assert_eq!(counted[2].tokens, fuse_examples::tokenize::MAX_TOKENS);
+    // No sentences: a batch of none padded to no tokens, which the model itself returns as no embeddings.
+    let none = e.tokenizer.encode_batch(&[]).unwrap();
+    assert_eq!((none.batch, none.seq), (0, 0));
+    assert_eq!(e.embed_batch(&none).unwrap().shape(), [0, 384]);
     assert!(e.embed_with_counts(&[]).unwrap().is_empty());
 
     let missing = std::env::temp_dir().join("no-minilm-here");
