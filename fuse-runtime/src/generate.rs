@@ -103,16 +103,26 @@ impl Sampler {
         })
     }
 
-    /// The next token (an index into `logits`). Empty logits or a NaN among them are an error: a wrong number
-    /// upstream must not turn into a plausible token.
+    /// The next token (an index into `logits`). Empty logits, a NaN or +∞ among them, or -∞ alone are an error:
+    /// a wrong number upstream must not turn into a plausible token. (-∞ beside finite logits is a token ruled
+    /// out, as a caller's mask writes it.)
     pub fn pick(&mut self, logits: &[f32]) -> Result<i64> {
         if logits.is_empty() {
             return Err(Error::Generation("the model returned no logits".into()));
         }
-        if let Some(i) = logits.iter().position(|v| v.is_nan()) {
+        if let Some(i) = logits
+            .iter()
+            .position(|v| v.is_nan() || *v == f32::INFINITY)
+        {
             return Err(Error::Generation(format!(
-                "logit {i} is NaN; the model's output is not a distribution"
+                "logit {i} is {}; the model's output is not a distribution",
+                logits[i]
             )));
+        }
+        if logits.iter().all(|&v| v == f32::NEG_INFINITY) {
+            return Err(Error::Generation(
+                "every logit is -inf: no token is possible".into(),
+            ));
         }
         let s = match &self.decoding {
             Decoding::Greedy => return Ok(argmax(logits) as i64),

@@ -114,12 +114,26 @@ fn bad_options_and_bad_logits_are_errors() {
             "{bad:?}"
         );
     }
-    let mut s = Sampler::new(&Decoding::Greedy).unwrap();
-    assert!(matches!(s.pick(&[]), Err(Error::Generation(_))));
-    assert!(matches!(
-        s.pick(&[0.0, f32::NAN]),
-        Err(Error::Generation(_))
-    ));
+    let (inf, ninf) = (f32::INFINITY, f32::NEG_INFINITY);
+    for decoding in [Decoding::Greedy, sample(0.7, Some(3), Some(0.9), 4)] {
+        let mut s = Sampler::new(&decoding).unwrap();
+        for bad in [
+            &[][..],
+            &[0.0, f32::NAN],
+            &[inf, 1.0],
+            &[1.0, inf],
+            &[ninf, ninf],
+        ] {
+            assert!(
+                matches!(s.pick(bad), Err(Error::Generation(_))),
+                "{decoding:?} picked from {bad:?}"
+            );
+        }
+        // -∞ beside finite logits rules a token out: the finite one is picked.
+        for _ in 0..20 {
+            assert_eq!(s.pick(&[ninf, 2.0, ninf]).unwrap(), 1, "{decoding:?}");
+        }
+    }
 }
 
 /// A stand-in model whose next-token logits depend only on its own sequence: favours `(last·7 + len) % 16`.
