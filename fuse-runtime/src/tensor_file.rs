@@ -127,13 +127,23 @@ enum Source {
 }
 
 impl TensorFile {
-    /// Reads and checks the file at `path`. Nothing is converted yet.
+    /// Reads and checks the file at `path` (a pipe too). Nothing is converted yet. A file larger than the memory
+    /// the process may still use is [`Error::OutOfMemory`], before anything is read.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        use std::io::Read;
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|source| Error::Io {
+        let io = |source| Error::Io {
             path: path.to_path_buf(),
             source,
-        })?;
+        };
+        let mut file = std::fs::File::open(path).map_err(io)?;
+        // A pipe's length is 0 here: its bytes are counted as they are read.
+        let len = file.metadata().map_err(io)?.len();
+        let mut bytes = crate::tensor::try_with_capacity(
+            usize::try_from(len).unwrap_or(usize::MAX),
+            "a tensor file",
+        )?;
+        file.read_to_end(&mut bytes).map_err(io)?;
         let (data_start, tensors) = parse_header(path, &bytes, bytes.len())?;
         Ok(TensorFile {
             path: path.to_path_buf(),
@@ -145,7 +155,8 @@ impl TensorFile {
 
     /// Reads and checks the header of the file at `path`, and keeps the file open: each tensor's bytes are read
     /// from it when that tensor is (a checkpoint loaded one parameter at a time). The file must not change
-    /// while this is open; if it shrinks, a read is an [`Error::Io`].
+    /// while this is open; if it shrinks, a read is an [`Error::Io`]. What is not a file one can seek in (a pipe:
+    /// `<(zcat model.safetensors.gz)`) is read whole, as [`TensorFile::open`] reads it.
     pub fn open_streaming(path: impl AsRef<Path>) -> Result<Self> {
         use std::io::Read;
         let path = path.as_ref();
@@ -154,7 +165,11 @@ impl TensorFile {
             source,
         };
         let mut file = std::fs::File::open(path).map_err(io)?;
-        let len = file.metadata().map_err(io)?.len();
+        let metadata = file.metadata().map_err(io)?;
+        if !metadata.is_file() {
+            return Self::open(path);
+        }
+        let len = metadata.len();
         let len = usize::try_from(len).unwrap_or(usize::MAX);
         // The header length, then the header (as far as the file has them): `parse_header` reports what is short.
         let mut head = Vec::new();
@@ -197,7 +212,8 @@ fn parse_header(path: &Path, head: &[u8], len: usize) -> Result<(usize, Vec<Tens
              safetensors file or its first 8 bytes are damaged"
         )));
     }
-    let after_prefix = len - 8;
+    // `len` is at least what `head` holds, unless the file shrank after its length was read.
+    let after_prefix = len.saturating_sub(8);
     if header_len > after_prefix || 8 + header_len > head.len() {
         return Err(invalid(format!(
             "the file looks truncated: its header is {header_len} bytes, but only {after_prefix} bytes follow the \
@@ -244,7 +260,7 @@ fn parse_header(path: &Path, head: &[u8], len: usize) -> Result<(usize, Vec<Tens
         tensors.push(info);
     }
     tensors.sort_by_key(|t| t.data);
-    check_layout(&path, &tensors, len - data_start)?;
+    check_layout(&path, &tensors, len.saturating_sub(data_start))?;
     Ok((data_start, tensors))
 }
 
@@ -284,22 +300,13 @@ impl TensorFile {
         let data = self.data(info)?;
         let data = &data[..];
         match info.dtype {
-            StoredDType::I64 => {
-                let values = data
-                    .chunks_exact(8)
-                    .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-                    .collect();
-                Tensor::from_i64(&info.shape, values)
-            }
-            StoredDType::I32 => {
-                let values = data
-                    .chunks_exact(4)
-                    .map(|c| i32::from_le_bytes(c.try_into().unwrap_or([0; 4])) as i64)
-                    .collect();
-                Tensor::from_i64(&info.shape, values)
-            }
+            StoredDType::I64 => Tensor::from_i64(&info.shape, decode(data, i64::from_le_bytes)?),
+            StoredDType::I32 => Tensor::from_i64(
+                &info.shape,
+                decode(data, |b: [u8; 4]| i64::from(i32::from_le_bytes(b)))?,
+            ),
             dtype => match widen_to_f32(dtype, data) {
-                Some(values) => Tensor::from_f32(&info.shape, values),
+                Some(values) => Tensor::from_f32(&info.shape, values?),
                 None => Err(Error::UnsupportedStoredDType {
                     name: info.name.clone(),
                     path: self.path.clone(),
@@ -334,26 +341,25 @@ impl TensorFile {
     }
 }
 
-/// A float tensor's elements as f32, or `None` for a dtype that is not a float of at most 32 bits.
-///
-/// Goes through `from_le_bytes` on byte chunks because safetensors gives no alignment guarantee for the data.
-pub(crate) fn widen_to_f32(dtype: StoredDType, data: &[u8]) -> Option<Vec<f32>> {
-    let values = match dtype {
-        StoredDType::F32 => data
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect(),
-        StoredDType::F16 => data
-            .chunks_exact(2)
-            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
-            .collect(),
-        StoredDType::BF16 => data
-            .chunks_exact(2)
-            .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
-            .collect(),
-        _ => return None,
-    };
-    Some(values)
+/// A float tensor's elements as f32 ([`Error::OutOfMemory`] where they do not fit), or `None` for a dtype that is
+/// not a float of at most 32 bits.
+pub(crate) fn widen_to_f32(dtype: StoredDType, data: &[u8]) -> Option<Result<Vec<f32>>> {
+    match dtype {
+        StoredDType::F32 => Some(decode(data, f32::from_le_bytes)),
+        StoredDType::F16 => Some(decode(data, |b| half::f16::from_le_bytes(b).to_f32())),
+        StoredDType::BF16 => Some(decode(data, |b| half::bf16::from_le_bytes(b).to_f32())),
+        _ => None,
+    }
+}
+
+/// `data` as values of `N` little-endian bytes each, converted by `value`, in memory checked to fit (a file's
+/// f16 tensor takes twice its bytes as f32). Goes through byte chunks because safetensors gives no alignment
+/// guarantee for the data.
+fn decode<T, const N: usize>(data: &[u8], value: impl Fn([u8; N]) -> T) -> Result<Vec<T>> {
+    let chunks = data.chunks_exact(N);
+    let mut out = crate::tensor::try_with_capacity(chunks.len(), "a checkpoint tensor")?;
+    out.extend(chunks.filter_map(|c| c.try_into().ok()).map(value));
+    Ok(out)
 }
 
 /// Every tensor of the file at `path`, in file order, with its name (see [`TensorFile::read`] for dtypes).
@@ -371,6 +377,12 @@ pub fn save_tensors(path: impl AsRef<Path>, names_and_tensors: &[(&str, &Tensor)
     let mut seen = HashSet::new();
     let mut buffers = Vec::with_capacity(names_and_tensors.len());
     for (name, tensor) in names_and_tensors {
+        // The format keeps this key for the file's metadata: a reader would not take it as a tensor.
+        if *name == "__metadata__" {
+            return Err(invalid(
+                "`__metadata__` is the format's key for metadata, not a tensor name".into(),
+            ));
+        }
         if !seen.insert(*name) {
             return Err(Error::DuplicateTensor {
                 path: path.to_path_buf(),
@@ -579,6 +591,54 @@ mod tests {
             other => panic!("expected Io, got {other:?}"),
         }
         std::fs::remove_file(&path).expect("removed");
+    }
+
+    /// A pipe (`<(zcat model.safetensors.gz)`) has no length to read ahead: both opens read it whole, and its
+    /// tensors are the file's. Before, the streaming open took its length, 0, less 8.
+    #[cfg(unix)]
+    #[test]
+    fn a_pipe_is_read_whole_by_both_opens() {
+        let path = temp_path("piped");
+        let a = Tensor::randn(&[16, 8], 6);
+        let ids = Tensor::uniform_ids(&[5], 100, 2);
+        save_tensors(&path, &[("a", &a), ("ids", &ids)]).expect("saved");
+        let whole = std::fs::read(&path).expect("read");
+        let fifo = temp_path("fifo");
+        let _ = std::fs::remove_file(&fifo);
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if !made.is_ok_and(|s| s.success()) {
+            eprintln!("skipped: mkfifo is not available");
+            return;
+        }
+        for streaming in [false, true] {
+            let writer = {
+                let (fifo, whole) = (fifo.clone(), whole.clone());
+                std::thread::spawn(move || std::fs::write(fifo, whole))
+            };
+            let file = if streaming {
+                TensorFile::open_streaming(&fifo)
+            } else {
+                TensorFile::open(&fifo)
+            };
+            writer.join().expect("writer").expect("written");
+            let file = file.unwrap_or_else(|e| panic!("streaming {streaming}: {e}"));
+            assert_eq!(file.read("a").expect("a"), a);
+            assert_eq!(file.read("ids").expect("ids"), ids);
+        }
+        std::fs::remove_file(&fifo).expect("removed");
+        std::fs::remove_file(&path).expect("removed");
+    }
+
+    /// The format's metadata key is no tensor name: a file saved with it would not read back.
+    #[test]
+    fn the_metadata_key_is_refused_as_a_tensor_name() {
+        let path = temp_path("metadata");
+        let a = Tensor::randn(&[2], 1);
+        match save_tensors(&path, &[("a", &a), ("__metadata__", &a)]) {
+            Err(Error::Safetensors { message, .. }) => assert!(message.contains("__metadata__")),
+            other => panic!("expected Safetensors, got {other:?}"),
+        }
+        assert!(!path.exists(), "nothing is written");
     }
 
     /// Values every half format holds exactly, so the widened f32 must equal them bit for bit.

@@ -89,12 +89,13 @@ impl Checkpoint {
                 found: info.shape.clone(),
             });
         }
-        let values =
-            widen_to_f32(info.dtype, &self.file.data(info)?).ok_or_else(|| Error::WeightDType {
+        let values = widen_to_f32(info.dtype, &self.file.data(info)?).ok_or_else(|| {
+            Error::WeightDType {
                 name: spec.name.to_string(),
                 expected: DType::F32,
                 found: info.dtype.to_string(),
-            })?;
+            }
+        })??;
         Tensor::from_f32(spec.shape, values)
     }
 }
