@@ -101,6 +101,16 @@ pub enum Error {
     #[error("the model has no dynamic dimension `{dim}`; its dynamic dimensions are {known:?}")]
     UnknownDim { dim: String, known: Vec<String> },
 
+    #[error(
+        "dimension `{dim}` is given as {first} but is {second} (given twice, or a sum of dims whose terms add up \
+         to {second})"
+    )]
+    DimSizeConflict {
+        dim: String,
+        first: usize,
+        second: usize,
+    },
+
     #[error("no size given for dynamic dimension `{dim}`")]
     MissingDim { dim: String },
 

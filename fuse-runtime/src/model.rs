@@ -371,8 +371,10 @@ impl CompiledModel {
     }
 
     /// Every dim of the model from `sizes` given by name (`[("batch", 8)]`), sums of dims derived from their terms.
-    /// A name the model does not have, or a size of 0, is an error; a dim left out is an error where `required`
-    /// says so (by symbol), else 1.
+    /// A name the model does not have, a name given twice with two sizes, a sum of dims given a size its terms do
+    /// not add up to, or a size of 0 where the rule of empty values refuses it, is an error; a dim left out is an
+    /// error where `required` says so (by symbol), else a size that keeps every difference of dims (`seq - 2`)
+    /// at least 1, so that a dim nothing asked for cannot refuse the call.
     fn dims_by_name(
         &self,
         sizes: &[(&str, usize)],
@@ -390,23 +392,53 @@ impl CompiledModel {
         // passed in), or that sizes no value (a `#[dim]` that only offsets views), may be 0, as in a call: the
         // plan lists them. One that may be 0 only where other dims are is checked with the sums, as a call is.
         let may_be_zero = |s: usize| program.may_be_zero(s);
+        let unasked = 1 + program.sum_dims.iter().map(|d| d.less).max().unwrap_or(0);
+        let given = |name: &str| -> Result<Option<usize>> {
+            let mut found = sizes.iter().filter(|(d, _)| *d == name).map(|&(_, n)| n);
+            let first = found.next();
+            match (first, found.find(|&n| Some(n) != first)) {
+                (Some(first), Some(second)) => Err(Error::DimSizeConflict {
+                    dim: name.into(),
+                    first,
+                    second,
+                }),
+                _ => Ok(first),
+            }
+        };
         let mut dims = known
             .iter()
             .enumerate()
-            .map(|(s, &name)| match sizes.iter().rfind(|(d, _)| *d == name) {
+            .map(|(s, &name)| match given(name)? {
                 // A sum of dims (`past + seq`) is computed from its terms below.
                 _ if program.is_sum_dim(s) => Ok(1),
-                Some(&(_, 0)) if may_be_zero(s) => Ok(0),
-                Some(&(_, 0)) => Err(Error::ZeroDim {
+                Some(0) if may_be_zero(s) => Ok(0),
+                Some(0) => Err(Error::ZeroDim {
                     dim: name.into(),
                     unless: Vec::new(),
                 }),
-                Some(&(_, n)) => Ok(n),
+                Some(n) => Ok(n),
                 None if required(s) => Err(Error::MissingDim { dim: name.into() }),
-                None => Ok(1),
+                None => Ok(unasked),
             })
             .collect::<Result<Vec<usize>>>()?;
         crate::exec::derive_dims(program, known, &mut dims)?;
+        // A sum given by name must be what its terms add up to.
+        for (s, &name) in known
+            .iter()
+            .enumerate()
+            .filter(|&(s, _)| program.is_sum_dim(s))
+        {
+            match given(name)? {
+                Some(n) if n != dims[s] => {
+                    return Err(Error::DimSizeConflict {
+                        dim: name.into(),
+                        first: n,
+                        second: dims[s],
+                    })
+                }
+                _ => {}
+            }
+        }
         Ok(dims)
     }
 

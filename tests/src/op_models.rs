@@ -658,6 +658,22 @@ pub mod ops {
         }
     }
 
+    /// A state beside a difference of dims a mean reads over (the positions from the third on): a session is made
+    /// from the dims the state names alone, whatever `seq` the calls will have.
+    pub struct StateBesideADifference {
+        #[state]
+        #[shape(batch, 2, D)]
+        first: Tensor,
+    }
+    impl StateBesideADifference {
+        pub fn forward(&self, #[shape(batch, seq, D)] x: Tensor) -> (Tensor, Tensor) {
+            let rest = x.dim(1) - 2;
+            let mean = x.narrow(1, 2, rest).mean(1, true);
+            let first = self.first.write(1, 0, x.narrow(1, 0, 2));
+            (mean * 2.0, first + 1.0)
+        }
+    }
+
     /// Writes whose values the kernel computes: RoPE of new keys (through a concat) into a `[batch, 2, MAX_POS,
     /// 6]` cache at positions `[past, past + seq)`, and an elementwise value of a permuted view written along the
     /// last axis of a `[batch, 4, MAX_POS]` state.

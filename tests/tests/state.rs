@@ -5,7 +5,52 @@ use fuse_runtime::{Error, PlanMode, Tensor};
 use fuse_tests::check::check_stateful;
 use rand::{Rng, SeedableRng};
 
-use fuse_tests::op_models::ops::{CacheWrite, ComputedWrites, D, MAX_POS};
+use fuse_tests::op_models::ops::{CacheWrite, ComputedWrites, StateBesideADifference, D, MAX_POS};
+
+/// A session needs only the dims its states name: one nothing asked for (`seq`, under a `seq - 2` that a mean
+/// reads over) takes a size that keeps every difference of dims at least 1. Before, it took 1, and `seq - 2` at
+/// -1 refused the session. A dim given twice with two sizes, or a sum given a size its terms do not make, is an
+/// error too.
+#[test]
+fn a_session_needs_only_the_dims_its_states_name() {
+    let m = StateBesideADifference::random(4);
+    let mut session = m
+        .session(&[("batch", 2)])
+        .expect("a session from `batch` alone");
+    for seq in [3, 6] {
+        let x = Tensor::randn(&[2, seq, D], seq as u64);
+        check_stateful(
+            "state beside a difference",
+            m.compiled(),
+            &mut session,
+            &[&x],
+            1e-5,
+            1e-5,
+        );
+    }
+    match m.session(&[("batch", 2), ("batch", 3)]) {
+        Err(Error::DimSizeConflict { dim, first, second }) => {
+            assert_eq!((dim.as_str(), first, second), ("batch", 2, 3))
+        }
+        other => panic!("batch given twice: {:?}", other.err()),
+    }
+    assert!(m.session(&[("batch", 2), ("batch", 2)]).is_ok());
+    let cache = CacheWrite::random(5).into_compiled();
+    let sum = *cache
+        .spec()
+        .dyn_dims
+        .iter()
+        .find(|d| d.contains(" + "))
+        .expect("a sum");
+    let sizes = |n| [("batch", 1), ("seq", 3), ("past", 4), (sum, n)];
+    assert!(cache.reserve(&sizes(7)).is_ok());
+    match cache.reserve(&sizes(8)) {
+        Err(Error::DimSizeConflict { dim, first, second }) => {
+            assert_eq!((dim.as_str(), first, second), (sum, 8, 7))
+        }
+        other => panic!("{sum} given 8: {other:?}"),
+    }
+}
 
 #[test]
 fn writes_at_random_offsets_then_reads_of_the_prefix_match_the_reference() {
