@@ -39,6 +39,17 @@ enum Backing {
 unsafe impl Send for Arena {}
 
 impl Arena {
+    /// The length of an arena asked for `bytes`: a whole number of huge pages from one huge page on (mapped at one),
+    /// else of cache lines; `None` where that overflows.
+    pub fn len_for(bytes: usize) -> Option<usize> {
+        let align = if bytes >= HUGE_PAGE {
+            HUGE_PAGE
+        } else {
+            CACHE_LINE
+        };
+        bytes.max(CACHE_LINE).checked_next_multiple_of(align)
+    }
+
     /// An arena of at least `bytes` (at least one cache line, so the pointer is never dangling), zeroed when fresh;
     /// [`Error::OutOfMemory`] when the process may not use that much or the machine cannot provide it.
     pub fn new(bytes: usize) -> Result<Arena> {
@@ -48,17 +59,9 @@ impl Arena {
             available,
         };
         check_fits("the arena", bytes)?;
-        let align = if bytes >= HUGE_PAGE {
-            HUGE_PAGE
-        } else {
-            CACHE_LINE
-        };
-        let len = bytes
-            .max(CACHE_LINE)
-            .checked_next_multiple_of(align)
-            .ok_or_else(|| out_of_memory(None))?;
+        let len = Arena::len_for(bytes).ok_or_else(|| out_of_memory(None))?;
         #[cfg(target_os = "linux")]
-        if align == HUGE_PAGE {
+        if len >= HUGE_PAGE {
             let ptr = map_aligned(len).ok_or_else(|| out_of_memory(None))?;
             return Ok(Arena {
                 ptr,
@@ -66,6 +69,11 @@ impl Arena {
                 backing: Backing::Mapped,
             });
         }
+        let align = if len >= HUGE_PAGE {
+            HUGE_PAGE
+        } else {
+            CACHE_LINE
+        };
         let layout = Layout::from_size_align(len, align).map_err(|_| out_of_memory(None))?;
         // SAFETY: `layout` has a non-zero size.
         let ptr =

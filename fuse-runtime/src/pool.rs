@@ -106,8 +106,11 @@ impl State {
 /// First the smallest one that fits `need`, then the most recently returned others, while the count and byte
 /// limits allow; never one that is oversized.
 pub fn kept(sizes: &[usize], need: usize, limits: &PoolLimits) -> Vec<usize> {
+    // Against the length an arena for `need` has (rounded up to whole huge pages): with a factor of 1 the arena
+    // that fits is then not oversized, and stays.
+    let made = Arena::len_for(need).unwrap_or(need);
     let oversized =
-        |len: usize| len > SMALL_ARENA && len > need.saturating_mul(limits.oversize_factor);
+        |len: usize| len > SMALL_ARENA && len > made.saturating_mul(limits.oversize_factor);
     let mut keep = Vec::new();
     if limits.max_idle_arenas == 0 {
         return keep;

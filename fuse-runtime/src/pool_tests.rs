@@ -40,6 +40,20 @@ fn arenas_much_larger_than_recent_calls_are_released() {
     assert_eq!(kept(&[MIB, 2 * MIB], 4 * MIB, &limits).len(), 2);
 }
 
+/// With a factor of 1, the arena made for what recent calls needed (rounded up to whole huge pages) is no larger
+/// than needed and stays; before, it was taken as oversized, and every call allocated afresh.
+#[test]
+fn a_factor_of_one_keeps_the_arena_made_for_the_need() {
+    let limits = PoolLimits {
+        oversize_factor: 1,
+        ..PoolLimits::default()
+    };
+    let need = 20 * MIB + 12345;
+    let made = Arena::len_for(need).expect("a length");
+    assert!(made > need);
+    assert_eq!(kept(&[made, 2 * made], need, &limits), [0]);
+}
+
 #[test]
 fn the_fitting_arena_comes_first_then_the_most_recent() {
     let limits = PoolLimits::default();
