@@ -22,14 +22,9 @@ impl Iota {
         if table.len() < len {
             let len = len.checked_next_power_of_two().unwrap_or(len);
             let last = i64::try_from(len).map_err(|_| Error::DimArgTooLarge { value: len })?;
-            let mut values = Vec::new();
-            values
-                .try_reserve_exact(len)
-                .map_err(|_| Error::OutOfMemory {
-                    what: "the arange table",
-                    bytes: len.checked_mul(8),
-                    available: None,
-                })?;
+            // Checked against what the process may still use first: a reservation the system overcommits would
+            // only fail as the values are written.
+            let mut values = crate::tensor::try_with_capacity(len, "the arange table")?;
             values.extend(0..last);
             *table = Arc::from(values);
         }
