@@ -130,7 +130,7 @@ fn next_logits(model: &TinyLlama, mode: PlanMode, sequences: &[&[i64]]) -> Vec<V
         .compiled()
         .run_one(mode, &inputs.iter().collect::<Vec<_>>())
         .expect("the model runs");
-    last_logits(&logits, VOCAB)
+    last_logits(&logits, VOCAB).expect("a last position")
 }
 
 #[test]
@@ -161,6 +161,42 @@ fn the_configuration_is_the_references() {
     ] {
         assert!(names.contains(&name), "{name} missing from {names:?}");
     }
+}
+
+/// An empty prompt runs, as in PyTorch, to logits of no position, which have no next token: `last_logits` (and so
+/// decoding) refuses them, as it refuses logits of the wrong width. Before, it indexed the position before the
+/// first and panicked.
+#[test]
+fn an_empty_prompt_has_no_next_token() {
+    let model = TinyLlama::random(3);
+    let empty: &[i64] = &[];
+    let inputs = inputs(&[empty]).expect("inputs");
+    let logits = model
+        .compiled()
+        .run_one(PlanMode::Fused, &inputs.iter().collect::<Vec<_>>())
+        .expect("an empty sequence runs");
+    assert_eq!(logits.shape(), [1, 0, VOCAB]);
+    for (logits, vocab) in [
+        (&logits, VOCAB),
+        (&Tensor::zeros(&[1, 2, VOCAB]), VOCAB + 1),
+    ] {
+        match last_logits(logits, vocab) {
+            Err(fuse_runtime::Error::Generation(_)) => {}
+            other => panic!("{:?} as {vocab} wide: {other:?}", logits.shape()),
+        }
+    }
+    // Each sequence's row is its last position's.
+    let counted = Tensor::from_f32(&[2, 3, VOCAB], (0..6 * VOCAB).map(|i| i as f32).collect())
+        .expect("logits");
+    let rows = last_logits(&counted, VOCAB).expect("rows");
+    for (b, row) in rows.iter().enumerate() {
+        let start = (b * 3 + 2) * VOCAB;
+        assert_eq!(
+            row,
+            &(start..start + VOCAB).map(|i| i as f32).collect::<Vec<_>>()
+        );
+    }
+    assert_eq!(rows.len(), 2);
 }
 
 /// Greedy decoding through `fuse_runtime::generate`, the three prompts (5, 2 and 9 tokens) left-padded into one

@@ -80,7 +80,8 @@ fn next_logits(m: &Loaded, sequence: &[i64]) -> fuse_runtime::Result<Vec<f32>> {
     let logits = m
         .model
         .run_one(PlanMode::Fused, &inputs.iter().collect::<Vec<_>>())?;
-    Ok(last_logits(&logits, m.vocab).remove(0))
+    let mut rows = last_logits(&logits, m.vocab)?;
+    Ok(rows.pop().unwrap_or_default())
 }
 
 fn ids(list: &str) -> Result<Vec<i64>, String> {

@@ -616,12 +616,30 @@ pub fn inputs(sequences: &[&[i64]]) -> Result<[Tensor; 2]> {
 
 /// Each sequence's next-token logits (`vocab` wide) from a run of the whole left-padded batch, whose output is
 /// `[batch, seq, vocab]` (every position, the uncached models) or `[batch, 1, vocab]` (the last, the cached ones).
-pub fn last_logits(logits: &Tensor, vocab: usize) -> Vec<Vec<f32>> {
-    let (batch, seq) = (logits.shape()[0], logits.shape()[1]);
+/// Logits of another shape, or of no position (every prompt empty: nothing to continue), are an error.
+pub fn last_logits(logits: &Tensor, vocab: usize) -> Result<Vec<Vec<f32>>> {
+    let bad = |why: String| fuse_runtime::Error::Generation(why);
+    let &[_, seq, width] = logits.shape() else {
+        return Err(bad(format!(
+            "logits of shape {:?}, not [batch, seq, vocab]",
+            logits.shape()
+        )));
+    };
+    if width != vocab {
+        return Err(bad(format!(
+            "logits {width} wide, not the vocabulary's {vocab}"
+        )));
+    }
+    if seq == 0 {
+        return Err(bad(
+            "the prompts are empty: there is no last position to continue from".into(),
+        ));
+    }
     let all = logits.to_f32_vec();
-    (0..batch)
-        .map(|b| all[((b + 1) * seq - 1) * vocab..(b + 1) * seq * vocab].to_vec())
-        .collect()
+    Ok(all
+        .chunks_exact(seq * vocab)
+        .map(|positions| positions[(seq - 1) * vocab..].to_vec())
+        .collect())
 }
 
 /// Cached decoding of a batch of prompts with a model that keeps a KV cache ([`tiny::TinyLlamaCached`],
@@ -683,7 +701,7 @@ impl<'m> CachedDecoder<'m> {
                 self.model
                     .run_one_session(self.mode, &mut self.session, &[&ids, &mask, &past])?;
             self.past = seq;
-            return Ok(last_logits(&logits, self.vocab));
+            return last_logits(&logits, self.vocab);
         }
         let mut last = vec![0i64; batch];
         for (&row, s) in running.iter().zip(sequences) {
@@ -697,7 +715,7 @@ impl<'m> CachedDecoder<'m> {
             self.model
                 .run_one_session(self.mode, &mut self.session, &[&ids, &mask, &past])?;
         self.past += 1;
-        let rows = last_logits(&logits, self.vocab);
+        let rows = last_logits(&logits, self.vocab)?;
         Ok(running
             .iter()
             .filter_map(|&r| rows.get(r).cloned())
