@@ -130,13 +130,21 @@ impl TensorFile {
     /// Reads and checks the file at `path` (a pipe too). Nothing is converted yet. A file larger than the memory
     /// the process may still use is [`Error::OutOfMemory`], before anything is read.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
-        use std::io::Read;
         let path = path.as_ref();
+        let file = std::fs::File::open(path).map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::read_whole(path, file)
+    }
+
+    /// Reads the open `file` whole and checks it.
+    fn read_whole(path: &Path, mut file: std::fs::File) -> Result<Self> {
+        use std::io::Read;
         let io = |source| Error::Io {
             path: path.to_path_buf(),
             source,
         };
-        let mut file = std::fs::File::open(path).map_err(io)?;
         // A pipe's length is 0 here: its bytes are counted as they are read.
         let len = file.metadata().map_err(io)?.len();
         let mut bytes = crate::tensor::try_with_capacity(
@@ -167,7 +175,8 @@ impl TensorFile {
         let mut file = std::fs::File::open(path).map_err(io)?;
         let metadata = file.metadata().map_err(io)?;
         if !metadata.is_file() {
-            return Self::open(path);
+            // Read from this handle: opening a pipe again would wait for a writer that may be gone.
+            return Self::read_whole(path, file);
         }
         let len = metadata.len();
         let len = usize::try_from(len).unwrap_or(usize::MAX);
