@@ -42,12 +42,18 @@ impl Arena {
     /// The length of an arena asked for `bytes`: a whole number of huge pages from one huge page on (mapped at one),
     /// else of cache lines; `None` where that overflows.
     pub fn len_for(bytes: usize) -> Option<usize> {
-        let align = if bytes >= HUGE_PAGE {
+        bytes
+            .max(CACHE_LINE)
+            .checked_next_multiple_of(Arena::align_for(bytes))
+    }
+
+    /// The alignment of an arena asked for `bytes`: a huge page from one huge page on, else a cache line.
+    fn align_for(bytes: usize) -> usize {
+        if bytes >= HUGE_PAGE {
             HUGE_PAGE
         } else {
             CACHE_LINE
-        };
-        bytes.max(CACHE_LINE).checked_next_multiple_of(align)
+        }
     }
 
     /// An arena of at least `bytes` (at least one cache line, so the pointer is never dangling), zeroed when fresh;
@@ -59,9 +65,12 @@ impl Arena {
             available,
         };
         check_fits("the arena", bytes)?;
-        let len = Arena::len_for(bytes).ok_or_else(|| out_of_memory(None))?;
+        let (len, align) = (
+            Arena::len_for(bytes).ok_or_else(|| out_of_memory(None))?,
+            Arena::align_for(bytes),
+        );
         #[cfg(target_os = "linux")]
-        if len >= HUGE_PAGE {
+        if align == HUGE_PAGE {
             let ptr = map_aligned(len).ok_or_else(|| out_of_memory(None))?;
             return Ok(Arena {
                 ptr,
@@ -69,11 +78,6 @@ impl Arena {
                 backing: Backing::Mapped,
             });
         }
-        let align = if len >= HUGE_PAGE {
-            HUGE_PAGE
-        } else {
-            CACHE_LINE
-        };
         let layout = Layout::from_size_align(len, align).map_err(|_| out_of_memory(None))?;
         // SAFETY: `layout` has a non-zero size.
         let ptr =
