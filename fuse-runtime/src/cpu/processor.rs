@@ -51,6 +51,11 @@ pub struct Processor {
     /// The core executes each 512-bit FMA as two 256-bit halves, so AVX-512 has AVX2's FMA peak (AMD before
     /// Zen 5, by CPUID family); the GEMM then uses its AVX2 tile (`super::gemm::Backend::best`).
     pub splits_512_bit_fma: bool,
+    /// The core issues AVX-512 BF16's `vdpbf16ps` (two multiply-adds a lane) at half the rate of its FMAs, so a
+    /// bf16 product widened to f32 runs faster on FMAs (Intel's cores: one thread's `vdpbf16ps` peak 87 GFLOP/s
+    /// against 177 for its FMAs on one, 110 against about 240 on another; AMD's Zen 4 has it at twice its FMAs'
+    /// rate; `super::gemm::bf16::Bf16Kernel::best`).
+    pub half_rate_dpbf16: bool,
 }
 
 impl Processor {
@@ -99,7 +104,7 @@ fn bytes(n: usize) -> String {
 }
 
 fn detect() -> Processor {
-    let (cpuid_caches, model, splits_512_bit_fma) = x86::detect();
+    let (cpuid_caches, model, cores) = x86::detect();
     let (caches, cache_source) = match cpuid_caches {
         Some(found) => found,
         None => match sysfs_caches() {
@@ -113,8 +118,16 @@ fn detect() -> Processor {
         cache_source,
         avx2_fma: super::math::dispatch_avx2(),
         avx512: super::math::dispatch_avx512(),
-        splits_512_bit_fma,
+        splits_512_bit_fma: cores.splits_512_bit_fma,
+        half_rate_dpbf16: cores.half_rate_dpbf16,
     }
+}
+
+/// What the vendor and family say of a core's vector units (see [`Processor`]'s fields of these names).
+#[derive(Clone, Copy, Debug, Default)]
+struct Cores {
+    splits_512_bit_fma: bool,
+    half_rate_dpbf16: bool,
 }
 
 /// Linux's view of cpu0's caches; `None` elsewhere or when it lacks L1d or L2.
@@ -162,11 +175,11 @@ fn parse_size(s: &str) -> Option<usize> {
 mod x86 {
     use std::arch::x86_64::{__cpuid, __cpuid_count, CpuidResult};
 
-    use super::{CacheSource, Caches};
+    use super::{CacheSource, Caches, Cores};
 
-    /// The cache sizes (when CPUID reports L1d and L2), the brand string (when it has one) and whether the core
-    /// splits 512-bit FMAs into 256-bit halves.
-    pub fn detect() -> (Option<(Caches, CacheSource)>, Option<String>, bool) {
+    /// The cache sizes (when CPUID reports L1d and L2), the brand string (when it has one) and what the vendor
+    /// and family say of the vector units.
+    pub fn detect() -> (Option<(Caches, CacheSource)>, Option<String>, Cores) {
         // CPUID exists on every x86-64 processor; leaves past the reported maxima are never asked.
         let cpuid = __cpuid_count;
         let max_extended = __cpuid(0x8000_0000).eax;
@@ -200,7 +213,10 @@ mod x86 {
         (
             caches,
             brand,
-            amd && splits_512_bit_fma(family(cpuid(1, 0))),
+            Cores {
+                splits_512_bit_fma: amd && splits_512_bit_fma(family(cpuid(1, 0))),
+                half_rate_dpbf16: vendor == *b"GenuineIntel",
+            },
         )
     }
 
@@ -287,10 +303,10 @@ mod x86 {
 
 #[cfg(not(target_arch = "x86_64"))]
 mod x86 {
-    use super::{CacheSource, Caches};
+    use super::{CacheSource, Caches, Cores};
 
-    pub fn detect() -> (Option<(Caches, CacheSource)>, Option<String>, bool) {
-        (None, None, false)
+    pub fn detect() -> (Option<(Caches, CacheSource)>, Option<String>, Cores) {
+        (None, None, Cores::default())
     }
 }
 

@@ -133,6 +133,8 @@ pub(super) unsafe fn run(kernel: Bf16Kernel, call: &Call<'_>) {
         #[cfg(target_arch = "x86_64")]
         Bf16Kernel::Avx512Ymm => unsafe { x86::run_avx512_ymm(call) },
         #[cfg(target_arch = "x86_64")]
+        Bf16Kernel::Avx512Fma => unsafe { x86::run_avx512_fma(call) },
+        #[cfg(target_arch = "x86_64")]
         Bf16Kernel::Avx2 => unsafe { x86::run_avx2(call) },
         _ => unsafe { drive::<Portable>(call) },
     }
@@ -502,6 +504,23 @@ mod x86 {
         }};
     }
 
+    /// In the tile of 12 rows of a 512-bit `$tile`, returns after running the last 8 or fewer rows of a block on
+    /// its tile of 4 or 8, as the f32 tile does: a 64-row product (W2's) is then five tiles of 12 and one of 4,
+    /// not six of 12 (which ran the widening tile 7–11 % slower on W2's blocks, `gemm_bench --bf16`).
+    macro_rules! on_shorter_tile {
+        ($tile:ident, $a:expr, $a_rs:expr, $rows:expr, $($rest:expr),*) => {
+            if MR > 8 && $rows <= 8 {
+                let shorter = if $rows <= 4 {
+                    $tile::<4>::tile
+                } else {
+                    $tile::<8>::tile
+                };
+                // SAFETY: forwarded; a shorter tile reads and writes fewer rows.
+                return unsafe { shorter($a, $a_rs, $rows, $($rest),*) };
+            }
+        };
+    }
+
     /// The 512-bit `vdpbf16ps` tile over `MR` rows: 12 for a block of rows (24 accumulators, two vectors of B and
     /// A's broadcast in 32 registers); 1, 2, 4 or 8 for a product of that few rows.
     pub struct Avx512<const MR: usize>;
@@ -527,6 +546,7 @@ mod x86 {
             accumulate: bool,
             _prefetch: Prefetch,
         ) {
+            on_shorter_tile!(Avx512, a, a_rs, rows, b, pairs, acc, accumulate, _prefetch);
             let p = crate::cpu::gemm::tile_rows::<MR>(a, a_rs, rows);
             // SAFETY: the loads stay inside the tile's rows and the panel (the trait's contract); bf16 vectors are
             // reinterpreted bits.
@@ -688,6 +708,76 @@ mod x86 {
         }
     }
 
+    /// The 512-bit tile without bf16 arithmetic, over `MR` rows: 12 for a block of rows; 1, 2, 4 or 8 for a
+    /// product of that few rows. As [`Avx2`], on 512-bit vectors: per pair of depths, two 64-byte loads of B (16
+    /// columns × 2 depths each), widened to the even depths (a shift) and the odd ones (a mask), and four FMAs a
+    /// row with A's two values broadcast from its f32 cells. For cores whose `vdpbf16ps` runs at half their FMAs'
+    /// rate (`Processor::half_rate_dpbf16`): four widening operations a pair cost less than the 24 `vdpbf16ps`
+    /// of the 12-row tile would have over the 48 FMAs here.
+    pub struct Avx512Fma<const MR: usize>;
+
+    impl<const MR: usize> Tile for Avx512Fma<MR> {
+        const MR: usize = MR;
+        const A_BYTES: usize = 4;
+
+        row_block_here_on!("avx512f,avx512vl,avx2,fma");
+
+        unsafe fn round_row(x: &[f32], out: &mut [u8]) {
+            // SAFETY: the caller runs on this tile's instruction set (AVX2 within it), `out` 4-byte aligned.
+            unsafe { round_row_avx2(x, out) }
+        }
+
+        #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+        unsafe fn tile(
+            a: *const u8,
+            a_rs: usize,
+            rows: usize,
+            b: *const u16,
+            pairs: usize,
+            acc: &mut [f32; MAX_MR * NR],
+            accumulate: bool,
+            _prefetch: Prefetch,
+        ) {
+            on_shorter_tile!(Avx512Fma, a, a_rs, rows, b, pairs, acc, accumulate, _prefetch);
+            let p = crate::cpu::gemm::tile_rows::<MR>(a, a_rs, rows);
+            // SAFETY: as for `Avx512`; A's cells are f32s.
+            unsafe {
+                let high = _mm512_set1_epi32(0xFFFF_0000_u32 as i32);
+                let mut c = [[_mm512_setzero_ps(); 2]; MR];
+                for q in 0..pairs {
+                    let bp = b.add(q * NR * 2);
+                    let raw: [__m512i; 2] = std::array::from_fn(|h| {
+                        _mm512_loadu_si512(bp.add(32 * h) as *const __m512i)
+                    });
+                    let even = raw.map(|v| _mm512_castsi512_ps(_mm512_slli_epi32::<16>(v)));
+                    let odd = raw.map(|v| _mm512_castsi512_ps(_mm512_and_si512(v, high)));
+                    for (r, cr) in c.iter_mut().enumerate() {
+                        let row = p[r] as *const f32;
+                        let a0 = _mm512_set1_ps(*row.add(2 * q));
+                        let a1 = _mm512_set1_ps(*row.add(2 * q + 1));
+                        for h in 0..2 {
+                            cr[h] = _mm512_fmadd_ps(a0, even[h], cr[h]);
+                            cr[h] = _mm512_fmadd_ps(a1, odd[h], cr[h]);
+                        }
+                    }
+                }
+                for (r, cr) in c.iter().enumerate() {
+                    for (h, &v) in cr.iter().enumerate() {
+                        let out = acc.as_mut_ptr().add(r * NR + 16 * h);
+                        store!(
+                            _mm512_loadu_ps,
+                            _mm512_add_ps,
+                            _mm512_storeu_ps,
+                            out,
+                            v,
+                            accumulate
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     #[target_feature(enable = "avx512f,avx512bf16,avx512vl,avx2,fma")]
     pub unsafe fn run_avx512(call: &Call<'_>) {
         // SAFETY (each arm): forwarded.
@@ -712,6 +802,18 @@ mod x86 {
             // where two 256-bit tiles of 4 read it twice (the 256-bit tile has no room for 8 rows of 4 vectors).
             7 | 8 => unsafe { drive::<Avx512<8>>(call) },
             _ => unsafe { drive::<Avx512Ymm<6>>(call) },
+        }
+    }
+
+    #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+    pub unsafe fn run_avx512_fma(call: &Call<'_>) {
+        // SAFETY (each arm): forwarded.
+        match call.m {
+            1 => unsafe { drive::<Avx512Fma<1>>(call) },
+            2 => unsafe { drive::<Avx512Fma<2>>(call) },
+            3 | 4 => unsafe { drive::<Avx512Fma<4>>(call) },
+            5..=8 => unsafe { drive::<Avx512Fma<8>>(call) },
+            _ => unsafe { drive::<Avx512Fma<12>>(call) },
         }
     }
 

@@ -11,10 +11,11 @@
 //!   (bias, GELU, residual) then runs on the block while it is in cache, as for the f32 GEMM.
 //!
 //! Kernels ([`Bf16Kernel`]): AMX's `tdpbf16ps` on tile registers where the CPU has AMX-BF16 and the OS grants
-//! it (`crate::cpu::amx`); `vdpbf16ps` on 512-bit or 256-bit vectors where the CPU has AVX-512 BF16; elsewhere
-//! AVX2 with the bf16 values widened to f32 (a shift or a mask) and FMAs, and a portable scalar one. All read the
-//! same pack and compute the same products of the same rounded values, so they differ only in the order of f32
-//! additions.
+//! it (`crate::cpu::amx`); `vdpbf16ps` on 512-bit or 256-bit vectors where the CPU has AVX-512 BF16 and runs it
+//! at least at its FMAs' rate (AMD's cores); elsewhere the bf16 values widened to f32 (a shift or a mask) and FMAs,
+//! on 512-bit vectors (Intel's cores, whose `vdpbf16ps` has half the FMAs' rate) or AVX2, and a portable scalar
+//! one. All read the same pack and compute the same products of the same rounded values, so they differ only in
+//! the order of f32 additions.
 
 mod kernels;
 #[cfg(test)]
@@ -41,6 +42,9 @@ pub enum Bf16Kernel {
     Avx512,
     /// `vdpbf16ps` on 256-bit vectors (AVX-512 VL encoding, 32 registers): 6×32 tile.
     Avx512Ymm,
+    /// AVX-512 without bf16 arithmetic: as [`Bf16Kernel::Avx2`] on 512-bit vectors, 12×32 tile. For cores whose
+    /// `vdpbf16ps` runs at half their FMAs' rate, and those with AVX-512 but not its BF16 part.
+    Avx512Fma,
     /// AVX2 without bf16 arithmetic: B widened to f32 (a shift for the even depth, a mask for the odd one) and
     /// FMAs, A held as f32 rounded to bf16: 4×32 tile (two strips of 16).
     Avx2,
@@ -50,20 +54,38 @@ pub enum Bf16Kernel {
 
 impl Bf16Kernel {
     /// The kernel bf16 products run on here: AMX where there is AMX. A core that splits 512-bit operations into
-    /// two halves (Zen 4) gets the 256-bit tile, as for int8 (see BENCHMARKS.md for both measured there).
+    /// two halves (Zen 4) gets the 256-bit `vdpbf16ps` tile, as for int8, where `vdpbf16ps` has twice the FMAs'
+    /// rate; a core whose `vdpbf16ps` has half their rate (Intel's) widens to f32 on 512-bit FMAs (see
+    /// BENCHMARKS.md for each measured).
     pub fn best() -> Bf16Kernel {
         static BEST: OnceLock<Bf16Kernel> = OnceLock::new();
         *BEST.get_or_init(|| {
-            let all = Bf16Kernel::supported();
-            let splits = crate::cpu::processor::Processor::get().splits_512_bit_fma;
-            if all[0] == Bf16Kernel::Amx {
-                Bf16Kernel::Amx
-            } else if all.contains(&Bf16Kernel::Avx512) && !splits {
-                Bf16Kernel::Avx512
-            } else {
-                all[usize::from(all[0] == Bf16Kernel::Avx512)]
-            }
+            let processor = crate::cpu::processor::Processor::get();
+            Bf16Kernel::choose(
+                &Bf16Kernel::supported(),
+                processor.splits_512_bit_fma,
+                processor.half_rate_dpbf16,
+            )
         })
+    }
+
+    /// [`Bf16Kernel::best`] among `all` (widest first) on a core that splits 512-bit FMAs (`splits`) or runs
+    /// `vdpbf16ps` at half their rate (`half_rate`).
+    fn choose(all: &[Bf16Kernel], splits: bool, half_rate: bool) -> Bf16Kernel {
+        let has = |kernel| all.contains(&kernel);
+        if has(Bf16Kernel::Amx) {
+            Bf16Kernel::Amx
+        } else if has(Bf16Kernel::Avx512Ymm) && splits {
+            Bf16Kernel::Avx512Ymm
+        } else if has(Bf16Kernel::Avx512) && !half_rate {
+            Bf16Kernel::Avx512
+        } else if has(Bf16Kernel::Avx512Fma) && !splits {
+            Bf16Kernel::Avx512Fma
+        } else if has(Bf16Kernel::Avx2) {
+            Bf16Kernel::Avx2
+        } else {
+            Bf16Kernel::Portable
+        }
     }
 
     /// Every kernel this CPU runs, widest first.
@@ -79,6 +101,9 @@ impl Bf16Kernel {
             if bf16 {
                 all.extend([Bf16Kernel::Avx512, Bf16Kernel::Avx512Ymm]);
             }
+            if crate::cpu::math::dispatch_avx512() {
+                all.push(Bf16Kernel::Avx512Fma);
+            }
             if crate::cpu::math::dispatch_avx2() {
                 all.push(Bf16Kernel::Avx2);
             }
@@ -93,6 +118,7 @@ impl Bf16Kernel {
             Bf16Kernel::Amx => "AMX-BF16, 32×32 tile",
             Bf16Kernel::Avx512 => "AVX-512 BF16, 512-bit, 12×32 tile",
             Bf16Kernel::Avx512Ymm => "AVX-512 BF16, 256-bit, 6×32 tile",
+            Bf16Kernel::Avx512Fma => "AVX-512 (bf16 widened to f32), 12×32 tile",
             Bf16Kernel::Avx2 => "AVX2 (bf16 widened to f32), 4×32 tile",
             Bf16Kernel::Portable => "portable scalar",
         }

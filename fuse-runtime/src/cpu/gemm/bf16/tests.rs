@@ -24,7 +24,7 @@ fn run_case(
 #[test]
 fn every_kernel_matches_the_rounded_product_on_odd_shapes_and_views() {
     let kernels = Bf16Kernel::supported();
-    if kernels.len() < 5 {
+    if kernels.len() < 6 {
         eprintln!("bf16 kernels this CPU (or OS) cannot run are skipped; testing {kernels:?}");
     }
     for kernel in kernels {
@@ -231,4 +231,30 @@ fn views_outside_their_buffer_are_not_packed() {
         n: 4,
     };
     assert!(Bf16B::new(&randv(12, 1), outside).unwrap().is_none());
+}
+
+/// The kernel each kind of core gets: AMX wherever it is; Zen 4 (512-bit FMAs split) the 256-bit `vdpbf16ps` tile;
+/// a core whose `vdpbf16ps` has half its FMAs' rate (Intel's) the 512-bit widening tile; one with AVX-512 but no
+/// BF16 the widening tile too; AVX2 and the portable tile below that.
+#[test]
+fn each_kind_of_core_gets_its_fastest_kernel() {
+    use Bf16Kernel::*;
+    let every = [Amx, Avx512, Avx512Ymm, Avx512Fma, Avx2, Portable];
+    let no_amx = &every[1..];
+    let cases: [(&[Bf16Kernel], bool, bool, Bf16Kernel); 7] = [
+        (&every, false, true, Amx),
+        (no_amx, true, false, Avx512Ymm),
+        (no_amx, false, false, Avx512),
+        (no_amx, false, true, Avx512Fma),
+        (&[Avx512Fma, Avx2, Portable], false, true, Avx512Fma),
+        (&[Avx512Fma, Avx2, Portable], true, false, Avx2),
+        (&[Portable], false, false, Portable),
+    ];
+    for (all, splits, half_rate, want) in cases {
+        assert_eq!(
+            Bf16Kernel::choose(all, splits, half_rate),
+            want,
+            "{all:?}, splits {splits}, half rate {half_rate}"
+        );
+    }
 }
