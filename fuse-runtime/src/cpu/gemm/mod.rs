@@ -9,6 +9,24 @@
 //! (BENCHMARKS.md, `gemm_bench`). Both take arbitrary row and column strides, so generated code folds transposes
 //! and sub-matrix views into the call instead of copying.
 
+/// In a reduced-precision tile of `MR` rows (12) generic over its height, returns after running a row block's last
+/// 8 or fewer rows (`rows`) on the same `$tile` of 4 or 8 with `$args`, as the f32 tile does: a 64-row product
+/// (W2's) is then five tiles of 12 and one of 4, not six of 12, which ran the bf16 tiles 7–12 % slower on W2's
+/// blocks (`gemm_bench --bf16`, BENCHMARKS.md).
+macro_rules! on_shorter_tile {
+    ($tile:ident, $rows:expr, ($($args:expr),*)) => {
+        if MR > 8 && $rows <= 8 {
+            let shorter = if $rows <= 4 {
+                $tile::<4>::tile
+            } else {
+                $tile::<8>::tile
+            };
+            // SAFETY: forwarded; a shorter tile reads and writes fewer rows.
+            return unsafe { shorter($($args),*) };
+        }
+    };
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]

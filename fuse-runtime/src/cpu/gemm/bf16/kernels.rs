@@ -504,23 +504,6 @@ mod x86 {
         }};
     }
 
-    /// In the tile of 12 rows of a 512-bit `$tile`, returns after running the last 8 or fewer rows of a block on
-    /// its tile of 4 or 8, as the f32 tile does: a 64-row product (W2's) is then five tiles of 12 and one of 4,
-    /// not six of 12 (which ran the widening tile 7–11 % slower on W2's blocks, `gemm_bench --bf16`).
-    macro_rules! on_shorter_tile {
-        ($tile:ident, $a:expr, $a_rs:expr, $rows:expr, $($rest:expr),*) => {
-            if MR > 8 && $rows <= 8 {
-                let shorter = if $rows <= 4 {
-                    $tile::<4>::tile
-                } else {
-                    $tile::<8>::tile
-                };
-                // SAFETY: forwarded; a shorter tile reads and writes fewer rows.
-                return unsafe { shorter($a, $a_rs, $rows, $($rest),*) };
-            }
-        };
-    }
-
     /// The 512-bit `vdpbf16ps` tile over `MR` rows: 12 for a block of rows (24 accumulators, two vectors of B and
     /// A's broadcast in 32 registers); 1, 2, 4 or 8 for a product of that few rows.
     pub struct Avx512<const MR: usize>;
@@ -546,7 +529,11 @@ mod x86 {
             accumulate: bool,
             _prefetch: Prefetch,
         ) {
-            on_shorter_tile!(Avx512, a, a_rs, rows, b, pairs, acc, accumulate, _prefetch);
+            on_shorter_tile!(
+                Avx512,
+                rows,
+                (a, a_rs, rows, b, pairs, acc, accumulate, _prefetch)
+            );
             let p = crate::cpu::gemm::tile_rows::<MR>(a, a_rs, rows);
             // SAFETY: the loads stay inside the tile's rows and the panel (the trait's contract); bf16 vectors are
             // reinterpreted bits.
@@ -738,7 +725,11 @@ mod x86 {
             accumulate: bool,
             _prefetch: Prefetch,
         ) {
-            on_shorter_tile!(Avx512Fma, a, a_rs, rows, b, pairs, acc, accumulate, _prefetch);
+            on_shorter_tile!(
+                Avx512Fma,
+                rows,
+                (a, a_rs, rows, b, pairs, acc, accumulate, _prefetch)
+            );
             let p = crate::cpu::gemm::tile_rows::<MR>(a, a_rs, rows);
             // SAFETY: as for `Avx512`; A's cells are f32s.
             unsafe {

@@ -642,6 +642,7 @@ mod x86 {
             acc: &mut [f32; MAX_MR * NR],
             accumulate: bool,
         ) {
+            on_shorter_tile!(Vnni512, rows, (groups, a, a_rs, rows, b, acc, accumulate));
             let p = crate::cpu::gemm::tile_rows::<MR>(a, a_rs, rows);
             // SAFETY: the loads stay inside the tile's rows, the panel and the groups' arrays (the trait's
             // contract); the caller is compiled with AVX-512 VNNI.
