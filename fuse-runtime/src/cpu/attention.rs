@@ -52,9 +52,9 @@ pub enum Products {
 }
 
 impl Products {
-    /// What a model whose weight products run in `precision` uses: bf16 in bf16 and int8 where the CPU multiplies
-    /// bf16 natively (`vdpbf16ps` or AMX), where it runs at twice f32's rate; f32 otherwise (the AVX2 bf16 kernel widens
-    /// to f32 and would only add the rounding).
+    /// What a model whose weight products run in `precision` uses: bf16 in bf16 and int8 where the chosen bf16
+    /// kernel multiplies bf16 itself (`vdpbf16ps` or AMX), which it is chosen for only where that outruns f32; f32
+    /// otherwise (the widening kernels run at f32's rate at best, and would only add the rounding).
     pub fn for_precision(precision: super::CpuPrecision) -> Products {
         use super::CpuPrecision::{Bf16, Int8};
         let kernel = Bf16Kernel::best();
