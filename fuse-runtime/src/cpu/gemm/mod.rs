@@ -11,8 +11,8 @@
 
 /// In a reduced-precision tile of `MR` rows (12) generic over its height, returns after running a row block's last
 /// 8 or fewer rows (`rows`) on the same `$tile` of 4 or 8 with `$args`, as the f32 tile does: a 64-row product
-/// (W2's) is then five tiles of 12 and one of 4, not six of 12, which ran the bf16 tiles 7–12 % slower on W2's
-/// blocks (`gemm_bench --bf16`, BENCHMARKS.md).
+/// (W2's) is then five tiles of 12 and one of 4, not six of 12, which ran the bf16 tiles 8–12 % and the VNNI tile
+/// 4–7 % slower on W2's blocks (`gemm_bench`, BENCHMARKS.md).
 macro_rules! on_shorter_tile {
     ($tile:ident, $rows:expr, ($($args:expr),*)) => {
         if MR > 8 && $rows <= 8 {

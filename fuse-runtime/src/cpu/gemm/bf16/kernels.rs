@@ -699,8 +699,8 @@ mod x86 {
     /// product of that few rows. As [`Avx2`], on 512-bit vectors: per pair of depths, two 64-byte loads of B (16
     /// columns × 2 depths each), widened to the even depths (a shift) and the odd ones (a mask), and four FMAs a
     /// row with A's two values broadcast from its f32 cells. For cores whose `vdpbf16ps` runs at half their FMAs'
-    /// rate (`Processor::half_rate_dpbf16`): four widening operations a pair cost less than the 24 `vdpbf16ps`
-    /// of the 12-row tile would have over the 48 FMAs here.
+    /// rate (`Processor::half_rate_dpbf16`), where the 24 `vdpbf16ps` of a pair on the 12-row tile take as long
+    /// as the 48 FMAs here, which add only four widening operations.
     pub struct Avx512Fma<const MR: usize>;
 
     impl<const MR: usize> Tile for Avx512Fma<MR> {
