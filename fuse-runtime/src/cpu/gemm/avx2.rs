@@ -99,7 +99,7 @@ fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
 }
 
 /// AVX2 vectors of 8 lanes; a mask is a vector whose lanes are all ones where they count.
-struct Ymm;
+pub(super) struct Ymm;
 
 impl Lanes for Ymm {
     type V = __m256;
@@ -137,6 +137,10 @@ impl Lanes for Ymm {
     #[inline(always)]
     unsafe fn mul(a: __m256, b: __m256) -> __m256 {
         unsafe { _mm256_mul_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn add(a: __m256, b: __m256) -> __m256 {
+        unsafe { _mm256_add_ps(a, b) }
     }
     #[inline(always)]
     unsafe fn first(n: usize) -> __m256i {

@@ -25,6 +25,7 @@ pub trait Lanes {
     /// a·b + c.
     unsafe fn fmadd(a: Self::V, b: Self::V, c: Self::V) -> Self::V;
     unsafe fn mul(a: Self::V, b: Self::V) -> Self::V;
+    unsafe fn add(a: Self::V, b: Self::V) -> Self::V;
     /// The mask of the first `n` lanes (`n` ≤ LANES).
     unsafe fn first(n: usize) -> Self::Mask;
 }
