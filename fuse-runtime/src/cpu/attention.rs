@@ -91,7 +91,9 @@ unsafe fn product(
     // SAFETY (both): forwarded; a kernel named by `Products` is one this CPU runs.
     match products {
         Products::F32 => unsafe { sgemm(dims, 1.0, a, b, 0.0, c) },
-        Products::Bf16(kernel) => unsafe { gemm_operands_on(kernel, dims, a, b, c) },
+        Products::Bf16(kernel) => unsafe {
+            gemm_operands_on(kernel.for_rows(dims.0), dims, a, b, c)
+        },
     }
 }
 

@@ -36,7 +36,7 @@ pub const NR: usize = 32;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Bf16Kernel {
     /// AMX `tdpbf16ps`: 32×32 tile (four 16×16 sum tiles), 16×32 for 9–16 rows; 8 rows or fewer run on the
-    /// 512-bit `vdpbf16ps` tiles.
+    /// 512-bit vector tiles ([`Bf16Kernel::for_rows`]).
     Amx,
     /// `vdpbf16ps` on 512-bit vectors: 12×32 tile.
     Avx512,
@@ -85,6 +85,32 @@ impl Bf16Kernel {
             Bf16Kernel::Avx2
         } else {
             Bf16Kernel::Portable
+        }
+    }
+
+    /// The kernel a product of `m` rows runs on where `self` was chosen ([`Bf16Kernel::best`]). The tiles of a
+    /// kernel for few rows are not all as fast as its block's: AMX hands 8 rows or fewer to the vector tiles, and
+    /// on a core whose `vdpbf16ps` has half the FMAs' rate the widening tile is the faster of them from 3 rows on,
+    /// the `vdpbf16ps` tile at 1 and 2. On an Intel core (one thread, `gemm_bench`, W5's decoding shapes;
+    /// BENCHMARKS.md, thirty-seventh run), GFLOP/s `vdpbf16ps` against widening: 1 row 47–50 against 42–44, 2
+    /// rows 74–77 against 71–74, 3 rows 62 against 90, 4 rows 83 against 122–124, 8 rows 85–87 against 132–147.
+    pub fn for_rows(self, m: usize) -> Bf16Kernel {
+        static SUPPORTED: OnceLock<Vec<Bf16Kernel>> = OnceLock::new();
+        let all = SUPPORTED.get_or_init(Bf16Kernel::supported);
+        let half_rate = crate::cpu::processor::Processor::get().half_rate_dpbf16;
+        self.on_rows(m, all, half_rate)
+    }
+
+    /// [`Bf16Kernel::for_rows`] among `all` on a core that runs `vdpbf16ps` at half its FMAs' rate (`half_rate`).
+    fn on_rows(self, m: usize, all: &[Bf16Kernel], half_rate: bool) -> Bf16Kernel {
+        use Bf16Kernel::{Amx, Avx512, Avx512Fma};
+        let has = |kernel| all.contains(&kernel);
+        let widens = half_rate && has(Avx512Fma);
+        match self {
+            Amx if m <= 2 || (m <= 8 && !widens) => Avx512,
+            Amx if m <= 8 => Avx512Fma,
+            Avx512Fma if m <= 2 && has(Avx512) => Avx512,
+            kernel => kernel,
         }
     }
 
@@ -226,8 +252,9 @@ impl Bf16B {
         a: Strided<*const f32>,
         c: Strided<*mut f32>,
     ) {
-        // SAFETY: forwarded; `best` is a kernel this CPU runs.
-        unsafe { self.gemm_on(Bf16Kernel::best(), dims, col0, a, c) }
+        let kernel = Bf16Kernel::best().for_rows(dims.0);
+        // SAFETY: forwarded; `best` and the kernels it hands few rows to run on this CPU.
+        unsafe { self.gemm_on(kernel, dims, col0, a, c) }
     }
 
     /// [`Bf16B::gemm`] on a chosen kernel (tests and `gemm_bench` run each).

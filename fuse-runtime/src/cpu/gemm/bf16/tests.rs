@@ -258,3 +258,34 @@ fn each_kind_of_core_gets_its_fastest_kernel() {
         );
     }
 }
+
+/// The vector tile a product of few rows runs on: AMX's 8 rows or fewer, and a widening kernel's 1 or 2, go to
+/// the faster at that height (`vdpbf16ps` at 1–2 rows; the widening tile from 3 on a core whose `vdpbf16ps` has
+/// half the FMAs' rate), and every other product stays on its kernel.
+#[test]
+fn few_rows_run_on_the_faster_vector_tile() {
+    use Bf16Kernel::*;
+    let every = [Amx, Avx512, Avx512Ymm, Avx512Fma, Avx2, Portable];
+    let no_bf16 = [Avx512Fma, Avx2, Portable];
+    let cases: [(Bf16Kernel, usize, &[Bf16Kernel], bool, Bf16Kernel); 12] = [
+        (Amx, 1, &every, true, Avx512),
+        (Amx, 2, &every, true, Avx512),
+        (Amx, 3, &every, true, Avx512Fma),
+        (Amx, 8, &every, true, Avx512Fma),
+        (Amx, 9, &every, true, Amx),
+        (Amx, 5, &every, false, Avx512),
+        (Avx512Fma, 1, &every[1..], true, Avx512),
+        (Avx512Fma, 2, &every[1..], true, Avx512),
+        (Avx512Fma, 3, &every[1..], true, Avx512Fma),
+        (Avx512Fma, 1, &no_bf16, true, Avx512Fma),
+        (Avx512Ymm, 1, &every[1..], false, Avx512Ymm),
+        (Avx2, 1, &no_bf16[1..], false, Avx2),
+    ];
+    for (kernel, m, all, half_rate, want) in cases {
+        assert_eq!(
+            kernel.on_rows(m, all, half_rate),
+            want,
+            "{kernel:?} over {m} rows among {all:?}, half rate {half_rate}"
+        );
+    }
+}

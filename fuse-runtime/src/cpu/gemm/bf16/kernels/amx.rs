@@ -215,7 +215,8 @@ unsafe fn last_pairs<const MR: usize>(
 }
 
 /// Runs `call` on the AMX tiles; a product of 8 rows or fewer (a decoding step) on the 512-bit `vdpbf16ps`
-/// tiles, which do not compute rows they throw away.
+/// tiles, which do not compute rows they throw away (models hand those to [`super::super::Bf16Kernel::for_rows`]'s
+/// choice, which is the widening tile from 3 rows on an Intel core).
 ///
 /// # Safety
 /// The process may run AMX-BF16; the operands satisfy `Bf16B::gemm`'s contract.
