@@ -27,6 +27,22 @@ macro_rules! on_shorter_tile {
     };
 }
 
+/// `$drive::<$tile<H>>($args)` on the tile of `$tile` whose height `H` suits a product of `$rows` rows: 1, 2, 4 or
+/// 8 rows on the tile of that height (up to 8 rows are one tile of 4 or 8, one pass over each panel, where the tile
+/// of 12 would compute 12), more on the tile of 12. For the 12-row tiles of 512-bit vectors.
+#[cfg(target_arch = "x86_64")]
+macro_rules! on_tile_for_rows {
+    ($rows:expr, $tile:ident, $drive:ident($($args:expr),*)) => {
+        match $rows {
+            1 => $drive::<$tile<1>>($($args),*),
+            2 => $drive::<$tile<2>>($($args),*),
+            3 | 4 => $drive::<$tile<4>>($($args),*),
+            5..=8 => $drive::<$tile<8>>($($args),*),
+            _ => $drive::<$tile<12>>($($args),*),
+        }
+    };
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]

@@ -816,15 +816,8 @@ mod x86 {
 
     #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma")]
     pub unsafe fn run_vnni512(call: &Call<'_>, pre: Option<Quantised>) {
-        // SAFETY (each arm): forwarded.
-        match call.m {
-            1 => unsafe { drive::<Vnni512<1>>(call, pre) },
-            2 => unsafe { drive::<Vnni512<2>>(call, pre) },
-            // Up to eight rows are one tile of 4 or 8, where a tile of 12 would compute 12.
-            3 | 4 => unsafe { drive::<Vnni512<4>>(call, pre) },
-            5..=8 => unsafe { drive::<Vnni512<8>>(call, pre) },
-            _ => unsafe { drive::<Vnni512<12>>(call, pre) },
-        }
+        // SAFETY: forwarded.
+        unsafe { on_tile_for_rows!(call.m, Vnni512, drive(call, pre)) }
     }
 
     #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma")]

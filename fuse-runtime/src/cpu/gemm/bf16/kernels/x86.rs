@@ -353,15 +353,8 @@ x86_tile!(
 
 #[target_feature(enable = "avx512f,avx512bf16,avx512vl,avx2,fma")]
 pub unsafe fn run_avx512(call: &Call<'_>) {
-    // SAFETY (each arm): forwarded.
-    match call.m {
-        1 => unsafe { drive::<Avx512<1>>(call) },
-        2 => unsafe { drive::<Avx512<2>>(call) },
-        3 | 4 => unsafe { drive::<Avx512<4>>(call) },
-        // Up to 8 rows are one tile of 8 (16 accumulators), one pass over each panel.
-        5..=8 => unsafe { drive::<Avx512<8>>(call) },
-        _ => unsafe { drive::<Avx512<12>>(call) },
-    }
+    // SAFETY: forwarded.
+    unsafe { on_tile_for_rows!(call.m, Avx512, drive(call)) }
 }
 
 #[target_feature(enable = "avx512f,avx512bf16,avx512vl,avx2,fma")]
@@ -380,14 +373,8 @@ pub unsafe fn run_avx512_ymm(call: &Call<'_>) {
 
 #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
 pub unsafe fn run_avx512_fma(call: &Call<'_>) {
-    // SAFETY (each arm): forwarded.
-    match call.m {
-        1 => unsafe { drive::<Avx512Fma<1>>(call) },
-        2 => unsafe { drive::<Avx512Fma<2>>(call) },
-        3 | 4 => unsafe { drive::<Avx512Fma<4>>(call) },
-        5..=8 => unsafe { drive::<Avx512Fma<8>>(call) },
-        _ => unsafe { drive::<Avx512Fma<12>>(call) },
-    }
+    // SAFETY: forwarded.
+    unsafe { on_tile_for_rows!(call.m, Avx512Fma, drive(call)) }
 }
 
 #[target_feature(enable = "avx2,fma")]
