@@ -237,6 +237,13 @@ fn main() {
     if let Some(gflops) = amx_bf16 {
         println!("one-thread AMX bf16 (tdpbf16ps) peak: {gflops:.0} GFLOP/s");
     }
+    if only("--bf16") {
+        // The widening tiles run on the FMAs: against this, `vdpbf16ps` shows whether it is worth taking (an
+        // Intel core's has half the FMAs' rate, Zen 4's twice).
+        for (backend, gflops) in fma_peak::measure() {
+            println!("one-thread f32 FMA peak, {backend:?} vectors: {gflops:.0} GFLOP/s");
+        }
+    }
     let reference = amx_bf16
         .map(|p| ("AMX tdpbf16ps", p))
         .or(bf16.first().map(|&(_, p)| ("vdpbf16ps 256-bit", p)));
