@@ -165,6 +165,9 @@ pub(super) unsafe fn run_operands(
         let round: unsafe fn(&[f32], &mut [u8]) = match kernel {
             #[cfg(target_arch = "x86_64")]
             Bf16Kernel::Amx | Bf16Kernel::Avx512 | Bf16Kernel::Avx512Ymm => x86::round_bf16_avx512,
+            // The widening tile on a CPU with AVX-512 BF16 too (the few rows `for_rows` hands it on AMX's).
+            #[cfg(target_arch = "x86_64")]
+            Bf16Kernel::Avx512Fma if Bf16Kernel::Avx512.runs_here() => x86::round_bf16_avx512,
             _ => |x, out| round_row_scalar(x, out, 2),
         };
         // SAFETY: B's elements are readable (the caller's contract); `round` runs on this CPU (as `kernel`).

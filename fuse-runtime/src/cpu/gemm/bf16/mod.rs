@@ -62,7 +62,7 @@ impl Bf16Kernel {
         *BEST.get_or_init(|| {
             let processor = crate::cpu::processor::Processor::get();
             Bf16Kernel::choose(
-                &Bf16Kernel::supported(),
+                Bf16Kernel::supported_here(),
                 processor.splits_512_bit_fma,
                 processor.half_rate_dpbf16,
             )
@@ -95,10 +95,19 @@ impl Bf16Kernel {
     /// BENCHMARKS.md, thirty-seventh run), GFLOP/s `vdpbf16ps` against widening: 1 row 47–50 against 42–44, 2
     /// rows 74–77 against 71–74, 3 rows 62 against 90, 4 rows 83 against 122–124, 8 rows 85–87 against 132–147.
     pub fn for_rows(self, m: usize) -> Bf16Kernel {
-        static SUPPORTED: OnceLock<Vec<Bf16Kernel>> = OnceLock::new();
-        let all = SUPPORTED.get_or_init(Bf16Kernel::supported);
         let half_rate = crate::cpu::processor::Processor::get().half_rate_dpbf16;
-        self.on_rows(m, all, half_rate)
+        self.on_rows(m, Bf16Kernel::supported_here(), half_rate)
+    }
+
+    /// Whether this CPU runs `self`.
+    pub fn runs_here(self) -> bool {
+        Bf16Kernel::supported_here().contains(&self)
+    }
+
+    /// [`Bf16Kernel::supported`], listed once.
+    fn supported_here() -> &'static [Bf16Kernel] {
+        static SUPPORTED: OnceLock<Vec<Bf16Kernel>> = OnceLock::new();
+        SUPPORTED.get_or_init(Bf16Kernel::supported)
     }
 
     /// [`Bf16Kernel::for_rows`] among `all` on a core that runs `vdpbf16ps` at half its FMAs' rate (`half_rate`).
