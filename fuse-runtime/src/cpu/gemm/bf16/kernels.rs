@@ -162,15 +162,16 @@ pub(super) unsafe fn run_operands(
         let buf =
             unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr() as *mut u32, buf.len()) };
         let (panels, spare) = buf.split_at_mut(words);
+        // B's values round the same whichever tile multiplies them, so with `vcvtneps2bf16` wherever the CPU has
+        // it; the portable kernel, which stands for a CPU without it, keeps the scalar rounding.
         let round: unsafe fn(&[f32], &mut [u8]) = match kernel {
             #[cfg(target_arch = "x86_64")]
-            Bf16Kernel::Amx | Bf16Kernel::Avx512 | Bf16Kernel::Avx512Ymm => x86::round_bf16_avx512,
-            // The widening tile on a CPU with AVX-512 BF16 too (the few rows `for_rows` hands it on AMX's).
-            #[cfg(target_arch = "x86_64")]
-            Bf16Kernel::Avx512Fma if Bf16Kernel::Avx512.runs_here() => x86::round_bf16_avx512,
+            _ if kernel != Bf16Kernel::Portable && Bf16Kernel::Avx512.runs_here() => {
+                x86::round_bf16_avx512
+            }
             _ => |x, out| round_row_scalar(x, out, 2),
         };
-        // SAFETY: B's elements are readable (the caller's contract); `round` runs on this CPU (as `kernel`).
+        // SAFETY: B's elements are readable (the caller's contract); `round` runs on this CPU (checked above).
         unsafe { pack_operand(b, (k, n), panels, spare, round) };
         // SAFETY: the same memory viewed as pairs of bf16 values.
         let panels =
