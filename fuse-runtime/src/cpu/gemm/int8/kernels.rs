@@ -188,7 +188,7 @@ pub(super) unsafe fn run(kernel: Int8Kernel, call: &Call<'_>, pre: Option<Quanti
     }
 }
 
-/// [`quantize_rows_on`] for the one row `x` (for measuring what quantising costs), into the first
+/// [`quantize_rows_on`] for the one row `x` (for tests comparing the kernels' quantisers), into the first
 /// [`row_bytes`] of `out` seen as bytes: u16 cells on the AVX2 tile, bytes in the first half of `out` otherwise.
 ///
 /// # Safety

@@ -147,9 +147,10 @@ impl Int8Kernel {
 
     /// Quantises one row of A as this kernel's driver does (per group of [`activation_group`]`(x.len())` depths,
     /// compiled for its instruction set) into `out`, cells of the width the kernel reads (bytes in the first half
-    /// of `out`, or u16), and each group's scale and zero point into `scales` and `zeros`; for measuring what
-    /// quantisation costs. `None` when this CPU cannot run the kernel, or `out` holds fewer than `x.len()` rounded
-    /// up to 4 cells, or `scales` or `zeros` do not hold one value per group.
+    /// of `out`, or u16), and each group's scale and zero point into `scales` and `zeros`; for comparing the
+    /// kernels' quantisers (`gemm_bench` times [`QuantB::quantise_rows`], as a product runs it). `None` when this
+    /// CPU cannot run the kernel, or `out` holds fewer than `x.len()` rounded up to 4 cells, or `scales` or
+    /// `zeros` do not hold one value per group.
     pub fn quantize_row(
         self,
         x: &[f32],
