@@ -99,7 +99,7 @@ fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
 }
 
 /// AVX2 vectors of 8 lanes; a mask is a vector whose lanes are all ones where they count.
-pub(super) struct Ymm;
+pub(crate) struct Ymm;
 
 impl Lanes for Ymm {
     type V = __m256;
@@ -141,6 +141,14 @@ impl Lanes for Ymm {
     #[inline(always)]
     unsafe fn add(a: __m256, b: __m256) -> __m256 {
         unsafe { _mm256_add_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn sum(v: __m256) -> f32 {
+        unsafe {
+            let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+            let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+            _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+        }
     }
     #[inline(always)]
     unsafe fn first(n: usize) -> __m256i {

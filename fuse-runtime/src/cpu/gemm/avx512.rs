@@ -164,7 +164,7 @@ fn transpose16(r: [__m512; 16]) -> [__m512; 16] {
 }
 
 /// AVX-512F vectors of 16 lanes, with bit masks.
-pub(super) struct Zmm;
+pub(crate) struct Zmm;
 
 impl Lanes for Zmm {
     type V = __m512;
@@ -206,6 +206,10 @@ impl Lanes for Zmm {
     #[inline(always)]
     unsafe fn add(a: __m512, b: __m512) -> __m512 {
         unsafe { _mm512_add_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn sum(v: __m512) -> f32 {
+        unsafe { _mm512_reduce_add_ps(v) }
     }
     #[inline(always)]
     unsafe fn first(n: usize) -> __mmask16 {

@@ -63,7 +63,13 @@ mod test_cases;
 mod tile;
 
 #[cfg(target_arch = "x86_64")]
+pub(crate) use avx2::Ymm;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use avx512::Zmm;
+#[cfg(target_arch = "x86_64")]
 pub use gemv::{GemvKernel, GEMV_MAX_ROWS};
+#[cfg(target_arch = "x86_64")]
+pub(crate) use tile::Lanes;
 /// Most rows a product over a packed B takes the few-rows path with (none where there is no such path).
 #[cfg(not(target_arch = "x86_64"))]
 pub const GEMV_MAX_ROWS: usize = 0;

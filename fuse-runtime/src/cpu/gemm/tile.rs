@@ -26,6 +26,8 @@ pub trait Lanes {
     unsafe fn fmadd(a: Self::V, b: Self::V, c: Self::V) -> Self::V;
     unsafe fn mul(a: Self::V, b: Self::V) -> Self::V;
     unsafe fn add(a: Self::V, b: Self::V) -> Self::V;
+    /// The sum of the lanes (in a tree: the order is the implementation's).
+    unsafe fn sum(v: Self::V) -> f32;
     /// The mask of the first `n` lanes (`n` ≤ LANES).
     unsafe fn first(n: usize) -> Self::Mask;
 }

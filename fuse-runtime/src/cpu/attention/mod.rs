@@ -9,6 +9,10 @@ use super::gemm::{sgemm, Strided};
 use super::par::{batch_offsets, SharedOut, SimdTask};
 use super::scratch::{with_buffer, ATTENTION_ROWS, QUERIES, SCORES};
 
+mod few_rows;
+
+use few_rows::{few_rows, FewRows};
+
 /// Where a matrix operand's element `(row, col)` of one batch is: `offset + row·rs + col·cs` (plus the batch's
 /// offset), in elements.
 #[derive(Clone, Copy, Debug)]
@@ -392,97 +396,6 @@ fn block_attention_of(
         );
     }
     placed.is_none()
-}
-
-/// One block's operands for [`few_rows`], each slice starting at the block's first element.
-struct FewRows<'a> {
-    n: usize,
-    d: usize,
-    dv: usize,
-    q: &'a [f32],
-    q_rs: usize,
-    k: &'a [f32],
-    k_cs: usize,
-    v: &'a [f32],
-    v_rs: usize,
-}
-
-/// A block of a few query rows without the GEMM driver: each score a dot product of the query row with a key, then
-/// the scores' task, then each output row a sum of value rows weighted by its probabilities.
-fn few_rows(ops: &FewRows<'_>, block: &mut [f32], probs: &mut [f32], softmax: &dyn Fn(&mut [f32])) {
-    #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
-    if super::math::dispatch_avx2() {
-        // SAFETY: the CPU has AVX2 and FMA (checked).
-        return unsafe { few_rows_avx2(ops, block, probs, softmax) };
-    }
-    few_rows_body(ops, block, probs, softmax)
-}
-
-#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
-#[target_feature(enable = "avx2,fma")]
-fn few_rows_avx2(
-    ops: &FewRows<'_>,
-    block: &mut [f32],
-    probs: &mut [f32],
-    softmax: &dyn Fn(&mut [f32]),
-) {
-    few_rows_body(ops, block, probs, softmax)
-}
-
-#[inline(always)]
-fn few_rows_body(
-    ops: &FewRows<'_>,
-    block: &mut [f32],
-    probs: &mut [f32],
-    softmax: &dyn Fn(&mut [f32]),
-) {
-    let &FewRows { n, d, dv, .. } = ops;
-    let rows = block.len() / dv;
-    let probs = &mut probs[..rows * n];
-    // Keys and values in the outer loops: each is read once for all the rows (a group of heads sharing them).
-    if n > 0 {
-        let mut queries: [&[f32]; FEW_ROWS] = [&[]; FEW_ROWS];
-        for (r, query) in queries.iter_mut().enumerate().take(rows) {
-            *query = &ops.q[r * ops.q_rs..][..d];
-        }
-        for j in 0..n {
-            let key = &ops.k[j * ops.k_cs..][..d];
-            for (r, query) in queries[..rows].iter().enumerate() {
-                probs[r * n + j] = dot(query, key);
-            }
-        }
-        softmax(probs);
-    }
-    block.fill(0.0);
-    for j in 0..n {
-        let value = &ops.v[j * ops.v_rs..][..dv];
-        for r in 0..rows {
-            let p = probs[r * n + j];
-            for (o, &x) in block[r * dv..][..dv].iter_mut().zip(value) {
-                *o += p * x;
-            }
-        }
-    }
-}
-
-/// `Σ a·b` over lanes of 16, so it vectorises (f32 sums are not reassociated otherwise).
-#[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    const LANES: usize = 16;
-    let mut acc = [0.0f32; LANES];
-    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for t in 0..LANES {
-            acc[t] += x[t] * y[t];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
 }
 
 #[cfg(test)]

@@ -1,0 +1,410 @@
+//! Attention for a block of a few query rows (a decoding step: one row per head, or a group of heads sharing their
+//! keys and values) without the GEMM driver: each score a dot product of a query row with a key, then the scores'
+//! task, then each output row a sum of value rows weighted by its probabilities.
+//!
+//! On x86-64 both steps run on vectors held in registers (`x86::on_lanes`): a key's dot products with every row, and
+//! each output row's sums over a strip of columns across a block of value rows. As loops over slices (which stay
+//! for CPUs without AVX2), with the output rows added to in memory and each dot product's lanes summed one after
+//! another, the same work took 1.7× (a Llama-3-8B layer at 2048 positions) to 2.9× (W5's layer) as long
+//! (BENCHMARKS.md, thirty-eighth run).
+
+use super::FEW_ROWS;
+
+/// One block's operands for [`few_rows`], each slice starting at the block's first element: Q's `rows` rows (`d`
+/// long, `q_rs` apart), the `n` keys (`d` long, `k_cs` apart) and the `n` value rows (`dv` long, `v_rs` apart).
+pub(super) struct FewRows<'a> {
+    pub n: usize,
+    pub d: usize,
+    pub dv: usize,
+    pub q: &'a [f32],
+    pub q_rs: usize,
+    pub k: &'a [f32],
+    pub k_cs: usize,
+    pub v: &'a [f32],
+    pub v_rs: usize,
+}
+
+/// How [`few_rows_on`] computes: on 512-bit or 256-bit vectors, or the portable loops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Path {
+    Avx512,
+    Avx2,
+    Portable,
+}
+
+impl Path {
+    const ALL: [Path; 3] = [Path::Avx512, Path::Avx2, Path::Portable];
+
+    /// The fastest this CPU runs.
+    fn best() -> Path {
+        Path::ALL
+            .into_iter()
+            .find(|path| path.runs_here())
+            .unwrap_or(Path::Portable)
+    }
+
+    /// Whether this CPU runs it (the x86 paths only on x86-64, where they are compiled).
+    fn runs_here(self) -> bool {
+        use super::super::math::{dispatch_avx2, dispatch_avx512};
+        match self {
+            Path::Avx512 => cfg!(target_arch = "x86_64") && dispatch_avx512(),
+            Path::Avx2 => cfg!(target_arch = "x86_64") && dispatch_avx2(),
+            Path::Portable => true,
+        }
+    }
+}
+
+/// `block` (its rows of `dv`) = softmax(Q·Kᵀ)·V for the block's query rows (at most [`FEW_ROWS`]), `probs` (rows × n)
+/// holding the scores, which `softmax` turns into probabilities in place.
+pub(super) fn few_rows(
+    ops: &FewRows<'_>,
+    block: &mut [f32],
+    probs: &mut [f32],
+    softmax: &dyn Fn(&mut [f32]),
+) {
+    few_rows_on(Path::best(), ops, block, probs, softmax)
+}
+
+/// [`few_rows`] on `path`.
+fn few_rows_on(
+    path: Path,
+    ops: &FewRows<'_>,
+    block: &mut [f32],
+    probs: &mut [f32],
+    softmax: &dyn Fn(&mut [f32]),
+) {
+    let &FewRows { n, d, dv, .. } = ops;
+    let rows = block.len() / dv.max(1);
+    assert!(
+        path.runs_here()
+            && (1..=FEW_ROWS).contains(&rows)
+            && probs.len() >= rows * n
+            && (n == 0
+                || (ops.v.len() >= (n - 1) * ops.v_rs + dv
+                    && (d == 0
+                        || (ops.k.len() >= (n - 1) * ops.k_cs + d
+                            && ops.q.len() >= (rows.max(1) - 1) * ops.q_rs + d)))),
+        "few-rows attention on a path this CPU lacks, or operands out of bounds: planner bug"
+    );
+    let probs = &mut probs[..rows * n];
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `path` runs on this CPU, and the operands hold what they are read for (both asserted above).
+        Path::Avx512 => unsafe { x86::few_rows_avx512(ops, block, probs, softmax) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above, for AVX2 and FMA.
+        Path::Avx2 => unsafe { x86::few_rows_avx2(ops, block, probs, softmax) },
+        _ => portable(ops, block, probs, softmax),
+    }
+}
+
+/// The loops over slices, for a CPU without AVX2: a multiply and an add per term (the scalar code's rounding).
+fn portable(ops: &FewRows<'_>, block: &mut [f32], probs: &mut [f32], softmax: &dyn Fn(&mut [f32])) {
+    let &FewRows { n, d, dv, .. } = ops;
+    let rows = block.len() / dv;
+    // Keys and values in the outer loops: each is read once for all the rows (a group of heads sharing them).
+    if n > 0 {
+        for j in 0..n {
+            let key = &ops.k[j * ops.k_cs..][..d];
+            for r in 0..rows {
+                let query = &ops.q[r * ops.q_rs..][..d];
+                probs[r * n + j] = query.iter().zip(key).map(|(x, y)| x * y).sum();
+            }
+        }
+        softmax(probs);
+    }
+    block.fill(0.0);
+    for j in 0..n {
+        let value = &ops.v[j * ops.v_rs..][..dv];
+        for r in 0..rows {
+            let p = probs[r * n + j];
+            for (o, &x) in block[r * dv..][..dv].iter_mut().zip(value) {
+                *o += p * x;
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::super::super::gemm::{Lanes, Ymm, Zmm};
+    use super::{FewRows, FEW_ROWS};
+
+    /// # Safety
+    /// The CPU has AVX-512F/VL, AVX2 and FMA; the operands hold what they are read for.
+    #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+    pub(super) unsafe fn few_rows_avx512(
+        ops: &FewRows<'_>,
+        block: &mut [f32],
+        probs: &mut [f32],
+        softmax: &dyn Fn(&mut [f32]),
+    ) {
+        // SAFETY: forwarded.
+        unsafe { on_lanes::<Zmm>(ops, block, probs, softmax) }
+    }
+
+    /// # Safety
+    /// The CPU has AVX2 and FMA; the operands hold what they are read for.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn few_rows_avx2(
+        ops: &FewRows<'_>,
+        block: &mut [f32],
+        probs: &mut [f32],
+        softmax: &dyn Fn(&mut [f32]),
+    ) {
+        // SAFETY: forwarded.
+        unsafe { on_lanes::<Ymm>(ops, block, probs, softmax) }
+    }
+
+    /// Vectors of a strip of output columns per row: with [`FEW_ROWS`] rows, eight sums in registers, which leaves
+    /// AVX2's sixteen room for the value row and the splat probability.
+    const STRIP: usize = 2;
+
+    /// Floats of value rows (32 KiB) that every strip of output columns passes over before the next rows: they stay
+    /// in L1 from the first strip to the last. With the strips outermost, a cache larger than L2 (a long
+    /// context's) was read from L3 once per strip, four times for a head dim of 128.
+    const VALUE_BLOCK: usize = 8192;
+
+    /// [`super::few_rows`] on `L`'s vectors: each score a fused multiply-add chain over the depth, its lanes summed
+    /// once; each output strip's sums in registers across every value row (the row count a constant, so they are
+    /// registers rather than an array indexed at run time).
+    ///
+    /// # Safety
+    /// `L`'s instruction set runs here; the operands hold what they are read for; `probs` is rows × n.
+    #[inline(always)]
+    unsafe fn on_lanes<L: Lanes>(
+        ops: &FewRows<'_>,
+        block: &mut [f32],
+        probs: &mut [f32],
+        softmax: &dyn Fn(&mut [f32]),
+    ) {
+        let rows = block.len() / ops.dv;
+        // SAFETY (each): forwarded.
+        match rows {
+            1 => unsafe { rows_on::<L, 1>(ops, block, probs, softmax) },
+            2 => unsafe { rows_on::<L, 2>(ops, block, probs, softmax) },
+            3 => unsafe { rows_on::<L, 3>(ops, block, probs, softmax) },
+            _ => unsafe { rows_on::<L, FEW_ROWS>(ops, block, probs, softmax) },
+        }
+    }
+
+    /// [`on_lanes`] for `R` rows.
+    ///
+    /// # Safety
+    /// As [`on_lanes`], with `block` holding `R` rows.
+    #[inline(always)]
+    unsafe fn rows_on<L: Lanes, const R: usize>(
+        ops: &FewRows<'_>,
+        block: &mut [f32],
+        probs: &mut [f32],
+        softmax: &dyn Fn(&mut [f32]),
+    ) {
+        let &FewRows { n, d, dv, .. } = ops;
+        if n > 0 {
+            let (whole, rest) = (d / L::LANES, d % L::LANES);
+            // SAFETY: the rows' queries and every key hold d elements (the caller's contract); a masked load
+            // reads only its lanes.
+            unsafe {
+                let rest_mask = L::first(rest);
+                for j in 0..n {
+                    let key = ops.k.as_ptr().add(j * ops.k_cs);
+                    let mut sums = [L::zero(); R];
+                    for i in 0..whole {
+                        let k = L::load(key.add(i * L::LANES));
+                        for (r, sum) in sums.iter_mut().enumerate() {
+                            let q = ops.q.as_ptr().add(r * ops.q_rs + i * L::LANES);
+                            *sum = L::fmadd(L::load(q), k, *sum);
+                        }
+                    }
+                    if rest > 0 {
+                        let k = L::load_masked(key.add(whole * L::LANES), rest_mask);
+                        for (r, sum) in sums.iter_mut().enumerate() {
+                            let q = ops.q.as_ptr().add(r * ops.q_rs + whole * L::LANES);
+                            *sum = L::fmadd(L::load_masked(q, rest_mask), k, *sum);
+                        }
+                    }
+                    for (r, &sum) in sums.iter().enumerate() {
+                        probs[r * n + j] = L::sum(sum);
+                    }
+                }
+            }
+            softmax(probs);
+        }
+        if n == 0 {
+            // A sum over no value rows.
+            block.fill(0.0);
+        }
+        let (width, keys) = (STRIP * L::LANES, (VALUE_BLOCK / dv).max(1));
+        for j0 in (0..n).step_by(keys) {
+            let value_rows = j0..(j0 + keys).min(n);
+            for c0 in (0..dv).step_by(width) {
+                let cols = width.min(dv - c0);
+                // SAFETY: forwarded; the strip's columns lie inside every value row and every row of `block`.
+                unsafe {
+                    if cols == width {
+                        strip::<L, R, true>(ops, probs, block, (c0, cols), value_rows.clone())
+                    } else {
+                        strip::<L, R, false>(ops, probs, block, (c0, cols), value_rows.clone())
+                    }
+                }
+            }
+        }
+    }
+
+    /// Output columns `c0..c0 + cols` (at most `STRIP` vectors) of `block`'s `R` rows: Σ_j `probs[r·n + j]` ·
+    /// value row j over `value_rows`, the sums in registers, added to what the earlier value rows left in `block`
+    /// (nothing before the first). `WHOLE`: the strip is `STRIP` whole vectors, loaded and stored without masks (a
+    /// constant, so the loop over the value rows has no branch).
+    ///
+    /// # Safety
+    /// As [`on_lanes`]; the columns lie inside every value row and every row of `block` (R rows of dv).
+    #[inline(always)]
+    unsafe fn strip<L: Lanes, const R: usize, const WHOLE: bool>(
+        ops: &FewRows<'_>,
+        probs: &[f32],
+        block: &mut [f32],
+        (c0, cols): (usize, usize),
+        value_rows: std::ops::Range<usize>,
+    ) {
+        let (n, dv) = (ops.n, ops.dv);
+        // Each vector's lanes inside the strip and their mask (an empty one is never read or written).
+        let masks: [(usize, L::Mask); STRIP] = std::array::from_fn(|s| {
+            let lanes = cols.saturating_sub(s * L::LANES).min(L::LANES);
+            // SAFETY: `lanes` ≤ L::LANES.
+            (lanes, unsafe { L::first(lanes) })
+        });
+        // SAFETY: every value row holds the strip's columns (the caller's contract); a vector is loaded and
+        // stored whole only where all its lanes lie inside the strip, otherwise under its mask, and not at all
+        // where it has none.
+        unsafe {
+            let mut sums = [[L::zero(); STRIP]; R];
+            if value_rows.start > 0 {
+                for (r, row_sums) in sums.iter_mut().enumerate() {
+                    let out = block.as_ptr().add(r * dv + c0);
+                    *row_sums = std::array::from_fn(|s| load_part::<L, WHOLE>(out, s, masks[s]));
+                }
+            }
+            for j in value_rows {
+                let value = ops.v.as_ptr().add(j * ops.v_rs + c0);
+                let v: [L::V; STRIP] =
+                    std::array::from_fn(|s| load_part::<L, WHOLE>(value, s, masks[s]));
+                for (r, row_sums) in sums.iter_mut().enumerate() {
+                    let p = L::splat(probs[r * n + j]);
+                    for (sum, &x) in row_sums.iter_mut().zip(&v) {
+                        *sum = L::fmadd(p, x, *sum);
+                    }
+                }
+            }
+            for (r, row_sums) in sums.iter().enumerate() {
+                let out = block.as_mut_ptr().add(r * dv + c0);
+                for (s, &sum) in row_sums.iter().enumerate() {
+                    let at = out.wrapping_add(s * L::LANES);
+                    match masks[s] {
+                        _ if WHOLE => L::store(at, sum),
+                        (0, _) => {}
+                        (_, mask) => L::store_masked(at, mask, sum),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Vector `s` of a strip that starts at `p`, with `lanes` of it inside the strip under `mask`: loaded whole
+    /// (`WHOLE`), under the mask, or zeros where it has no lanes (its address is then never read).
+    ///
+    /// # Safety
+    /// `L`'s instruction set runs here; the vector's lanes inside the strip are readable.
+    #[inline(always)]
+    unsafe fn load_part<L: Lanes, const WHOLE: bool>(
+        p: *const f32,
+        s: usize,
+        (lanes, mask): (usize, L::Mask),
+    ) -> L::V {
+        let at = p.wrapping_add(s * L::LANES);
+        // SAFETY: the caller's contract.
+        unsafe {
+            match lanes {
+                _ if WHOLE => L::load(at),
+                0 => L::zero(),
+                _ => L::load_masked(at, mask),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::Tensor;
+
+    /// Every path against f64, on random operands at strides, over row counts 1–4, depths and widths on either
+    /// side of the vectors' lanes (whole vectors, a masked one, fewer than one lane's worth) and enough keys for
+    /// several blocks of value rows; the scores' task is a scaled softmax, as a plain attention's.
+    #[test]
+    fn every_path_matches_f64() {
+        let shapes = [
+            (1, 129, 64, 64),
+            (3, 129, 64, 64),
+            (4, 37, 13, 5),
+            (2, 20, 8, 40),
+            (1, 1, 1, 1),
+            (4, 3, 31, 33),
+            (3, 50, 17, 16),
+            // Value rows in several blocks, with a strip under a mask.
+            (2, 300, 8, 40),
+            (4, 260, 16, 37),
+        ];
+        for (rows, n, d, dv) in shapes {
+            let (q_rs, k_cs, v_rs) = (d + 3, d + 1, dv + 5);
+            let q = Tensor::randn(&[rows * q_rs], 11).to_f32_vec();
+            let k = Tensor::randn(&[n * k_cs], 12).to_f32_vec();
+            let v = Tensor::randn(&[n * v_rs], 13).to_f32_vec();
+            let ops = FewRows {
+                n,
+                d,
+                dv,
+                q: &q,
+                q_rs,
+                k: &k,
+                k_cs,
+                v: &v,
+                v_rs,
+            };
+            let scale = 0.3;
+            let softmax = |p: &mut [f32]| {
+                for row in p.chunks_exact_mut(n) {
+                    row.iter_mut().for_each(|x| *x *= scale);
+                    crate::cpu::rows::softmax_in_place(row);
+                }
+            };
+            for path in Path::ALL.into_iter().filter(|path| path.runs_here()) {
+                let mut block = vec![f32::NAN; rows * dv];
+                let mut probs = vec![f32::NAN; rows * n];
+                few_rows_on(path, &ops, &mut block, &mut probs, &softmax);
+                for r in 0..rows {
+                    let s: Vec<f64> = (0..n)
+                        .map(|j| {
+                            let dot: f64 = (0..d)
+                                .map(|c| f64::from(q[r * q_rs + c]) * f64::from(k[j * k_cs + c]))
+                                .sum();
+                            dot * f64::from(scale)
+                        })
+                        .collect();
+                    let top = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let z: f64 = s.iter().map(|x| (x - top).exp()).sum();
+                    for t in 0..dv {
+                        let (want, size) = (0..n).fold((0.0, 0.0), |(w, a), j| {
+                            let (p, x) = ((s[j] - top).exp() / z, f64::from(v[j * v_rs + t]));
+                            (w + p * x, a + p * x.abs())
+                        });
+                        let got = f64::from(block[r * dv + t]);
+                        assert!(
+                            (got - want).abs() <= 1e-5 * (1.0 + size),
+                            "{path:?} {rows}x{n}x{d}x{dv} at ({r}, {t}): {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
