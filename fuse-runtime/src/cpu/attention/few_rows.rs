@@ -207,7 +207,8 @@ mod x86 {
             unsafe {
                 let rest_mask = L::first(rest);
                 for j in 0..n {
-                    let key = ops.k.as_ptr().add(j * ops.k_cs);
+                    // Formed without `add`: with d = 0 no key is read, and `k` may then be empty.
+                    let key = ops.k.as_ptr().wrapping_add(j * ops.k_cs);
                     let mut sums = [L::zero(); R];
                     for i in 0..whole {
                         let k = L::load(key.add(i * L::LANES));
