@@ -335,7 +335,10 @@ mod x86 {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::{f64_attention_row, ScaledSoftmax};
+    use super::super::Products;
     use super::*;
+    use crate::cpu::par::SimdTask;
     use crate::tensor::Tensor;
 
     /// Every path against f64, on random operands at strides, over row counts 1–4, depths and widths on either
@@ -372,35 +375,24 @@ mod tests {
                 v_rs,
             };
             let scale = 0.3;
-            let softmax = |p: &mut [f32]| {
-                for row in p.chunks_exact_mut(n) {
-                    row.iter_mut().for_each(|x| *x *= scale);
-                    crate::cpu::rows::softmax_in_place(row);
-                }
-            };
+            let task = ScaledSoftmax { n, scale };
+            let softmax = |p: &mut [f32]| task.run_simd(0, p);
             for path in Path::ALL.into_iter().filter(|path| path.runs_here()) {
                 let mut block = vec![f32::NAN; rows * dv];
                 let mut probs = vec![f32::NAN; rows * n];
                 few_rows_on(path, &ops, &mut block, &mut probs, &softmax);
                 for r in 0..rows {
-                    let s: Vec<f64> = (0..n)
-                        .map(|j| {
-                            let dot: f64 = (0..d)
-                                .map(|c| f64::from(q[r * q_rs + c]) * f64::from(k[j * k_cs + c]))
-                                .sum();
-                            dot * f64::from(scale)
-                        })
-                        .collect();
-                    let top = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                    let z: f64 = s.iter().map(|x| (x - top).exp()).sum();
-                    for t in 0..dv {
-                        let (want, size) = (0..n).fold((0.0, 0.0), |(w, a), j| {
-                            let (p, x) = ((s[j] - top).exp() / z, f64::from(v[j * v_rs + t]));
-                            (w + p * x, a + p * x.abs())
-                        });
+                    let want = f64_attention_row(
+                        (n, d, dv, scale),
+                        Products::F32,
+                        |c| q[r * q_rs + c],
+                        |j, c| k[j * k_cs + c],
+                        |j, t| f64::from(v[j * v_rs + t]),
+                    );
+                    for (t, (want, tolerance)) in want.into_iter().enumerate() {
                         let got = f64::from(block[r * dv + t]);
                         assert!(
-                            (got - want).abs() <= 1e-5 * (1.0 + size),
+                            (got - want).abs() <= tolerance,
                             "{path:?} {rows}x{n}x{d}x{dv} at ({r}, {t}): {got} vs {want}"
                         );
                     }

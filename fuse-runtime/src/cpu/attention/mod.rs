@@ -406,9 +406,9 @@ mod tests {
     use crate::tensor::Tensor;
 
     /// Scales by `scale`, then softmax: the task a plain `softmax(Q·Kᵀ·scale)` gets.
-    struct ScaledSoftmax {
-        n: usize,
-        scale: f32,
+    pub(super) struct ScaledSoftmax {
+        pub(super) n: usize,
+        pub(super) scale: f32,
     }
 
     impl RowTask for ScaledSoftmax {
@@ -426,7 +426,7 @@ mod tests {
     /// In bf16, q, k, p and v are each rounded to 8 significant bits (relative error u = 2⁻⁸ at most), so a score
     /// moves by at most E = 2.01·u·scale·Σ_c |q_c·k_jc|, a probability by a factor within e^{±2E}, and an output
     /// element by (e^{2E} − 1 + 2.01·u)·Σ_j p_j·|v_jt|; the f32 sums add what the f32 tolerance allows.
-    fn f64_attention_row(
+    pub(super) fn f64_attention_row(
         (n, d, dv, scale): (usize, usize, usize, f32),
         products: Products,
         q: impl Fn(usize) -> f32,
