@@ -125,63 +125,188 @@ fn larger(a: f32, x: f32) -> f32 {
 /// padded attention row contributes nothing instead of poisoning the output. NaN anywhere gives NaN everywhere.
 #[inline(always)]
 pub fn softmax_in_place(row: &mut [f32]) {
-    let m = max_of_numbers(row);
-    let shift = if m == f32::NEG_INFINITY { 0.0 } else { m };
+    softmax_rows(row, row.len());
+}
+
+/// [`softmax_in_place`] on each whole row of `n` in `block` (a last partial row is left as it is), as the attention
+/// kernel runs it on a block of scores.
+///
+/// With AVX-512 the passes run on 512-bit vectors ([`softmax_rows_avx512`]), each pass over a few rows before the
+/// next. Taken one row at a time, the passes of a row wait on each other (the maximum's reduction, then the
+/// exponentials, their sum, its reciprocal), and in an attention block's rows of 128 the latency of that chain cost
+/// about as much as the arithmetic.
+#[inline(always)]
+pub fn softmax_rows(block: &mut [f32], n: usize) {
+    if n == 0 {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if math::dispatch_avx512() {
+        // SAFETY: the CPU has every feature `softmax_rows_avx512` is compiled for.
+        return unsafe { softmax_rows_avx512(block, n) };
+    }
+    for row in block.chunks_exact_mut(n) {
+        softmax_portable(row);
+    }
+}
+
+/// [`softmax_in_place`] on every CPU: the maximum and the scaling as loops LLVM vectorises for the caller's
+/// features, the exponentials as [`exp_shifted`] dispatches them. LLVM compiled this maximum as pieces of vectors
+/// and a scalar fold of the lanes, hence the AVX-512 copy.
+#[inline(always)]
+fn softmax_portable(row: &mut [f32]) {
+    let shift = shift_of(max_of_numbers(row));
     let total = exp_shifted(row, shift);
-    let inv = if total > 0.0 { 1.0 / total } else { 0.0 };
-    let inv = if total.is_nan() { f32::NAN } else { inv };
+    let inv = reciprocal_of_total(total);
     for x in row.iter_mut() {
         *x *= inv;
     }
 }
 
+/// The softmax's shift for a row whose largest number is `m`: 0 when every entry is -∞ (so they stay -∞ and their
+/// exponentials 0, rather than -∞ − -∞ = NaN).
+#[inline(always)]
+fn shift_of(m: f32) -> f32 {
+    if m == f32::NEG_INFINITY {
+        0.0
+    } else {
+        m
+    }
+}
+
+/// What the exponentials are scaled by: 1/total, 0 for a row of zeros (every entry masked), NaN when one was NaN.
+#[inline(always)]
+fn reciprocal_of_total(total: f32) -> f32 {
+    if total.is_nan() {
+        f32::NAN
+    } else if total > 0.0 {
+        1.0 / total
+    } else {
+        0.0
+    }
+}
+
+/// Rows a group takes in [`softmax_rows_avx512`] while they fit in this many floats (16 KB, a third of the
+/// smallest L1 data cache fuse has met); longer rows go one at a time. An attention block's rows of 128 ran the
+/// softmax in 625 µs one at a time, 539–558 µs in groups of 2, 8 or 16, and 530–539 µs in groups of 4
+/// (BENCHMARKS.md, thirty-ninth run).
+const GROUP_FLOATS: usize = 4096;
+
+/// [`softmax_rows`] on 512-bit vectors, in groups of `GROUP` rows: the maxima of the group's rows, then their
+/// exponentials and sums, then the scaling, so that each pass's rows overlap instead of waiting on each other.
+///
+/// # Safety
+/// The CPU has AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+fn softmax_rows_avx512(block: &mut [f32], n: usize) {
+    if 4 * n <= GROUP_FLOATS {
+        softmax_groups_avx512::<4>(block, n)
+    } else {
+        softmax_groups_avx512::<1>(block, n)
+    }
+}
+
+/// [`softmax_rows_avx512`] in groups of `G` rows.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+#[inline]
+fn softmax_groups_avx512<const G: usize>(block: &mut [f32], n: usize) {
+    for group in block.chunks_mut(G * n) {
+        // Each row's shift, then the reciprocal of its total.
+        let mut by = [0f32; G];
+        for (row, by) in group.chunks_exact_mut(n).zip(&mut by) {
+            *by = shift_of(max_avx512(row));
+        }
+        for (row, by) in group.chunks_exact_mut(n).zip(&mut by) {
+            *by = reciprocal_of_total(exp_shifted_avx512(row, *by));
+        }
+        for (row, by) in group.chunks_exact_mut(n).zip(&by) {
+            scale_avx512(row, *by);
+        }
+    }
+}
+
+/// The row's largest number, NaN lanes skipped (`vmaxps` returns its second operand, the running maximum, when the
+/// first is NaN); -∞ for a row of -∞.
+///
+/// # Safety
+/// The CPU has AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+#[inline]
+fn max_avx512(row: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let (whole, tail) = (row.len() / LANES * LANES, row.len() % LANES);
+    let tail_mask: __mmask16 = ((1u32 << tail) - 1) as u16;
+    let p = row.as_ptr();
+    // SAFETY (every access): the CPU has AVX-512F; vectors start at multiples of 16 below `whole`, and the tail's
+    // lanes past the row are masked off.
+    unsafe {
+        // Two running maxima, so the chain of dependent `vmaxps` is half the row's vectors long.
+        let (mut m0, mut m1) = (
+            _mm512_set1_ps(f32::NEG_INFINITY),
+            _mm512_set1_ps(f32::NEG_INFINITY),
+        );
+        let mut i = 0;
+        while i + 2 * LANES <= whole {
+            m0 = _mm512_max_ps(_mm512_loadu_ps(p.add(i)), m0);
+            m1 = _mm512_max_ps(_mm512_loadu_ps(p.add(i + LANES)), m1);
+            i += 2 * LANES;
+        }
+        if i < whole {
+            m0 = _mm512_max_ps(_mm512_loadu_ps(p.add(i)), m0);
+        }
+        if tail > 0 {
+            let x = _mm512_maskz_loadu_ps(tail_mask, p.add(whole));
+            m1 = _mm512_mask_max_ps(m1, tail_mask, x, m1);
+        }
+        _mm512_reduce_max_ps(_mm512_max_ps(m0, m1))
+    }
+}
+
+/// Multiplies the row by `inv`.
+///
+/// # Safety
+/// The CPU has AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+#[inline]
+fn scale_avx512(row: &mut [f32], inv: f32) {
+    use std::arch::x86_64::*;
+    let (whole, tail) = (row.len() / LANES * LANES, row.len() % LANES);
+    let tail_mask: __mmask16 = ((1u32 << tail) - 1) as u16;
+    let p = row.as_mut_ptr();
+    // SAFETY: as in `max_avx512`.
+    unsafe {
+        let inv = _mm512_set1_ps(inv);
+        let mut i = 0;
+        while i < whole {
+            _mm512_storeu_ps(p.add(i), _mm512_mul_ps(_mm512_loadu_ps(p.add(i)), inv));
+            i += LANES;
+        }
+        if tail > 0 {
+            let x = _mm512_maskz_loadu_ps(tail_mask, p.add(whole));
+            _mm512_mask_storeu_ps(p.add(whole), tail_mask, _mm512_mul_ps(x, inv));
+        }
+    }
+}
+
 /// Replaces each x of the row by eˣ⁻ˢʰⁱᶠᵗ and returns their sum. This is the softmax's costly pass, so where the
 /// CPU has FMA it runs [`math::exp_in`] over [`math::Fused`]: one instruction per multiply-add of the polynomial
-/// instead of [`math::exp`]'s two; with AVX-512, [`math::exp_zmm`], which also scales in one instruction. The
-/// caller is usually compiled for FMA already but cannot say so to an inlined function, hence the check here: one
-/// cached load per row.
+/// instead of [`math::exp`]'s two; with AVX-512, [`exp_shifted_avx512`]. The caller is usually compiled for FMA
+/// already but cannot say so to an inlined function, hence the check here: one cached load per row.
 #[inline(always)]
 fn exp_shifted(row: &mut [f32], shift: f32) -> f32 {
     #[cfg(target_arch = "x86_64")]
     {
-        #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
-        fn avx512(row: &mut [f32], shift: f32) -> f32 {
-            use std::arch::x86_64::*;
-            // As `exp_shifted_in`, 16 lanes a step with `math::exp_zmm`: the same lanes take the same values, so
-            // the sum is reduced in the same order.
-            let shift = _mm512_set1_ps(shift);
-            let mut acc = _mm512_setzero_ps();
-            let mut chunks = row.chunks_exact_mut(LANES);
-            // SAFETY (both): the CPU has AVX-512F; each access is inside its chunk (the tail's under its mask).
-            for chunk in &mut chunks {
-                unsafe {
-                    let e = math::exp_zmm(_mm512_sub_ps(_mm512_loadu_ps(chunk.as_ptr()), shift));
-                    _mm512_storeu_ps(chunk.as_mut_ptr(), e);
-                    acc = _mm512_add_ps(acc, e);
-                }
-            }
-            let tail = chunks.into_remainder();
-            if !tail.is_empty() {
-                let mask = (1u16 << tail.len()) - 1;
-                unsafe {
-                    let x = _mm512_maskz_loadu_ps(mask, tail.as_ptr());
-                    let e = math::exp_zmm(_mm512_sub_ps(x, shift));
-                    _mm512_mask_storeu_ps(tail.as_mut_ptr(), mask, e);
-                    acc = _mm512_mask_add_ps(acc, mask, acc, e);
-                }
-            }
-            let mut lanes = [0.0f32; LANES];
-            // SAFETY: 16 floats.
-            unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), acc) };
-            reduce_sum(lanes)
-        }
         #[target_feature(enable = "avx2,fma")]
         fn avx2(row: &mut [f32], shift: f32) -> f32 {
             exp_shifted_in::<math::Fused>(row, shift)
         }
         if math::dispatch_avx512() {
-            // SAFETY: the CPU has every feature `avx512` is compiled for.
-            return unsafe { avx512(row, shift) };
+            // SAFETY: the CPU has every feature `exp_shifted_avx512` is compiled for.
+            return unsafe { exp_shifted_avx512(row, shift) };
         }
         if math::dispatch_avx2() {
             // SAFETY: the CPU has AVX2 and FMA.
@@ -189,6 +314,43 @@ fn exp_shifted(row: &mut [f32], shift: f32) -> f32 {
         }
     }
     exp_shifted_in::<math::Plain>(row, shift)
+}
+
+/// [`exp_shifted_in`] 16 lanes a step with [`math::exp_zmm`], which also scales in one instruction: the same lanes
+/// take the same values, so the sum is reduced in the same order.
+///
+/// # Safety
+/// The CPU has AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+#[inline]
+fn exp_shifted_avx512(row: &mut [f32], shift: f32) -> f32 {
+    use std::arch::x86_64::*;
+    let shift = _mm512_set1_ps(shift);
+    let mut acc = _mm512_setzero_ps();
+    let mut chunks = row.chunks_exact_mut(LANES);
+    // SAFETY (both): the CPU has AVX-512F; each access is inside its chunk (the tail's under its mask).
+    for chunk in &mut chunks {
+        unsafe {
+            let e = math::exp_zmm(_mm512_sub_ps(_mm512_loadu_ps(chunk.as_ptr()), shift));
+            _mm512_storeu_ps(chunk.as_mut_ptr(), e);
+            acc = _mm512_add_ps(acc, e);
+        }
+    }
+    let tail = chunks.into_remainder();
+    if !tail.is_empty() {
+        let mask = (1u16 << tail.len()) - 1;
+        unsafe {
+            let x = _mm512_maskz_loadu_ps(mask, tail.as_ptr());
+            let e = math::exp_zmm(_mm512_sub_ps(x, shift));
+            _mm512_mask_storeu_ps(tail.as_mut_ptr(), mask, e);
+            acc = _mm512_mask_add_ps(acc, mask, acc, e);
+        }
+    }
+    let mut lanes = [0.0f32; LANES];
+    // SAFETY: 16 floats.
+    unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), acc) };
+    reduce_sum(lanes)
 }
 
 #[inline(always)]
@@ -301,20 +463,73 @@ mod tests {
 
     #[test]
     fn softmax_matches_f64() {
-        for (i, &n) in LENGTHS.iter().enumerate() {
-            let mut row = randv(n, 100 + i as u64, 4.0, 30.0);
-            let x = f64s(&row);
-            let m = x.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-            let z: f64 = x.iter().map(|v| (v - m).exp()).sum();
-            softmax_in_place(&mut row);
-            for (got, v) in row.iter().zip(&x) {
-                let want = (v - m).exp() / z;
-                assert!(
-                    (f64::from(*got) - want).abs() <= 1e-6 * want + 1e-9,
-                    "n = {n}: {got} vs {want}"
-                );
+        for (path, softmax) in softmax_paths() {
+            for (i, &n) in LENGTHS.iter().enumerate() {
+                let mut row = randv(n, 100 + i as u64, 4.0, 30.0);
+                let x = f64s(&row);
+                let m = x.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let z: f64 = x.iter().map(|v| (v - m).exp()).sum();
+                softmax(&mut row);
+                for (got, v) in row.iter().zip(&x) {
+                    let want = (v - m).exp() / z;
+                    assert!(
+                        (f64::from(*got) - want).abs() <= 1e-6 * want + 1e-9,
+                        "{path}, n = {n}: {got} vs {want}"
+                    );
+                }
             }
         }
+    }
+
+    /// A maximum the shift misses overflows exp (e¹⁰⁰ > f32::MAX) and turns the row into NaN: so the largest entry,
+    /// put in each place of rows with a pair of whole vectors, an odd one and a tail, must come out as 1.
+    #[test]
+    fn softmax_shifts_by_the_maximum_wherever_it_is() {
+        for (path, softmax) in softmax_paths() {
+            for n in [37, 48, 55] {
+                for at in 0..n {
+                    let mut row = randv(n, 9, 1.0, 0.0);
+                    row[at] = 100.0;
+                    softmax(&mut row);
+                    assert_eq!(row[at], 1.0, "{path}, n = {n}, largest at {at}");
+                    assert!(
+                        row.iter().all(|x| x.is_finite()),
+                        "{path}, n = {n}, largest at {at}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// A block's rows in groups (rows of 128 four at a time, rows past the group's size one at a time) give each
+    /// row what the portable softmax gives it alone, to the bit: the same maximum, exponentials, sum and scaling.
+    /// A last partial row is left as it was.
+    #[test]
+    fn softmax_rows_match_each_row_alone() {
+        for (i, n) in [1usize, 7, 37, 128, 1100, 1500].into_iter().enumerate() {
+            for rows in [1usize, 3, 4, 9] {
+                let mut block = randv(rows * n + n / 2, 800 + i as u64, 4.0, 0.0);
+                let mut want = block.clone();
+                for row in want.chunks_exact_mut(n) {
+                    softmax_portable(row);
+                }
+                softmax_rows(&mut block, n);
+                assert_eq!(block, want, "rows of {n}, {rows} rows");
+            }
+        }
+        softmax_rows(&mut [1.0, 2.0], 0);
+    }
+
+    type SoftmaxPath = fn(&mut [f32]);
+
+    /// The softmax this CPU dispatches to, and where that is a copy of its own (AVX-512), the portable one too.
+    fn softmax_paths() -> Vec<(&'static str, SoftmaxPath)> {
+        let mut paths: Vec<(&'static str, SoftmaxPath)> = vec![("dispatched", softmax_in_place)];
+        #[cfg(target_arch = "x86_64")]
+        if math::dispatch_avx512() {
+            paths.push(("portable", softmax_portable));
+        }
+        paths
     }
 
     /// The softmax's exp pass, both the copy this CPU dispatches to and the plain one every CPU can run, against
@@ -353,16 +568,25 @@ mod tests {
 
     #[test]
     fn softmax_masking() {
-        let mut row = [0.0, f32::NEG_INFINITY, 0.0, f32::NEG_INFINITY];
-        softmax_in_place(&mut row);
-        assert_eq!(row, [0.5, 0.0, 0.5, 0.0]);
-        let mut masked = [f32::NEG_INFINITY; 5];
-        softmax_in_place(&mut masked);
-        assert_eq!(masked, [0.0; 5]);
-        let mut nan = [1.0, f32::NAN, 2.0];
-        softmax_in_place(&mut nan);
-        assert!(nan.iter().all(|x| x.is_nan()));
-        softmax_in_place(&mut []);
+        for (path, softmax) in softmax_paths() {
+            let mut row = [0.0, f32::NEG_INFINITY, 0.0, f32::NEG_INFINITY];
+            softmax(&mut row);
+            assert_eq!(row, [0.5, 0.0, 0.5, 0.0], "{path}");
+            // Whole vectors and a tail, every entry masked.
+            for n in [5, 16, 37] {
+                let mut masked = vec![f32::NEG_INFINITY; n];
+                softmax(&mut masked);
+                assert_eq!(masked, vec![0.0; n], "{path}, n = {n}");
+            }
+            // A NaN in the first vector, the second, and the tail.
+            for at in [1, 20, 35] {
+                let mut nan = randv(37, 7, 1.0, 0.0);
+                nan[at] = f32::NAN;
+                softmax(&mut nan);
+                assert!(nan.iter().all(|x| x.is_nan()), "{path}, NaN at {at}");
+            }
+            softmax(&mut []);
+        }
     }
 
     fn layer_norm_ref(x: &[f64], g: &[f64], b: &[f64], eps: f64) -> Vec<f64> {

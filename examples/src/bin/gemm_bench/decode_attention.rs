@@ -4,7 +4,7 @@
 //! call, and for the decoding steps the keys and values read per call over that time, GB/s.
 
 use fuse_runtime::__private::math::Arith;
-use fuse_runtime::__private::rows::softmax_in_place;
+use fuse_runtime::__private::rows::softmax_rows;
 use fuse_runtime::__private::{
     attention, AttentionSpec, Operand, Placement, Products, Query, RowTask,
 };
@@ -35,13 +35,11 @@ struct Softmax {
 }
 
 impl RowTask for Softmax {
-    // Inlined into the vector-width dispatch, and a `for` loop, as the generated tasks are: `for_each` went
-    // through an `Iterator::fold` that was not inlined, so the softmax ran with SSE only.
+    // Inlined into the vector-width dispatch, as the generated tasks are; the softmax of the block's rows, as the
+    // generated task calls it after the elementwise chain on its rows.
     #[inline(always)]
     fn run<A: Arith>(&self, _: usize, rows: &mut [f32]) {
-        for row in rows.chunks_exact_mut(self.n) {
-            softmax_in_place(row);
-        }
+        softmax_rows(rows, self.n);
     }
 }
 

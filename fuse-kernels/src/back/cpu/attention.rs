@@ -62,7 +62,8 @@ pub fn attention(plan: &Plan, k: &Kernel, att: &Attention) -> TokenStream {
     let Op::Softmax { input, .. } = g.node(att.softmax).op else {
         return quote!();
     };
-    let softmax = quote!(#rt::rows::softmax_in_place(o););
+    // After the chain on every row of the block: the softmax takes a few rows at a time, pass by pass.
+    let softmax = quote!(#rt::rows::softmax_rows(chunk, len););
     let scores_task = in_place_task(plan, k, att.scores, &chain, input, rank, softmax);
     quote! {
         #shape

@@ -571,8 +571,8 @@ fn gather_b(plan: &Plan, k: &Kernel, index: usize, node: NodeId) -> Option<fuse_
 }
 
 /// A task that rewrites each row of its chunk in place: element `j` holds the anchor's value, and becomes
-/// `result` computed by the elementwise `nodes` (reads indexed at the rows of `shape`); `after_row` then runs
-/// with the finished row as `o`. Binds `task`.
+/// `result` computed by the elementwise `nodes` (reads indexed at the rows of `shape`); `after_rows` then runs
+/// once on the finished rows, as `chunk` (rows of `len`). Binds `task`.
 pub(super) fn in_place_task(
     plan: &Plan,
     k: &Kernel,
@@ -580,7 +580,7 @@ pub(super) fn in_place_task(
     nodes: &[NodeId],
     result: NodeId,
     rank: usize,
-    after_row: TokenStream,
+    after_rows: TokenStream,
 ) -> TokenStream {
     let reads = reads_of(plan, k, nodes);
     let decompose = decompose_row(rank - 1);
@@ -608,8 +608,8 @@ pub(super) fn in_place_task(
                     #body
                     o[j] = #result;
                 }
-                #after_row
             }
+            #after_rows
         },
     )
 }

@@ -402,7 +402,7 @@ fn block_attention_of(
 mod tests {
     use super::*;
     use crate::cpu::par::{FnTask, RowTask};
-    use crate::cpu::rows::softmax_in_place;
+    use crate::cpu::rows::softmax_rows;
     use crate::tensor::Tensor;
 
     /// Scales by `scale`, then softmax: the task a plain `softmax(Q·Kᵀ·scale)` gets.
@@ -413,10 +413,8 @@ mod tests {
 
     impl RowTask for ScaledSoftmax {
         fn run<A: crate::cpu::math::Arith>(&self, _: usize, rows: &mut [f32]) {
-            for row in rows.chunks_exact_mut(self.n) {
-                row.iter_mut().for_each(|x| *x *= self.scale);
-                softmax_in_place(row);
-            }
+            rows.iter_mut().for_each(|x| *x *= self.scale);
+            softmax_rows(rows, self.n);
         }
     }
 
