@@ -131,7 +131,7 @@ pub fn softmax_in_place(row: &mut [f32]) {
 /// [`softmax_in_place`] on each whole row of `n` in `block` (a last partial row is left as it is), as the attention
 /// kernel runs it on a block of scores.
 ///
-/// With AVX-512 the passes run on 512-bit vectors ([`softmax_rows_avx512`]), each pass over a few rows before the
+/// With AVX-512 the passes run on 512-bit vectors (`softmax_rows_avx512`), each pass over a few rows before the
 /// next. Taken one row at a time, the passes of a row wait on each other (the maximum's reduction, then the
 /// exponentials, their sum, its reciprocal), and in an attention block's rows of 128 the latency of that chain cost
 /// about as much as the arithmetic.
@@ -186,13 +186,13 @@ fn reciprocal_of_total(total: f32) -> f32 {
     }
 }
 
-/// Rows a group takes in [`softmax_rows_avx512`] while they fit in this many floats (16 KB, a third of the
-/// smallest L1 data cache fuse has met); longer rows go one at a time. An attention block's rows of 128 ran the
+/// Rows a group takes in [`softmax_rows_avx512`] while four of them fit in this many floats (16 KB, half of a
+/// 32 KiB L1 data cache, so a group stays in L1 across its passes); longer rows go one at a time. An attention block's rows of 128 ran the
 /// softmax in 625 µs one at a time, 539–558 µs in groups of 2, 8 or 16, and 530–539 µs in groups of 4
 /// (BENCHMARKS.md, thirty-ninth run).
 const GROUP_FLOATS: usize = 4096;
 
-/// [`softmax_rows`] on 512-bit vectors, in groups of `GROUP` rows: the maxima of the group's rows, then their
+/// [`softmax_rows`] on 512-bit vectors, in groups of four rows: the maxima of the group's rows, then their
 /// exponentials and sums, then the scaling, so that each pass's rows overlap instead of waiting on each other.
 ///
 /// # Safety
