@@ -129,37 +129,139 @@ pub fn softmax_in_place(row: &mut [f32]) {
 }
 
 /// [`softmax_in_place`] on each whole row of `n` in `block` (a last partial row is left as it is), as the attention
-/// kernel runs it on a block of scores.
+/// kernel runs it on a block of scores: on the fastest path this CPU runs ([`SoftmaxPath::best`]).
 ///
-/// With AVX-512 the passes run on 512-bit vectors (`softmax_rows_avx512`), each pass over a few rows before the
-/// next. Taken one row at a time, the passes of a row wait on each other (the maximum's reduction, then the
-/// exponentials, their sum, its reciprocal), and in an attention block's rows of 128 the latency of that chain cost
-/// about as much as the arithmetic.
+/// With AVX-512 the rows go a few at a time, each pass over the group's rows before the next: the maxima, then the
+/// exponentials and their sums, then the scaling. Taken one row at a time, the passes of a row wait on each other
+/// (the maximum's reduction, then the exponentials, their sum, its reciprocal), and in an attention block's rows of
+/// 128 the latency of that chain cost about as much as the arithmetic.
 #[inline(always)]
 pub fn softmax_rows(block: &mut [f32], n: usize) {
-    if n == 0 {
-        return;
+    softmax_rows_on(SoftmaxPath::best(), block, n)
+}
+
+/// A copy of the softmax ([`softmax_rows_on`]). Each gives the same numbers: the maximum is exact, and the
+/// exponentials and their sum are the same pass's on every path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SoftmaxPath {
+    /// 512-bit intrinsics for every pass: LLVM compiled the portable maximum as pieces of vectors and a scalar fold
+    /// of its 16 lanes.
+    Avx512,
+    /// The portable passes compiled for AVX2 and FMA.
+    Avx2,
+    /// The portable passes compiled for the caller's features.
+    Portable,
+}
+
+impl SoftmaxPath {
+    /// Fastest first.
+    pub const ALL: [SoftmaxPath; 3] = [
+        SoftmaxPath::Avx512,
+        SoftmaxPath::Avx2,
+        SoftmaxPath::Portable,
+    ];
+
+    /// The fastest this CPU runs.
+    #[inline(always)]
+    pub fn best() -> SoftmaxPath {
+        if SoftmaxPath::Avx512.runs_here() {
+            SoftmaxPath::Avx512
+        } else if SoftmaxPath::Avx2.runs_here() {
+            SoftmaxPath::Avx2
+        } else {
+            SoftmaxPath::Portable
+        }
     }
-    #[cfg(target_arch = "x86_64")]
-    if math::dispatch_avx512() {
-        // SAFETY: the CPU has every feature `softmax_rows_avx512` is compiled for.
-        return unsafe { softmax_rows_avx512(block, n) };
-    }
-    for row in block.chunks_exact_mut(n) {
-        softmax_portable(row);
+
+    /// Whether this CPU runs it (the x86 paths only on x86-64, where they are compiled).
+    #[inline(always)]
+    pub fn runs_here(self) -> bool {
+        match self {
+            SoftmaxPath::Avx512 => cfg!(target_arch = "x86_64") && math::dispatch_avx512(),
+            SoftmaxPath::Avx2 => cfg!(target_arch = "x86_64") && math::dispatch_avx2(),
+            SoftmaxPath::Portable => true,
+        }
     }
 }
 
-/// [`softmax_in_place`] on every CPU: the maximum and the scaling as loops LLVM vectorises for the caller's
-/// features, the exponentials as [`exp_shifted`] dispatches them. LLVM compiled this maximum as pieces of vectors
-/// and a scalar fold of the lanes, hence the AVX-512 copy.
+/// [`softmax_rows`] on `path`.
+///
+/// # Panics
+/// If this CPU does not run `path` (ask [`SoftmaxPath::runs_here`]).
 #[inline(always)]
-fn softmax_portable(row: &mut [f32]) {
-    let shift = shift_of(max_of_numbers(row));
-    let total = exp_shifted(row, shift);
-    let inv = reciprocal_of_total(total);
-    for x in row.iter_mut() {
-        *x *= inv;
+pub fn softmax_rows_on(path: SoftmaxPath, block: &mut [f32], n: usize) {
+    assert!(
+        path.runs_here(),
+        "softmax path {path:?} does not run on this CPU"
+    );
+    if n == 0 {
+        return;
+    }
+    match path {
+        // SAFETY (both): the CPU has every feature the path is compiled for (asserted above).
+        #[cfg(target_arch = "x86_64")]
+        SoftmaxPath::Avx512 => unsafe { softmax_rows_avx512(block, n) },
+        #[cfg(target_arch = "x86_64")]
+        SoftmaxPath::Avx2 => unsafe { softmax_rows_avx2(block, n) },
+        _ => softmax_rows_portable(block, n),
+    }
+}
+
+/// The portable passes, one row at a time: the maximum and the scaling as loops LLVM vectorises for the caller's
+/// features, the exponentials as [`exp_shifted`] dispatches them. In groups of four, as the AVX-512 path takes them,
+/// these passes ran slower (an attention block's rows of 128, the AVX2 copy on an AVX-512 core: 970 µs against
+/// 790–843; BENCHMARKS.md, thirty-ninth run).
+#[inline(always)]
+fn softmax_rows_portable(block: &mut [f32], n: usize) {
+    let scale = |row: &mut [f32], by| {
+        for x in row.iter_mut() {
+            *x *= by;
+        }
+    };
+    groups_of::<1>(block, n, (max_of_numbers, exp_shifted, scale))
+}
+
+/// [`softmax_rows_portable`] compiled for AVX2 and FMA.
+///
+/// # Safety
+/// The CPU has AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn softmax_rows_avx2(block: &mut [f32], n: usize) {
+    softmax_rows_portable(block, n)
+}
+
+/// Rows of the AVX-512 path's groups while four fit in this many floats (16 KB, half of a 32 KiB L1 data cache, so a
+/// group stays in L1 across its passes); longer rows go one at a time. An attention block's rows of 128 ran the
+/// softmax in 625 µs one at a time, 539–558 µs in groups of 2, 8 or 16, and 530–539 µs in groups of 4
+/// (BENCHMARKS.md, thirty-ninth run).
+const GROUP_FLOATS: usize = 4096;
+
+/// The softmax of `block`'s rows of `n` (not 0) from its three passes over a row, in groups of `G` rows: `max` (the
+/// row's largest number, NaN skipped), `exp` (each x replaced by eˣ⁻ˢʰⁱᶠᵗ, returning their sum) and `scale` (each x
+/// multiplied).
+#[inline(always)]
+fn groups_of<const G: usize>(
+    block: &mut [f32],
+    n: usize,
+    (max, exp, scale): (
+        impl Fn(&[f32]) -> f32,
+        impl Fn(&mut [f32], f32) -> f32,
+        impl Fn(&mut [f32], f32),
+    ),
+) {
+    for group in block.chunks_mut(G * n) {
+        // Each row's shift, then the reciprocal of its total.
+        let mut by = [0f32; G];
+        for (row, by) in group.chunks_exact_mut(n).zip(&mut by) {
+            *by = shift_of(max(row));
+        }
+        for (row, by) in group.chunks_exact_mut(n).zip(&mut by) {
+            *by = reciprocal_of_total(exp(row, *by));
+        }
+        for (row, by) in group.chunks_exact_mut(n).zip(&by) {
+            scale(row, *by);
+        }
     }
 }
 
@@ -186,44 +288,22 @@ fn reciprocal_of_total(total: f32) -> f32 {
     }
 }
 
-/// Rows a group takes in [`softmax_rows_avx512`] while four of them fit in this many floats (16 KB, half of a
-/// 32 KiB L1 data cache, so a group stays in L1 across its passes); longer rows go one at a time. An attention block's rows of 128 ran the
-/// softmax in 625 µs one at a time, 539–558 µs in groups of 2, 8 or 16, and 530–539 µs in groups of 4
-/// (BENCHMARKS.md, thirty-ninth run).
-const GROUP_FLOATS: usize = 4096;
-
-/// [`softmax_rows`] on 512-bit vectors, in groups of four rows: the maxima of the group's rows, then their
-/// exponentials and sums, then the scaling, so that each pass's rows overlap instead of waiting on each other.
+/// The passes on 512-bit vectors, in groups of four rows while they fit in [`GROUP_FLOATS`].
 ///
 /// # Safety
 /// The CPU has AVX-512F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
 fn softmax_rows_avx512(block: &mut [f32], n: usize) {
+    let passes = (
+        |row: &[f32]| max_avx512(row),
+        |row: &mut [f32], shift| exp_shifted_avx512(row, shift),
+        |row: &mut [f32], by| scale_avx512(row, by),
+    );
     if 4 * n <= GROUP_FLOATS {
-        softmax_groups_avx512::<4>(block, n)
+        groups_of::<4>(block, n, passes)
     } else {
-        softmax_groups_avx512::<1>(block, n)
-    }
-}
-
-/// [`softmax_rows_avx512`] in groups of `G` rows.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
-#[inline]
-fn softmax_groups_avx512<const G: usize>(block: &mut [f32], n: usize) {
-    for group in block.chunks_mut(G * n) {
-        // Each row's shift, then the reciprocal of its total.
-        let mut by = [0f32; G];
-        for (row, by) in group.chunks_exact_mut(n).zip(&mut by) {
-            *by = shift_of(max_avx512(row));
-        }
-        for (row, by) in group.chunks_exact_mut(n).zip(&mut by) {
-            *by = reciprocal_of_total(exp_shifted_avx512(row, *by));
-        }
-        for (row, by) in group.chunks_exact_mut(n).zip(&by) {
-            scale_avx512(row, *by);
-        }
+        groups_of::<1>(block, n, passes)
     }
 }
 
@@ -463,18 +543,18 @@ mod tests {
 
     #[test]
     fn softmax_matches_f64() {
-        for (path, softmax) in softmax_paths() {
+        for path in softmax_paths() {
             for (i, &n) in LENGTHS.iter().enumerate() {
                 let mut row = randv(n, 100 + i as u64, 4.0, 30.0);
                 let x = f64s(&row);
                 let m = x.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                 let z: f64 = x.iter().map(|v| (v - m).exp()).sum();
-                softmax(&mut row);
+                softmax_row_on(path, &mut row);
                 for (got, v) in row.iter().zip(&x) {
                     let want = (v - m).exp() / z;
                     assert!(
                         (f64::from(*got) - want).abs() <= 1e-6 * want + 1e-9,
-                        "{path}, n = {n}: {got} vs {want}"
+                        "{path:?}, n = {n}: {got} vs {want}"
                     );
                 }
             }
@@ -485,51 +565,62 @@ mod tests {
     /// put in each place of rows with a pair of whole vectors, an odd one and a tail, must come out as 1.
     #[test]
     fn softmax_shifts_by_the_maximum_wherever_it_is() {
-        for (path, softmax) in softmax_paths() {
+        for path in softmax_paths() {
             for n in [37, 48, 55] {
                 for at in 0..n {
                     let mut row = randv(n, 9, 1.0, 0.0);
                     row[at] = 100.0;
-                    softmax(&mut row);
-                    assert_eq!(row[at], 1.0, "{path}, n = {n}, largest at {at}");
+                    softmax_row_on(path, &mut row);
+                    assert_eq!(row[at], 1.0, "{path:?}, n = {n}, largest at {at}");
                     assert!(
                         row.iter().all(|x| x.is_finite()),
-                        "{path}, n = {n}, largest at {at}"
+                        "{path:?}, n = {n}, largest at {at}"
                     );
                 }
             }
         }
     }
 
-    /// A block's rows in groups (rows of 128 four at a time, rows past the group's size one at a time) give each
-    /// row what the portable softmax gives it alone, to the bit: the same maximum, exponentials, sum and scaling.
-    /// A last partial row is left as it was.
+    /// A block's rows (AVX-512: rows of 128 four at a time, rows past the group's size one at a time), on every
+    /// path this CPU runs, give each row what the portable path gives it alone, to the bit: the same maximum,
+    /// exponentials, sum and scaling. A last partial row is left as it was.
     #[test]
-    fn softmax_rows_match_each_row_alone() {
+    fn softmax_rows_match_each_row_alone_on_every_path() {
         for (i, n) in [1usize, 7, 37, 128, 1100, 1500].into_iter().enumerate() {
             for rows in [1usize, 3, 4, 9] {
-                let mut block = randv(rows * n + n / 2, 800 + i as u64, 4.0, 0.0);
+                let block = randv(rows * n + n / 2, 800 + i as u64, 4.0, 0.0);
                 let mut want = block.clone();
                 for row in want.chunks_exact_mut(n) {
-                    softmax_portable(row);
+                    softmax_rows_on(SoftmaxPath::Portable, row, n);
                 }
-                softmax_rows(&mut block, n);
-                assert_eq!(block, want, "rows of {n}, {rows} rows");
+                for path in softmax_paths() {
+                    let mut got = block.clone();
+                    softmax_on(path, &mut got, n);
+                    assert_eq!(got, want, "{path:?}, rows of {n}, {rows} rows");
+                }
             }
         }
         softmax_rows(&mut [1.0, 2.0], 0);
     }
 
-    type SoftmaxPath = fn(&mut [f32]);
+    /// The paths the softmax tests run: the one this CPU dispatches to (`None`), and each it runs.
+    fn softmax_paths() -> Vec<Option<SoftmaxPath>> {
+        let runs = SoftmaxPath::ALL.into_iter().filter(|p| p.runs_here());
+        std::iter::once(None).chain(runs.map(Some)).collect()
+    }
 
-    /// The softmax this CPU dispatches to, and where that is a copy of its own (AVX-512), the portable one too.
-    fn softmax_paths() -> Vec<(&'static str, SoftmaxPath)> {
-        let mut paths: Vec<(&'static str, SoftmaxPath)> = vec![("dispatched", softmax_in_place)];
-        #[cfg(target_arch = "x86_64")]
-        if math::dispatch_avx512() {
-            paths.push(("portable", softmax_portable));
+    /// The softmax of `row` on `path`.
+    fn softmax_row_on(path: Option<SoftmaxPath>, row: &mut [f32]) {
+        let n = row.len();
+        softmax_on(path, row, n);
+    }
+
+    /// The softmax of `block`'s rows of `n` on `path`.
+    fn softmax_on(path: Option<SoftmaxPath>, block: &mut [f32], n: usize) {
+        match path {
+            None => softmax_rows(block, n),
+            Some(path) => softmax_rows_on(path, block, n),
         }
-        paths
     }
 
     /// The softmax's exp pass, both the copy this CPU dispatches to and the plain one every CPU can run, against
@@ -568,24 +659,24 @@ mod tests {
 
     #[test]
     fn softmax_masking() {
-        for (path, softmax) in softmax_paths() {
+        for path in softmax_paths() {
             let mut row = [0.0, f32::NEG_INFINITY, 0.0, f32::NEG_INFINITY];
-            softmax(&mut row);
-            assert_eq!(row, [0.5, 0.0, 0.5, 0.0], "{path}");
+            softmax_row_on(path, &mut row);
+            assert_eq!(row, [0.5, 0.0, 0.5, 0.0], "{path:?}");
             // Whole vectors and a tail, every entry masked.
             for n in [5, 16, 37] {
                 let mut masked = vec![f32::NEG_INFINITY; n];
-                softmax(&mut masked);
-                assert_eq!(masked, vec![0.0; n], "{path}, n = {n}");
+                softmax_row_on(path, &mut masked);
+                assert_eq!(masked, vec![0.0; n], "{path:?}, n = {n}");
             }
             // A NaN in the first vector, the second, and the tail.
             for at in [1, 20, 35] {
                 let mut nan = randv(37, 7, 1.0, 0.0);
                 nan[at] = f32::NAN;
-                softmax(&mut nan);
-                assert!(nan.iter().all(|x| x.is_nan()), "{path}, NaN at {at}");
+                softmax_row_on(path, &mut nan);
+                assert!(nan.iter().all(|x| x.is_nan()), "{path:?}, NaN at {at}");
             }
-            softmax(&mut []);
+            softmax_row_on(path, &mut []);
         }
     }
 

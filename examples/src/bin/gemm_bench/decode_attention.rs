@@ -4,7 +4,7 @@
 //! call, and for the decoding steps the keys and values read per call over that time, GB/s.
 
 use fuse_runtime::__private::math::Arith;
-use fuse_runtime::__private::rows::softmax_rows;
+use fuse_runtime::__private::rows::{softmax_rows, softmax_rows_on, SoftmaxPath};
 use fuse_runtime::__private::{
     attention, AttentionSpec, Operand, Placement, Products, Query, RowTask,
 };
@@ -177,18 +177,25 @@ pub fn encoder_report() {
         );
     }
     // The softmax alone, as the attention kernel runs it on each block's scores (one 64 KB block, so in cache),
-    // once per block of the layer.
+    // once per block of the layer, on each path this CPU runs.
     let blocks = batch * heads * s * s / SCRATCH_ELEMENTS;
     let mut scores = Tensor::randn(&[SCRATCH_ELEMENTS], 4).to_f32_vec();
-    let softmax = best_seconds(|| {
-        for _ in 0..blocks {
-            Softmax { n: s }.run_simd(0, &mut scores);
-        }
-        scores[0]
-    });
+    let paths: Vec<String> = SoftmaxPath::ALL
+        .into_iter()
+        .filter(|path| path.runs_here())
+        .map(|path| {
+            let seconds = best_seconds(|| {
+                for _ in 0..blocks {
+                    softmax_rows_on(path, &mut scores, s);
+                }
+                scores[0]
+            });
+            format!("{path:?} {:.0} µs", seconds * 1e6)
+        })
+        .collect();
     println!(
-        "  its softmax alone, {blocks} blocks of {} scores in cache: {:.0} µs",
+        "  its softmax alone, {blocks} blocks of {} scores in cache: {}",
         SCRATCH_ELEMENTS,
-        softmax * 1e6
+        paths.join(", ")
     );
 }
