@@ -137,7 +137,8 @@ pub fn softmax_in_place(row: &mut [f32]) {
 /// 128 the latency of that chain cost about as much as the arithmetic.
 #[inline(always)]
 pub fn softmax_rows(block: &mut [f32], n: usize) {
-    softmax_rows_on(SoftmaxPath::best(), block, n)
+    // SAFETY: `best` is a path this CPU runs.
+    unsafe { softmax_rows_unchecked(SoftmaxPath::best(), block, n) }
 }
 
 /// A copy of the softmax ([`softmax_rows_on`]). Each gives the same numbers: the maximum is exact, and the
@@ -194,11 +195,21 @@ pub fn softmax_rows_on(path: SoftmaxPath, block: &mut [f32], n: usize) {
         path.runs_here(),
         "softmax path {path:?} does not run on this CPU"
     );
+    // SAFETY: asserted above.
+    unsafe { softmax_rows_unchecked(path, block, n) }
+}
+
+/// [`softmax_rows_on`] without its check, for [`softmax_rows`], whose path is [`SoftmaxPath::best`] already.
+///
+/// # Safety
+/// This CPU runs `path`.
+#[inline(always)]
+unsafe fn softmax_rows_unchecked(path: SoftmaxPath, block: &mut [f32], n: usize) {
     if n == 0 {
         return;
     }
     match path {
-        // SAFETY (both): the CPU has every feature the path is compiled for (asserted above).
+        // SAFETY (both): the CPU has every feature the path is compiled for (the caller's contract).
         #[cfg(target_arch = "x86_64")]
         SoftmaxPath::Avx512 => unsafe { softmax_rows_avx512(block, n) },
         #[cfg(target_arch = "x86_64")]
