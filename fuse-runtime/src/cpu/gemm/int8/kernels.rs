@@ -96,10 +96,11 @@ macro_rules! panels_here_on {
     };
 }
 
-/// A tile's `quantize_groups` on `$quantiser`, a row's groups quantised on the tile's instruction set.
+/// A tile's `quantize_groups` and `quantize_rows` on `$row` and `$rows`, a row's or several rows' groups
+/// quantised on the tile's instruction set.
 #[cfg(target_arch = "x86_64")]
 macro_rules! quantize_groups_on {
-    ($quantiser:path) => {
+    ($row:path, $rows:path) => {
         unsafe fn quantize_groups(
             x: &[f32],
             group: usize,
@@ -108,7 +109,19 @@ macro_rules! quantize_groups_on {
             zeros: &mut [f32],
         ) {
             // SAFETY: the caller runs on this tile's instruction set.
-            unsafe { $quantiser(x, group, cells, scales, zeros) }
+            unsafe { $row(x, group, cells, scales, zeros) }
+        }
+
+        unsafe fn quantize_rows<'a>(
+            rows: usize,
+            row: impl Fn(usize) -> &'a [f32],
+            group: usize,
+            cells: (&mut [u8], usize),
+            scales: &mut [f32],
+            zeros: &mut [f32],
+        ) {
+            // SAFETY: the caller runs on this tile's instruction set.
+            unsafe { $rows(rows, row, group, cells, scales, zeros) }
         }
     };
 }
@@ -156,6 +169,37 @@ trait Tile {
         let a_bytes = Self::A_BYTES;
         // SAFETY: forwarded.
         unsafe { quantize_each_group(x, group, cells, scales, zeros, a_bytes, quantize_row) }
+    }
+
+    /// Rows `0..rows` of A (row r's values at `row(r)`) quantised as [`Tile::quantize_groups`] quantises each:
+    /// row r's cells at `cells.0[r · cells.1..]`, its groups' scales and zero points from `r · groups` on. The
+    /// AVX-512 quantiser reduces the ranges of several short rows' groups together.
+    ///
+    /// # Safety
+    /// As [`Tile::quantize_groups`] for every row; `scales` and `zeros` hold `rows` times a row's groups, and
+    /// `cells.0` holds `rows` rows of `cells.1` bytes.
+    unsafe fn quantize_rows<'a>(
+        rows: usize,
+        row: impl Fn(usize) -> &'a [f32],
+        group: usize,
+        (cells, stride): (&mut [u8], usize),
+        scales: &mut [f32],
+        zeros: &mut [f32],
+    ) {
+        let groups = scales.len() / rows.max(1);
+        for r in 0..rows {
+            let params = r * groups..(r + 1) * groups;
+            // SAFETY: forwarded, on row r's cells, scales and zero points.
+            unsafe {
+                Self::quantize_groups(
+                    row(r),
+                    group,
+                    &mut cells[r * stride..(r + 1) * stride],
+                    &mut scales[params.clone()],
+                    &mut zeros[params],
+                )
+            }
+        }
     }
 
     panels_here_on!(
@@ -337,11 +381,24 @@ unsafe fn quantize_block<T: Tile>(
 ) {
     let groups = k.div_ceil(group).max(1);
     let stride = k.next_multiple_of(4) * T::A_BYTES;
+    let (cells, scales, zeros) = (
+        &mut cells[..rows * stride],
+        &mut scales[..rows * groups],
+        &mut zeros[..rows * groups],
+    );
+    if a.cs == 1 {
+        // SAFETY: rows row0.. of A are readable over k contiguous elements (the caller's contract), so no row is
+        // gathered.
+        let row_at = |r: usize| unsafe { super::super::strided_row(a, row0 + r, k, &mut []) };
+        // SAFETY: on T's instruction set; each row's cells start at an even byte (stride is a multiple of 4).
+        unsafe { T::quantize_rows(rows, row_at, group, (cells, stride), scales, zeros) };
+        return;
+    }
     for r in 0..rows {
         // SAFETY: row row0 + r of A is readable over k elements (the caller's contract).
         let x = unsafe { super::super::strided_row(a, row0 + r, k, row) };
         let params = r * groups..(r + 1) * groups;
-        // SAFETY: on T's instruction set; the row's cells start at an even byte (stride is a multiple of 4).
+        // SAFETY: as above, on the one row gathered into `row`.
         unsafe {
             T::quantize_groups(
                 x,
@@ -543,7 +600,9 @@ impl Tile for Portable {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::super::quantize_x86::{quantize_groups_u8_avx512, quantize_u16_avx2};
+    use super::super::quantize_x86::{
+        quantize_groups_u8_avx512, quantize_rows_u8_avx512, quantize_u16_avx2,
+    };
     use super::{drive, panels, Call, Groups, Quantised, Tile, MAX_MR, NR};
 
     /// 4 bytes of row `r` at group `g`, as one i32 to broadcast.
@@ -630,7 +689,7 @@ mod x86 {
 
         panels_here_on!("avx512f,avx512vl,avx512vnni,avx2,fma");
 
-        quantize_groups_on!(quantize_groups_u8_avx512);
+        quantize_groups_on!(quantize_groups_u8_avx512, quantize_rows_u8_avx512);
 
         #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma")]
         unsafe fn tile(
@@ -684,7 +743,7 @@ mod x86 {
 
         panels_here_on!("avx512f,avx512vl,avx512vnni,avx2,fma");
 
-        quantize_groups_on!(quantize_groups_u8_avx512);
+        quantize_groups_on!(quantize_groups_u8_avx512, quantize_rows_u8_avx512);
 
         #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma")]
         unsafe fn tile(

@@ -246,8 +246,17 @@ fn every_quantiser_gives_the_portable_levels() {
             .chain([-2.55])
             .collect(),
     );
-    for (at, bad) in [(3, f32::NAN), (20, f32::INFINITY), (130, f32::NEG_INFINITY)] {
-        let mut row = randv(200, 70 + at as u64);
+    // A NaN or an infinity in each of the AVX-512 scan's places: its first vector, the second (the other running
+    // scan), an odd last vector, a partial one after an even count, and a later group.
+    for (len, at, bad) in [
+        (200, 3, f32::NAN),
+        (200, 20, f32::INFINITY),
+        (48, 40, f32::NAN),
+        (40, 35, f32::NAN),
+        (200, 52, f32::NAN),
+        (200, 130, f32::NEG_INFINITY),
+    ] {
+        let mut row = randv(len, 70 + at as u64);
         row[at] = bad;
         rows.push(row);
     }
@@ -297,6 +306,59 @@ fn every_quantiser_gives_the_portable_levels() {
                 x.len(),
                 &x[..x.len().min(3)]
             );
+        }
+    }
+}
+
+#[test]
+fn rows_quantised_together_match_each_row_alone() {
+    // Rows of 1 to 17 groups: five rows of 384 share one batch of ranges, two of 1536, one of 4096, and a row of
+    // 8756 fills a batch and starts another; a NaN, an infinity and an all-zero row sit inside batches.
+    for (k, m) in [
+        (7, 6),
+        (384, 11),
+        (1536, 5),
+        (4096, 3),
+        (17 * MAX_A_GROUP + 52, 2),
+    ] {
+        let mut a = randv(m * k, k as u64);
+        a[k + k / 2] = f32::NAN;
+        a[(m - 1) * k + 1] = f32::INFINITY;
+        if m > 4 {
+            a[3 * k..4 * k].fill(0.0);
+        }
+        let b = randv(k * 8, 7);
+        let view = BView {
+            offset: 0,
+            rs: 8,
+            cs: 1,
+            k,
+            n: 8,
+        };
+        let pack = QuantB::new(&b, view).unwrap().unwrap();
+        let mut buf = vec![0.0f32; pack.quantised_len(m)];
+        let q = pack.quantise_rows(&a, (0, k, 1), m, &mut buf).unwrap();
+        let groups = pack.groups();
+        for r in 0..m {
+            let x = &a[r * k..(r + 1) * k];
+            let mut alone = vec![0u16; k.next_multiple_of(4)];
+            let (mut scales, mut zeros) = (vec![0.0f32; groups], vec![0.0f32; groups]);
+            Int8Kernel::Portable
+                .quantize_row(x, &mut alone, &mut scales, &mut zeros)
+                .unwrap();
+            let alone: Vec<u8> = alone.iter().flat_map(|w| w.to_le_bytes()).collect();
+            // SAFETY: `q` holds m rows of `stride` bytes and m·groups scales and zero points, inside `buf`.
+            let (cells, s, z) = unsafe {
+                (
+                    std::slice::from_raw_parts(q.cells.add(r * q.stride), k.next_multiple_of(4)),
+                    std::slice::from_raw_parts(q.scales.add(r * groups), groups),
+                    std::slice::from_raw_parts(q.zeros.add(r * groups), groups),
+                )
+            };
+            let bits = |v: &[f32]| v.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
+            assert_eq!(cells, &alone[..cells.len()], "cells of row {r} of {m}×{k}");
+            assert_eq!(bits(s), bits(&scales), "scales of row {r} of {m}×{k}");
+            assert_eq!(bits(z), bits(&zeros), "zero points of row {r} of {m}×{k}");
         }
     }
 }

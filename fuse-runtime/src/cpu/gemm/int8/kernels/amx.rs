@@ -19,7 +19,7 @@ use std::arch::asm;
 use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
 
-use super::super::quantize_x86::quantize_groups_u8_avx512;
+use super::super::quantize_x86::{quantize_groups_u8_avx512, quantize_rows_u8_avx512};
 use super::x86::dequant16;
 use super::{panels, Call, Groups, Quantised, Tile, MAX_MR, NR};
 use crate::cpu::amx::{Configured, PANEL_ROW_BYTES, ROWS, STEP};
@@ -104,7 +104,7 @@ impl Tile for Amx {
     );
 
     // AMX-INT8 comes with AVX-512, which the quantiser runs on.
-    quantize_groups_on!(quantize_groups_u8_avx512);
+    quantize_groups_on!(quantize_groups_u8_avx512, quantize_rows_u8_avx512);
 
     /// # Safety
     /// The trait's, except that rows `rows..16` are read from the 16 rows at `a` (see the module
