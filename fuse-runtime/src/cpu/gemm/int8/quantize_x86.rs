@@ -235,20 +235,8 @@ impl Ranges {
         let hi = reduce_lanes(hi, |a, b| _mm512_max_ps(a, b));
         let (nothing, levels) = (_mm512_setzero_ps(), _mm512_set1_ps(255.0));
         let width = _mm512_sub_ps(hi, lo);
-        // A batch of up to 8 groups divides its low half only: a 256-bit division issues twice as often as a
-        // 512-bit one, and lanes past `count` are never read.
-        let (inv, scale) = if count <= BATCH / 2 {
-            let (levels, width) = (
-                _mm512_castps512_ps256(levels),
-                _mm512_castps512_ps256(width),
-            );
-            (
-                _mm512_zextps256_ps512(_mm256_div_ps(levels, width)),
-                _mm512_zextps256_ps512(_mm256_div_ps(width, levels)),
-            )
-        } else {
-            (_mm512_div_ps(levels, width), _mm512_div_ps(width, levels))
-        };
+        let inv = _mm512_div_ps(levels, width);
+        let scale = _mm512_div_ps(width, levels);
         let zero = _mm512_roundscale_ps::<NEAREST>(_mm512_mul_ps(_mm512_sub_ps(nothing, lo), inv));
         let zero = _mm512_min_ps(_mm512_max_ps(zero, nothing), levels);
         let mut p = Params {
