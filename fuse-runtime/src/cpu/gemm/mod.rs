@@ -9,6 +9,23 @@
 //! (BENCHMARKS.md, `gemm_bench`). Both take arbitrary row and column strides, so generated code folds transposes
 //! and sub-matrix views into the call instead of copying.
 
+/// Runs `$body` once for each row index `$r` below `$n` (a constant, at most 16), written out rather than looped:
+/// a register tile whose accumulators are indexed by a loop LLVM keeps rolled stays in memory. The int8 tiles'
+/// dequantisation loop did so: every group's accumulators went to the stack, zeroed by a `memset` call (1.9–2.6 %
+/// of W3's int8 samples) and read back from there. Unrolled, they stay in registers; the tiles' rate did not move
+/// (BENCHMARKS.md, forty-first run), but nothing of that detour is left to hide.
+macro_rules! each_row {
+    ($n:expr, |$r:ident| $body:block) => {
+        each_row!(@ $n, $r, $body, 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15)
+    };
+    (@ $n:expr, $r:ident, $body:block, $($i:literal)*) => {
+        $(if $i < $n {
+            let $r: usize = $i;
+            $body
+        })*
+    };
+}
+
 /// In a reduced-precision tile of `MR` rows (12) generic over its height, returns after running a row block's last
 /// 8 or fewer rows (`rows`) on the same `$tile` of 4 or 8 with `$args`, as the f32 tile does: a 64-row product
 /// (W2's) is then five tiles of 12 and one of 4, not six of 12, which ran the bf16 tiles 8–12 % and the VNNI tile

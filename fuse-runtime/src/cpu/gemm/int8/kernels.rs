@@ -17,6 +17,20 @@ const MAX_MR: usize = 16;
 /// (BENCHMARKS.md, thirteenth run); the other measured shapes moved within noise.
 const A_BLOCK_BYTES: usize = 576 << 10;
 
+/// Rows per block such that the block's C (f32) stays within a quarter of L2 where the call's B fits in half of
+/// it. The panels write a block's C one strip of [`NR`] columns at a time, each strip over all of the block's
+/// rows, so a block whose C outgrows L2 writes every strip to lines L2 has already let go: W3's FFN-in block (256
+/// rows of 1536 columns, 1.5 MiB of C) ran at 390–403 GOP/s on one Xeon core (2 MiB L2) with its whole C at once,
+/// 467–476 with C cut to 256 or 512 KiB (BENCHMARKS.md, forty-first run). A B larger than that is read from L3
+/// once per block, which more blocks would cost more than C's misses (W5's `lm_head`, W2's products).
+fn rows_for_c(k4: usize, n: usize) -> usize {
+    let l2 = crate::cpu::processor::Processor::get().caches.l2;
+    if k4 * n > l2 / 2 {
+        return usize::MAX;
+    }
+    l2 / 4 / (4 * n).max(1)
+}
+
 /// Quads (groups of 4 depths, one `vpdpbusd` lane) per depth block, which holds whole activation groups (one of
 /// the deepest, or several shallower): a 512-deep slice of a panel (16 KiB) stays in L1 while every row tile of
 /// the block passes it; deeper products carry each tile's f32 sums across blocks.
@@ -426,10 +440,10 @@ unsafe fn drive<T: Tile>(call: &Call<'_>, pre: Option<Quantised>) {
     // Quantised rows of A sit `stride` bytes apart (padding them off multiples of 1 KiB measured no faster).
     let stride = k4 * T::A_BYTES;
     let mc = (A_BLOCK_BYTES / stride.max(1))
-        .clamp(T::MR, 256)
-        .div_ceil(T::MR)
-        * T::MR;
-    let mc = mc.min(m.next_multiple_of(T::MR));
+        .min(rows_for_c(k4, call.n))
+        .clamp(T::MR, 256);
+    // As many blocks as that takes, of equal height (whole tiles), so that no block is a sliver.
+    let mc = m.div_ceil(m.div_ceil(mc).max(1)).next_multiple_of(T::MR);
     let tiles = mc.div_ceil(T::MR);
     if let Some(pre) = pre {
         debug_assert!(pre.stride == stride && pre.groups == groups);
@@ -511,6 +525,17 @@ unsafe fn panels<T: Tile>(
                 // noise).
                 Prefetch::share(next.cast(), KC_QUADS * NR * 4, (t, rows.div_ceil(T::MR)), 1)
                     .issue_all();
+                if g0 == 0 {
+                    // The tile's lines of C for this panel, into L2 ahead of the store after the last depth
+                    // block: C was last written a model call ago and has left L2 since.
+                    for r in ir..ir + tr {
+                        let at = c
+                            .ptr
+                            .wrapping_offset((ic + r) as isize * c.rs + p0 as isize);
+                        crate::cpu::rows::prefetch_l2(at);
+                        crate::cpu::rows::prefetch_l2(at.wrapping_add(cols - 1));
+                    }
+                }
                 let block = Groups {
                     count,
                     group_quads,
@@ -721,13 +746,13 @@ mod x86 {
                         }
                     }
                     let col_sums = groups.col_sums(g);
-                    for (r, cr) in c.iter().enumerate() {
+                    each_row!(MR, |r| {
                         let row = groups.row(r, rows, g);
-                        for (s, &v) in cr.iter().enumerate() {
+                        for (s, &v) in c[r].iter().enumerate() {
                             let out = acc.as_mut_ptr().add(r * NR + 16 * s);
                             dequant16(v, row, col_sums.add(16 * s), out, accumulate || g > 0);
                         }
-                    }
+                    });
                     q0 += quads;
                 }
             }
@@ -775,13 +800,13 @@ mod x86 {
                         }
                     }
                     let col_sums = groups.col_sums(g);
-                    for (r, cr) in c.iter().enumerate() {
+                    each_row!(MR, |r| {
                         let row = groups.row(r, rows, g);
-                        for (s, &v) in cr.iter().enumerate() {
+                        for (s, &v) in c[r].iter().enumerate() {
                             let out = acc.as_mut_ptr().add(r * NR + 8 * s);
                             dequant8(v, row, col_sums.add(8 * s), out, accumulate || g > 0);
                         }
-                    }
+                    });
                     q0 += quads;
                 }
             }
@@ -858,14 +883,14 @@ mod x86 {
                             }
                         }
                         let col_sums = groups.col_sums(g).add(8 * s);
-                        for r in 0..MR {
+                        each_row!(MR, |r| {
                             // [c0 c1 c4 c5 | c2 c3 c6 c7] → columns in order.
                             let sums =
                                 _mm256_permute4x64_epi64::<0xD8>(_mm256_hadd_epi32(lo[r], hi[r]));
                             let out = acc.as_mut_ptr().add(r * NR + 8 * s);
                             let row = groups.row(r, rows, g);
                             dequant8(sums, row, col_sums, out, accumulate || g > 0);
-                        }
+                        });
                         q0 += quads;
                     }
                 }

@@ -132,6 +132,24 @@ fn deep_cases() -> [Case; 4] {
     ]
 }
 
+/// Products whose C is too wide for one row block to keep in L2 (`kernels::rows_for_c`, on any L2 up to 2 MiB): the
+/// driver cuts their rows into blocks of equal height, each quantised and run over every panel on its own.
+fn wide_cases() -> [Case; 2] {
+    let case = |m, k, n, b_trans, pad, col0, cols| Case {
+        m,
+        k,
+        n,
+        b_trans,
+        pad,
+        col0,
+        cols,
+    };
+    [
+        case(300, 16, 1024, false, 0, 0, 1024),
+        case(77, 100, 2200, true, 1, 64, 2136),
+    ]
+}
+
 #[test]
 fn activation_groups_deepen_only_where_a_row_keeps_four() {
     let groups = [
@@ -154,6 +172,7 @@ fn activation_groups_deepen_only_where_a_row_keeps_four() {
 fn every_kernel_matches_the_quantised_product_on_odd_shapes_and_views() {
     let mut cases = cases(NR);
     cases.extend(deep_cases());
+    cases.extend(wide_cases());
     let kernels = Int8Kernel::supported();
     if kernels.len() < 5 {
         eprintln!("int8 kernels this CPU (or OS) cannot run are skipped; testing {kernels:?}");
