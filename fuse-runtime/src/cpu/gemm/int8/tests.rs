@@ -111,11 +111,9 @@ fn check_case(kernel: Int8Kernel, case: &Case, seed: u64) {
     }
 }
 
-/// Products deep enough for groups of 256 and 512 depths ([`activation_group`]), on blocks of rows and on a
-/// decoding step's few, with a last group left short of an AMX step: 1380 deep ends in a depth block's second
-/// group of 100, 2404 in a block's only group of 356.
-fn deep_cases() -> [Case; 4] {
-    let case = |m, k, n, b_trans, pad, col0, cols| Case {
+/// A case of an `m`×`k`×`n` product over `cols` columns from `col0` (the fields of [`Case`]).
+fn case(m: usize, k: usize, n: usize, b_trans: bool, pad: usize, col0: usize, cols: usize) -> Case {
+    Case {
         m,
         k,
         n,
@@ -123,7 +121,13 @@ fn deep_cases() -> [Case; 4] {
         pad,
         col0,
         cols,
-    };
+    }
+}
+
+/// Products deep enough for groups of 256 and 512 depths ([`activation_group`]), on blocks of rows and on a
+/// decoding step's few, with a last group left short of an AMX step: 1380 deep ends in a depth block's second
+/// group of 100, 2404 in a block's only group of 356.
+fn deep_cases() -> [Case; 4] {
     [
         case(19, 1380, 40, false, 1, 0, 40),
         case(21, 2404, 40, false, 1, 0, 40),
@@ -135,15 +139,6 @@ fn deep_cases() -> [Case; 4] {
 /// Products whose C is too wide for one row block to keep in L2 (`kernels::rows_for_c`, on any L2 up to 2 MiB): the
 /// driver cuts their rows into blocks of equal height, each quantised and run over every panel on its own.
 fn wide_cases() -> [Case; 2] {
-    let case = |m, k, n, b_trans, pad, col0, cols| Case {
-        m,
-        k,
-        n,
-        b_trans,
-        pad,
-        col0,
-        cols,
-    };
     [
         case(300, 16, 1024, false, 0, 0, 1024),
         case(77, 100, 2200, true, 1, 64, 2136),
