@@ -56,6 +56,12 @@ pub struct Processor {
     /// against 177 for its FMAs on one, 110 against about 240 on another; AMD's Zen 4 has it at twice its FMAs'
     /// rate; `super::gemm::bf16::Bf16Kernel::best`).
     pub half_rate_dpbf16: bool,
+    /// The core's L2 prefetch hints (`prefetcht1`), asked a depth block at a time, do not keep a GEMM's weights
+    /// streaming from memory, so the int8 and bf16 tiles ask L1 for B's lines a block ahead, a step's lines per
+    /// step (AMD's cores, by vendor; `super::gemm::tile::b_ahead`). On a Zen 5 core W2's bf16 middle product
+    /// (32 MiB of weights) ran 6.3–6.4 ms on one thread with the L2 hints, 6.2–6.8 with none and 4.4–4.6 with
+    /// the L1 hints (BENCHMARKS.md, forty-second run); Intel's cores keep the L2 hints they were measured with.
+    pub prefetch_b_into_l1: bool,
 }
 
 impl Processor {
@@ -120,6 +126,7 @@ fn detect() -> Processor {
         avx512: super::math::dispatch_avx512(),
         splits_512_bit_fma: cores.splits_512_bit_fma,
         half_rate_dpbf16: cores.half_rate_dpbf16,
+        prefetch_b_into_l1: cores.prefetch_b_into_l1,
     }
 }
 
@@ -128,6 +135,7 @@ fn detect() -> Processor {
 struct Cores {
     splits_512_bit_fma: bool,
     half_rate_dpbf16: bool,
+    prefetch_b_into_l1: bool,
 }
 
 /// Linux's view of cpu0's caches; `None` elsewhere or when it lacks L1d or L2.
@@ -216,6 +224,7 @@ mod x86 {
             Cores {
                 splits_512_bit_fma: amd && splits_512_bit_fma(family(cpuid(1, 0))),
                 half_rate_dpbf16: vendor == *b"GenuineIntel",
+                prefetch_b_into_l1: amd,
             },
         )
     }

@@ -491,6 +491,26 @@ mod tests {
     use super::*;
     use crate::tensor::Tensor;
 
+    /// The int8 and bf16 tiles ask for B's lines ahead only where the processor says its L2 hints do not keep B
+    /// streaming, and asking is a hint: past a buffer's end, or from a null pointer, it reads nothing and cannot
+    /// fault.
+    #[test]
+    fn b_is_asked_ahead_only_where_the_processor_says_and_never_faults() {
+        let ahead = tile::b_ahead();
+        let into_l1 = crate::cpu::processor::Processor::get().prefetch_b_into_l1;
+        assert_eq!(ahead > 0, into_l1, "{ahead} bytes ahead");
+        let b = [0u8; 128];
+        for at in [
+            b.as_ptr(),
+            b.as_ptr().wrapping_add(b.len()),
+            std::ptr::null(),
+        ] {
+            tile::ask_b_ahead(at, ahead.max(16 << 10));
+            tile::ask_b_ahead(at, usize::MAX - 64);
+            tile::ask_b_ahead(at, 0);
+        }
+    }
+
     /// Packs start on a cache line whatever their element size and length (AMX reads their 64-byte rows whole).
     #[test]
     fn packs_start_on_a_cache_line() {

@@ -44,11 +44,14 @@ pub trait Lanes {
 /// other reduced-precision tiles all at once, before they start). Asked for in one burst before the f32 tile
 /// started, as they were, the requests queued behind each other and held the tile's first steps up: W2's 64-row
 /// products, whose six tiles share a 72 KiB block, ran 10–27 % faster spread (BENCHMARKS.md, twenty-ninth run).
+/// Where the int8 and bf16 tiles ask for B themselves ([`b_ahead`]), their drivers ask for nothing here.
 #[derive(Clone, Copy)]
 pub struct Prefetch {
     next: *const u8,
     lines: usize,
     per_chunk: usize,
+    /// For a bf16 tile that asks for B as it goes: [`b_ahead`]'s distance (0: it does not).
+    b_ahead: usize,
 }
 
 impl Prefetch {
@@ -57,7 +60,21 @@ impl Prefetch {
         next: std::ptr::null(),
         lines: 0,
         per_chunk: 0,
+        b_ahead: 0,
     };
+
+    /// No lines of the next block: the tile asks for B's lines `b_ahead` bytes past each step itself.
+    pub fn ahead(b_ahead: usize) -> Self {
+        Prefetch {
+            b_ahead,
+            ..Prefetch::NONE
+        }
+    }
+
+    /// The distance at which the tile asks for B's lines as it goes (0: it does not).
+    pub fn b_ahead(&self) -> usize {
+        self.b_ahead
+    }
 
     /// Tile `tile`'s share, of `tiles`, of the `bytes` from `block`, to ask for in `issues` (at least one) equal
     /// parts; nothing for a block of one tile (see above). Only ever a hint: an address
@@ -79,6 +96,7 @@ impl Prefetch {
             next: block.wrapping_add(first * 64),
             lines: mine,
             per_chunk: mine.div_ceil(issues.max(1)),
+            b_ahead: 0,
         }
     }
 
@@ -185,6 +203,37 @@ pub unsafe fn tile_body<L: Lanes, const MR: usize, const A_STEP: usize, const PA
 
 /// Steps of the depth loop per iteration.
 const UNROLL: usize = 4;
+
+/// How far past the lines a step of an int8 or bf16 tile reads (128 bytes of B: 32 columns of a quad of int8
+/// or of a pair of bf16) it asks L1 for B's lines: one depth block of either (16 KiB), so a block's first tile
+/// asks for the next block's lines as it reads this one's and the later tiles find them in L1 already. On a Zen 5
+/// core, W2's bf16 middle product ran alike from 4 to 32 KiB ahead and slower from 2 KiB down, its int8 one
+/// fastest at 16 KiB (BENCHMARKS.md, forty-second run).
+const B_AHEAD_BYTES: usize = 16 << 10;
+
+/// The distance in bytes at which the int8 and bf16 tiles ask for B's lines as they go ([`ask_b_ahead`]), on a
+/// core whose L2 hints do not keep B streaming ([`Processor::prefetch_b_into_l1`]); 0 elsewhere, where their
+/// drivers ask for each next block into L2 ([`Prefetch`]) instead.
+///
+/// [`Processor::prefetch_b_into_l1`]: crate::cpu::processor::Processor::prefetch_b_into_l1
+#[inline(always)]
+pub fn b_ahead() -> usize {
+    if crate::cpu::processor::Processor::get().prefetch_b_into_l1 {
+        B_AHEAD_BYTES
+    } else {
+        0
+    }
+}
+
+/// Asks L1 for the two lines `ahead` bytes past `step` (a step's 128 bytes of B); nothing when `ahead` is 0.
+#[inline(always)]
+pub fn ask_b_ahead<T>(step: *const T, ahead: usize) {
+    if ahead > 0 {
+        let at = step.cast::<u8>().wrapping_add(ahead);
+        crate::cpu::rows::prefetch(at);
+        crate::cpu::rows::prefetch(at.wrapping_add(64));
+    }
+}
 
 /// Steps of the depth loop between two of a tile's requests for lines of the next block: the requests stay out
 /// of the loop itself, whose registers they would crowd (asked for every iteration of four steps, they measured

@@ -72,6 +72,9 @@ trait Tile {
     /// Whether [`Tile::tile`] asks for its `prefetch` (its share of the next block) part by part as it goes;
     /// otherwise the driver asks for all of it before the tile (the AMX tile spreads it).
     const SPREADS_PREFETCH: bool = false;
+    /// Whether [`Tile::tile`] asks for B's lines ahead of its steps itself where its `prefetch` says so
+    /// ([`Prefetch::b_ahead`]); the driver then asks for none of the next block.
+    const ASKS_B_AHEAD: bool = false;
 
     /// # Safety
     /// The CPU runs the tile's instruction set; `a` holds `rows` rows of `pairs` pairs (2 elements of `A_BYTES`
@@ -324,6 +327,12 @@ unsafe fn row_block<T: Tile>(
     let pairs = k2 / 2;
     let stride = k2 * T::A_BYTES;
     let tiles = rows.div_ceil(T::MR);
+    // A block of one row tile (a decoding step) asks for nothing, as `Prefetch::share` does not.
+    let b_ahead = if T::ASKS_B_AHEAD && tiles > 1 {
+        super::super::tile::b_ahead()
+    } else {
+        0
+    };
     for r in 0..rows {
         // SAFETY: row ic + r of A is readable over k elements (the caller's contract).
         let x = unsafe { super::super::strided_row(a, ic + r, k, row) };
@@ -342,13 +351,18 @@ unsafe fn row_block<T: Tile>(
             let count = KC_PAIRS.min(pairs - q0);
             let next = panel.wrapping_add((q0 + count) * NR * 2);
             for (t, ir) in (0..rows).step_by(T::MR).enumerate() {
-                // This tile's share of the next block, in a part per step of the AMX tile.
-                let prefetch = Prefetch::share(
-                    next.cast(),
-                    KC_PAIRS * NR * 2 * 2,
-                    (t, tiles),
-                    count.div_ceil(PREFETCH_STEP_PAIRS),
-                );
+                // This tile's share of the next block, in a part per step of the AMX tile, unless the tile
+                // asks for B as it goes.
+                let prefetch = if b_ahead > 0 {
+                    Prefetch::ahead(b_ahead)
+                } else {
+                    Prefetch::share(
+                        next.cast(),
+                        KC_PAIRS * NR * 2 * 2,
+                        (t, tiles),
+                        count.div_ceil(PREFETCH_STEP_PAIRS),
+                    )
+                };
                 if !T::SPREADS_PREFETCH {
                     prefetch.issue_all();
                 }

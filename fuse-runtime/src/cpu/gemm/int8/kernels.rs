@@ -2,7 +2,7 @@
 //! one `#[target_feature]` function per kernel, so the quantisation of A and the dequantisation of C vectorise
 //! with the tile's instruction set.
 
-use super::super::tile::Prefetch;
+use super::super::tile::{ask_b_ahead, b_ahead, Prefetch};
 use super::quantize::quantize_row;
 use super::{Int8Kernel, QuantB, MAX_A_GROUP, NR};
 use crate::cpu::scratch::{with_buffer, GEMM_A, GEMM_B};
@@ -41,7 +41,8 @@ pub(super) type Call<'p> = super::super::PackCall<'p, QuantB>;
 
 /// What a tile needs to dequantise the activation groups of one call: for its row `r` and the call's group `g`,
 /// the scale `scales[r · row_stride + g]` and zero point `zeros[..]` alike (rows past the tile's last reuse the
-/// last row's), and the panel's column sums `col_sums[g · sums_stride..][..NR]`.
+/// last row's), and the panel's column sums `col_sums[g · sums_stride..][..NR]`; and how far ahead it asks for
+/// B's lines.
 #[derive(Clone, Copy)]
 struct Groups {
     /// Activation groups in the call.
@@ -55,6 +56,9 @@ struct Groups {
     row_stride: usize,
     col_sums: *const f32,
     sums_stride: usize,
+    /// Bytes past each step's lines of B at which a tile that can ([`Tile::ASKS_B_AHEAD`]) asks L1 for them
+    /// ([`ask_b_ahead`]); 0 where it does not.
+    b_ahead: usize,
 }
 
 impl Groups {
@@ -154,6 +158,9 @@ trait Tile {
     const MR: usize;
     /// Bytes per quantised element of A: 1 (u8), or 2 for a tile that reads A widened to u16.
     const A_BYTES: usize = 1;
+    /// Whether the tile asks for B's lines ahead of its steps itself, where [`Groups::b_ahead`] says so; the
+    /// driver then does not ask for the next block.
+    const ASKS_B_AHEAD: bool = false;
     /// # Safety
     /// The CPU runs the tile's instruction set; `a` holds `rows` rows of the groups' quads (4 elements of
     /// `A_BYTES` bytes each) at stride `a_rs` bytes (2-byte aligned when `A_BYTES` is 2); `b` holds as many quads
@@ -510,6 +517,13 @@ unsafe fn panels<T: Tile>(
     // Groups per depth block.
     let block_groups = KC_QUADS / group_quads;
     let quads = k4 / 4;
+    // A block of one row tile (a decoding step) asks for nothing, as `Prefetch::share` does not.
+    let tiles = rows.div_ceil(T::MR);
+    let b_ahead = if T::ASKS_B_AHEAD && tiles > 1 {
+        b_ahead()
+    } else {
+        0
+    };
     for p0 in (0..n).step_by(NR) {
         let cols = NR.min(n - p0);
         let first = col0 + p0;
@@ -522,9 +536,10 @@ unsafe fn panels<T: Tile>(
             for (t, ir) in (0..rows).step_by(T::MR).enumerate() {
                 let tr = T::MR.min(rows - ir);
                 // This tile's share of the next block, at once (spread over the tile, it measured within the
-                // noise).
-                Prefetch::share(next.cast(), KC_QUADS * NR * 4, (t, rows.div_ceil(T::MR)), 1)
-                    .issue_all();
+                // noise), unless the tile asks for B as it goes.
+                if b_ahead == 0 {
+                    Prefetch::share(next.cast(), KC_QUADS * NR * 4, (t, tiles), 1).issue_all();
+                }
                 if g0 == 0 {
                     // The tile's lines of C for this panel, into L2 ahead of the store after the last depth
                     // block: C was last written a model call ago and has left L2 since.
@@ -545,6 +560,7 @@ unsafe fn panels<T: Tile>(
                     row_stride: groups,
                     col_sums: pack.col_sums[g0 * pack.width + first..].as_ptr(),
                     sums_stride: pack.width,
+                    b_ahead,
                 };
                 // SAFETY: rows ir..ir + tr of `a` hold k4 quantised elements each, quads q0.. of groups
                 // g0..g0 + count of which are read; the panel holds k4 / 4 quads; the scales, zero points and
@@ -628,7 +644,7 @@ mod x86 {
     use super::super::quantize_x86::{
         quantize_groups_u8_avx512, quantize_rows_u8_avx512, quantize_u16_avx2,
     };
-    use super::{drive, panels, Call, Groups, Quantised, Tile, MAX_MR, NR};
+    use super::{ask_b_ahead, drive, panels, Call, Groups, Quantised, Tile, MAX_MR, NR};
 
     /// 4 bytes of row `r` at group `g`, as one i32 to broadcast.
     #[inline(always)]
@@ -711,6 +727,7 @@ mod x86 {
 
     impl<const MR: usize> Tile for Vnni512<MR> {
         const MR: usize = MR;
+        const ASKS_B_AHEAD: bool = true;
 
         panels_here_on!("avx512f,avx512vl,avx512vnni,avx2,fma");
 
@@ -737,6 +754,7 @@ mod x86 {
                     let mut c = [[_mm512_setzero_si512(); 2]; MR];
                     for q in q0..q0 + quads {
                         let bp = b.add(q * NR * 4);
+                        ask_b_ahead(bp, groups.b_ahead);
                         let b0 = _mm512_loadu_si512(bp as *const __m512i);
                         let b1 = _mm512_loadu_si512(bp.add(64) as *const __m512i);
                         for (r, cr) in c.iter_mut().enumerate() {

@@ -7,6 +7,7 @@ use std::arch::x86_64::*;
 use super::{drive, round_row_scalar, row_block, Call, Prefetch, Tile, MAX_MR, NR};
 use crate::cpu::gemm::avx2::Ymm;
 use crate::cpu::gemm::avx512::Zmm;
+use crate::cpu::gemm::tile::ask_b_ahead;
 use crate::cpu::gemm::tile::Lanes;
 
 /// Row `r`'s pair `q` of bf16 values, as one i32 to broadcast.
@@ -199,6 +200,7 @@ unsafe fn dot_tile<L: Bf16Lanes, const MR: usize, const VPR: usize>(
     (b, pairs): (*const u16, usize),
     acc: &mut [f32; MAX_MR * NR],
     accumulate: bool,
+    b_ahead: usize,
 ) {
     debug_assert_eq!(VPR * L::LANES, NR);
     let p = crate::cpu::gemm::tile_rows::<MR>(a, a_rs, rows);
@@ -207,6 +209,7 @@ unsafe fn dot_tile<L: Bf16Lanes, const MR: usize, const VPR: usize>(
         let mut c = [[L::zero(); VPR]; MR];
         for q in 0..pairs {
             let bp = b.add(q * NR * 2);
+            ask_b_ahead(bp, b_ahead);
             let bv: [L::Pairs; VPR] =
                 std::array::from_fn(|s| L::load_pairs(bp.add(2 * L::LANES * s)));
             for (r, cr) in c.iter_mut().enumerate() {
@@ -233,6 +236,7 @@ unsafe fn widening_tile<L: Bf16Lanes, const MR: usize>(
     (b, pairs): (*const u16, usize),
     acc: &mut [f32; MAX_MR * NR],
     accumulate: bool,
+    _b_ahead: usize,
 ) {
     let p = crate::cpu::gemm::tile_rows::<MR>(a, a_rs, rows);
     let strip = 2 * L::LANES;
@@ -267,13 +271,15 @@ macro_rules! x86_tile {
         $tile:ident,
         $features:literal,
         $round:ident
-        $(, A_BYTES = $a_bytes:literal)?,
+        $(, A_BYTES = $a_bytes:literal)?
+        $(, ASKS_B_AHEAD = $asks:literal)?,
         body: $body:ident::<$lanes:ty $(, $vpr:literal)?>
         $(, $shorter:ident!)?
     ) => {
         impl<const MR: usize> Tile for $tile<MR> {
             const MR: usize = MR;
             $(const A_BYTES: usize = $a_bytes;)?
+            $(const ASKS_B_AHEAD: bool = $asks;)?
 
             row_block_here_on!($features);
 
@@ -296,7 +302,15 @@ macro_rules! x86_tile {
                 // A block's last 8 rows or fewer on the tile of 4 or 8, where the tile has one.
                 $($shorter!($tile, rows, (a, a_rs, rows, b, pairs, acc, accumulate, _prefetch));)?
                 // SAFETY: forwarded, compiled for the tile's instruction set.
-                unsafe { $body::<$lanes, MR $(, $vpr)?>((a, a_rs, rows), (b, pairs), acc, accumulate) }
+                unsafe {
+                    $body::<$lanes, MR $(, $vpr)?>(
+                        (a, a_rs, rows),
+                        (b, pairs),
+                        acc,
+                        accumulate,
+                        _prefetch.b_ahead(),
+                    )
+                }
             }
         }
     };
@@ -310,6 +324,7 @@ x86_tile!(
     Avx512,
     "avx512f,avx512bf16,avx512vl,avx2,fma",
     round_row_avx512,
+    ASKS_B_AHEAD = true,
     body: dot_tile::<Zmm, 2>,
     on_shorter_tile!
 );
@@ -322,6 +337,7 @@ x86_tile!(
     Avx512Ymm,
     "avx512f,avx512bf16,avx512vl,avx2,fma",
     round_row_avx512,
+    ASKS_B_AHEAD = true,
     body: dot_tile::<Ymm, 4>
 );
 
