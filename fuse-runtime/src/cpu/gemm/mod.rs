@@ -492,13 +492,19 @@ mod tests {
     use crate::tensor::Tensor;
 
     /// The int8 and bf16 tiles ask for B's lines ahead only where the processor says its L2 hints do not keep B
-    /// streaming, and asking is a hint: past a buffer's end, or from a null pointer, it reads nothing and cannot
-    /// fault.
+    /// streaming, only a tile that can, and never in a block of one tile; and asking is a hint: past a buffer's
+    /// end, or from a null pointer, it reads nothing and cannot fault.
     #[test]
     fn b_is_asked_ahead_only_where_the_processor_says_and_never_faults() {
-        let ahead = tile::b_ahead();
+        let ahead = tile::b_ahead(true, 2);
         let into_l1 = crate::cpu::processor::Processor::get().prefetch_b_into_l1;
         assert_eq!(ahead > 0, into_l1, "{ahead} bytes ahead");
+        assert_eq!(tile::b_ahead(true, 1), 0, "a lone tile asks for nothing");
+        assert_eq!(
+            tile::b_ahead(false, 6),
+            0,
+            "a tile that cannot ask is given nothing"
+        );
         let b = [0u8; 128];
         for at in [
             b.as_ptr(),

@@ -211,14 +211,16 @@ const UNROLL: usize = 4;
 /// fastest at 16 KiB (BENCHMARKS.md, forty-second run).
 const B_AHEAD_BYTES: usize = 16 << 10;
 
-/// The distance in bytes at which the int8 and bf16 tiles ask for B's lines as they go ([`ask_b_ahead`]), on a
-/// core whose L2 hints do not keep B streaming ([`Processor::prefetch_b_into_l1`]); 0 elsewhere, where their
-/// drivers ask for each next block into L2 ([`Prefetch`]) instead.
+/// The distance in bytes at which a tile that can (`asks`) asks for B's lines as it goes ([`ask_b_ahead`]) in a
+/// block of `tiles` row tiles, on a core whose L2 hints do not keep B streaming
+/// ([`Processor::prefetch_b_into_l1`]); 0 elsewhere, where the drivers ask for each next block into L2
+/// ([`Prefetch`]) instead, and for a block of one tile (a decoding step), which asks for nothing, as
+/// [`Prefetch::share`] does not.
 ///
 /// [`Processor::prefetch_b_into_l1`]: crate::cpu::processor::Processor::prefetch_b_into_l1
 #[inline(always)]
-pub fn b_ahead() -> usize {
-    if crate::cpu::processor::Processor::get().prefetch_b_into_l1 {
+pub fn b_ahead(asks: bool, tiles: usize) -> usize {
+    if asks && tiles > 1 && crate::cpu::processor::Processor::get().prefetch_b_into_l1 {
         B_AHEAD_BYTES
     } else {
         0

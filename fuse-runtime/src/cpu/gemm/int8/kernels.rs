@@ -517,13 +517,8 @@ unsafe fn panels<T: Tile>(
     // Groups per depth block.
     let block_groups = KC_QUADS / group_quads;
     let quads = k4 / 4;
-    // A block of one row tile (a decoding step) asks for nothing, as `Prefetch::share` does not.
     let tiles = rows.div_ceil(T::MR);
-    let b_ahead = if T::ASKS_B_AHEAD && tiles > 1 {
-        b_ahead()
-    } else {
-        0
-    };
+    let b_ahead = b_ahead(T::ASKS_B_AHEAD, tiles);
     for p0 in (0..n).step_by(NR) {
         let cols = NR.min(n - p0);
         let first = col0 + p0;
