@@ -125,7 +125,7 @@ unsafe fn pack_narrow(
 /// The transpose of a 16×16 block held as 16 rows: unpack pairs of floats, then pairs of pairs, within each
 /// 128-bit lane (giving 4×4 transposes per lane), then regroup the lanes with two rounds of lane shuffles.
 #[target_feature(enable = "avx512f")]
-fn transpose16(r: [__m512; 16]) -> [__m512; 16] {
+pub(crate) fn transpose16(r: [__m512; 16]) -> [__m512; 16] {
     let ps = _mm512_castps_pd;
     let pd = _mm512_castpd_ps;
     // t[4g..4g+4] from rows 4g..4g+4: float pairs of rows (4g, 4g+1) and (4g+2, 4g+3).

@@ -167,15 +167,17 @@ pub(super) unsafe fn run_operands(
         let (panels, spare) = buf.split_at_mut(words);
         // B's values round the same whichever tile multiplies them, so with `vcvtneps2bf16` wherever the CPU has
         // it; the portable kernel, which stands for a CPU without it, keeps the scalar rounding.
-        let round: unsafe fn(&[f32], &mut [u8]) = match kernel {
-            #[cfg(target_arch = "x86_64")]
-            _ if kernel != Bf16Kernel::Portable && Bf16Kernel::Avx512.runs_here() => {
-                x86::round_bf16_avx512
-            }
-            _ => |x, out| round_row_scalar(x, out, 2),
-        };
-        // SAFETY: B's elements are readable (the caller's contract); `round` runs on this CPU (checked above).
-        unsafe { pack_operand(b, (k, n), panels, spare, round) };
+        let native = kernel != Bf16Kernel::Portable && Bf16Kernel::Avx512.runs_here();
+        // SAFETY (both): B's elements are readable (the caller's contract); the packer and `round` run on this
+        // CPU (`native`).
+        if !(native && unsafe { pack_natively(b, (k, n), panels) }) {
+            let round: unsafe fn(&[f32], &mut [u8]) = match kernel {
+                #[cfg(target_arch = "x86_64")]
+                _ if native => x86::round_bf16_avx512,
+                _ => |x, out| round_row_scalar(x, out, 2),
+            };
+            unsafe { pack_operand(b, (k, n), panels, spare, round) };
+        }
         // SAFETY: the same memory viewed as pairs of bf16 values.
         let panels =
             unsafe { std::slice::from_raw_parts(panels.as_ptr() as *const u16, 2 * panels.len()) };
@@ -191,6 +193,23 @@ pub(super) unsafe fn run_operands(
         // SAFETY: forwarded; the panels hold B.
         unsafe { run(kernel, &call) }
     })
+}
+
+/// [`pack_operand`] with `vcvtneps2bf16` sixteen words at a time where B's depths or columns are contiguous;
+/// `false` for another B, or off x86-64.
+///
+/// # Safety
+/// The CPU has AVX-512 BF16 ([`Bf16Kernel::Avx512`] runs here); B's k×n elements are readable; `panels` holds
+/// `k.div_ceil(2) × n.next_multiple_of(NR)` words.
+unsafe fn pack_natively(b: Strided<*const f32>, dims: (usize, usize), panels: &mut [u32]) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: forwarded contract.
+    return unsafe { pack_x86::pack_operand_avx512(b, dims, panels) };
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (b, dims, panels);
+        false
+    }
 }
 
 /// Rounds B (k×n) into `panels` (`k2 / 2 × width` words, each a pair of depths of one column), writing every
@@ -425,5 +444,9 @@ impl Tile for Portable {
     }
 }
 
+#[cfg(all(test, target_arch = "x86_64"))]
+mod pack_tests;
+#[cfg(target_arch = "x86_64")]
+mod pack_x86;
 #[cfg(target_arch = "x86_64")]
 mod x86;
