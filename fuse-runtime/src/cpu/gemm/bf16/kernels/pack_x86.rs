@@ -25,20 +25,43 @@ pub unsafe fn pack_operand_avx512(
     (k, n): (usize, usize),
     panels: &mut [u32],
 ) -> bool {
-    let pairs = k.div_ceil(2);
-    let width = n.next_multiple_of(NR);
-    debug_assert!(panels.len() >= pairs * width);
-    // Word (p, j0..j0 + 16) of a column group starting at a multiple of 16, contiguous within its panel.
-    let at = |p: usize, j0: usize| (j0 / NR) * pairs * NR + p * NR + j0 % NR;
+    let mut out = Words {
+        panels,
+        pairs: k.div_ceil(2),
+        width: n.next_multiple_of(NR),
+    };
+    debug_assert!(out.panels.len() >= out.pairs * out.width);
     // SAFETY (both): forwarded contract.
     if b.rs == 1 {
-        unsafe { pack_depth_contiguous(b, (k, n), pairs, width, panels, at) };
+        unsafe { pack_depth_contiguous(b, (k, n), &mut out) };
     } else if b.cs == 1 {
-        unsafe { pack_rows(b, (k, n), pairs, width, panels, at) };
+        unsafe { pack_rows(b, (k, n), &mut out) };
     } else {
         return false;
     }
     true
+}
+
+/// The panels being written: `pairs` pairs of depths by `width` columns.
+struct Words<'a> {
+    panels: &'a mut [u32],
+    pairs: usize,
+    width: usize,
+}
+
+impl Words<'_> {
+    /// Stores the words of pair `p` < `pairs` for columns `j0..j0 + 16` (`j0` a multiple of 16 below `width`),
+    /// contiguous within their panel.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F.
+    #[inline(always)]
+    unsafe fn store(&mut self, p: usize, j0: usize, words: __m512i) {
+        debug_assert!(p < self.pairs && j0.is_multiple_of(LANES) && j0 < self.width);
+        let at = (j0 / NR) * self.pairs * NR + p * NR + j0 % NR;
+        // SAFETY: pair p of columns j0..j0 + 16 lies inside the panels (`pack_operand_avx512`'s contract).
+        unsafe { _mm512_storeu_si512(self.panels.as_mut_ptr().add(at) as *mut _, words) };
+    }
 }
 
 /// Lanes `0..count` (at most 16) of a mask.
@@ -57,12 +80,9 @@ fn first(count: usize) -> __mmask16 {
 unsafe fn pack_depth_contiguous(
     b: Strided<*const f32>,
     (k, n): (usize, usize),
-    pairs: usize,
-    width: usize,
-    panels: &mut [u32],
-    at: impl Fn(usize, usize) -> usize,
+    out: &mut Words<'_>,
 ) {
-    for j0 in (0..width).step_by(LANES) {
+    for j0 in (0..out.width).step_by(LANES) {
         for l0 in (0..k).step_by(2 * LANES) {
             let (low, high) = (first(k - l0), first(k.saturating_sub(l0 + LANES)));
             let columns: [__m512; LANES] = std::array::from_fn(|t| {
@@ -82,11 +102,9 @@ unsafe fn pack_depth_contiguous(
             });
             for (q, words) in transpose16(columns).into_iter().enumerate() {
                 let p = l0 / 2 + q;
-                if p < pairs {
-                    // SAFETY: pair p < pairs of columns j0..j0 + 16 ≤ width: inside `panels`.
-                    unsafe {
-                        _mm512_storeu_ps(panels.as_mut_ptr().add(at(p, j0)) as *mut f32, words)
-                    };
+                if p < out.pairs {
+                    // SAFETY: the CPU has AVX-512F.
+                    unsafe { out.store(p, j0, _mm512_castps_si512(words)) };
                 }
             }
         }
@@ -99,14 +117,7 @@ unsafe fn pack_depth_contiguous(
 /// # Safety
 /// As [`pack_operand_avx512`], with `b.cs == 1`.
 #[target_feature(enable = "avx512f,avx512bf16,avx512vl")]
-unsafe fn pack_rows(
-    b: Strided<*const f32>,
-    (k, n): (usize, usize),
-    pairs: usize,
-    width: usize,
-    panels: &mut [u32],
-    at: impl Fn(usize, usize) -> usize,
-) {
+unsafe fn pack_rows(b: Strided<*const f32>, (k, n): (usize, usize), out: &mut Words<'_>) {
     let row = |l: usize, j0: usize| -> __m512i {
         if l >= k || j0 >= n {
             return _mm512_setzero_si512();
@@ -119,12 +130,12 @@ unsafe fn pack_rows(
             ))
         }
     };
-    for p in 0..pairs {
-        for j0 in (0..width).step_by(LANES) {
+    for p in 0..out.pairs {
+        for j0 in (0..out.width).step_by(LANES) {
             let words =
                 _mm512_or_si512(row(2 * p, j0), _mm512_slli_epi32::<16>(row(2 * p + 1, j0)));
-            // SAFETY: pair p < pairs of columns j0..j0 + 16 ≤ width: inside `panels`.
-            unsafe { _mm512_storeu_si512(panels.as_mut_ptr().add(at(p, j0)) as *mut _, words) };
+            // SAFETY: the CPU has AVX-512F.
+            unsafe { out.store(p, j0, words) };
         }
     }
 }
