@@ -1,7 +1,7 @@
 //! Packing an operand B (attention's keys or values) into the bf16 panels with AVX-512 BF16: the same words as
 //! [`super::pack_operand`], sixteen at a time. The portable packer rounds a row or column with vectors but places
-//! each word on its own (16 scalar stores per key of 32 depths, 32 per pair of value rows), which took as long as
-//! the product itself on an encoder's heads of 32 (BENCHMARKS.md, forty-third run).
+//! each word on its own (16 scalar stores per key of 32 depths, 32 per pair of value rows), which took half as long
+//! as the `vdpbf16ps` tile itself on an encoder's heads of 32 (BENCHMARKS.md, forty-third run).
 
 use std::arch::x86_64::*;
 
