@@ -6,11 +6,12 @@
 use std::arch::x86_64::*;
 
 use super::NR;
-use crate::cpu::gemm::avx512::transpose16;
+use crate::cpu::gemm::avx512::{transpose16, Zmm};
+use crate::cpu::gemm::tile::Lanes;
 use crate::cpu::gemm::Strided;
 
 /// Lanes of a vector of f32, and words of a vector of bf16 pairs.
-const LANES: usize = 16;
+const LANES: usize = Zmm::LANES;
 
 /// Packs B (k×n) into `panels` (`k.div_ceil(2) × n.next_multiple_of(NR)` words, each a pair of depths of one
 /// column, the even depth in the low half) as [`super::pack_operand`] does, padding included, when B's depths
@@ -64,10 +65,11 @@ impl Words<'_> {
     }
 }
 
-/// Lanes `0..count` (at most 16) of a mask.
+/// Lanes `0..count` of a mask, all of them from 16 on.
 #[inline(always)]
 fn first(count: usize) -> __mmask16 {
-    ((1u32 << count.min(LANES)) - 1) as __mmask16
+    // SAFETY: `Zmm::first` only computes the mask; the count is at most its 16 lanes.
+    unsafe { Zmm::first(count.min(LANES)) }
 }
 
 /// B's columns each hold their k depths contiguously (K read transposed): 16 columns at a time, each column's 32
