@@ -4,7 +4,7 @@
 //! Handles (contexts, modules, functions, streams, events, graphs, cuBLAS handles) are small integers cast to
 //! the C pointer types, never reused, so a stale handle is `CUDA_ERROR_INVALID_HANDLE`, not someone else's object.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, CStr, CString};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -204,13 +204,24 @@ pub fn fail(code: CUresult, message: impl Into<String>) -> CUresult {
     let ptr = intern(&message);
     // SAFETY: `intern` returns a pointer into a leaked, NUL-terminated `CStr`.
     let text = unsafe { CStr::from_ptr(ptr) };
+    LATEST_HERE.with(|latest| latest.borrow_mut().insert(code as u32, text));
     messages().latest.insert(code as u32, text);
     code
 }
 
-/// The latest detailed message recorded for `code`.
+thread_local! {
+    /// The latest detailed message for each error code on this thread. A caller reads its error's text on the
+    /// thread that got the error, and two threads failing with the same code at once (two tests' launches) must
+    /// not be given each other's text, as the process-wide `Messages::latest` alone gave them.
+    static LATEST_HERE: RefCell<HashMap<u32, &'static CStr>> = RefCell::new(HashMap::new());
+}
+
+/// The latest detailed message recorded for `code`: this thread's, else the process's (an error read on another
+/// thread than the one that got it).
 pub fn latest_message(code: CUresult) -> Option<*const c_char> {
-    messages().latest.get(&(code as u32)).map(|c| c.as_ptr())
+    let here = LATEST_HERE.with(|latest| latest.borrow().get(&(code as u32)).copied());
+    here.or_else(|| messages().latest.get(&(code as u32)).copied())
+        .map(|c| c.as_ptr())
 }
 
 /// The driver's answer to a call made before `cuInit` (or without `GPUSIM=1`).
@@ -219,4 +230,47 @@ pub fn not_initialised(call: &str) -> CUresult {
         CUresult::CUDA_ERROR_NOT_INITIALIZED,
         format!("{call}: cuInit has not succeeded (set GPUSIM=1 to use the simulated GPU)"),
     )
+}
+
+#[cfg(test)]
+mod message_tests {
+    use super::*;
+
+    /// Two threads failing with the same code, one after the other, each read their own text back: the second's
+    /// failure does not replace the first's (two tests' launches failing at once were given each other's text).
+    #[test]
+    fn each_thread_reads_the_text_of_its_own_failure() {
+        let code = CUresult::CUDA_ERROR_LAUNCH_FAILED;
+        let (first_failed, second_failed) = (
+            Arc::new(std::sync::Barrier::new(2)),
+            Arc::new(std::sync::Barrier::new(2)),
+        );
+        let text = |ptr: Option<*const c_char>| {
+            // SAFETY: `latest_message` returns interned, NUL-terminated, never-freed texts.
+            ptr.map(|p| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+        };
+        let (a1, a2) = (first_failed.clone(), second_failed.clone());
+        let first = std::thread::spawn(move || {
+            fail(code, "the first thread's launch");
+            a1.wait();
+            a2.wait();
+            text(latest_message(code))
+        });
+        first_failed.wait();
+        let second = std::thread::spawn(move || {
+            fail(code, "the second thread's launch");
+            text(latest_message(code))
+        });
+        let second_read = second.join().ok().flatten();
+        second_failed.wait();
+        let first_read = first.join().ok().flatten();
+        assert_eq!(
+            first_read.as_deref(),
+            Some("gpusim: the first thread's launch")
+        );
+        assert_eq!(
+            second_read.as_deref(),
+            Some("gpusim: the second thread's launch")
+        );
+    }
 }
