@@ -172,10 +172,17 @@ pub enum UnaryOp {
     /// Sine and cosine in radians, accurate over every finite f32 (rotary embeddings reach 10⁵ and beyond).
     Sin,
     Cos,
+    /// Rounding to an integral value, as PyTorch's `floor`, `ceil`, `round` (half to even) and `trunc` (toward
+    /// zero); NaN and ±∞ pass through. With comparisons, they make integer-valued f32 (bucket indices from
+    /// positions, as T5's and MPNet's relative position biases compute them).
+    Floor,
+    Ceil,
+    Round,
+    Trunc,
 }
 
 impl UnaryOp {
-    pub const ALL: [UnaryOp; 14] = [
+    pub const ALL: [UnaryOp; 18] = [
         UnaryOp::Neg,
         UnaryOp::Abs,
         UnaryOp::Exp,
@@ -190,6 +197,10 @@ impl UnaryOp {
         UnaryOp::Silu,
         UnaryOp::Sin,
         UnaryOp::Cos,
+        UnaryOp::Floor,
+        UnaryOp::Ceil,
+        UnaryOp::Round,
+        UnaryOp::Trunc,
     ];
 
     pub fn name(self) -> &'static str {
@@ -208,6 +219,10 @@ impl UnaryOp {
             UnaryOp::Silu => "silu",
             UnaryOp::Sin => "sin",
             UnaryOp::Cos => "cos",
+            UnaryOp::Floor => "floor",
+            UnaryOp::Ceil => "ceil",
+            UnaryOp::Round => "round",
+            UnaryOp::Trunc => "trunc",
         }
     }
 
@@ -434,11 +449,20 @@ impl Op {
 
     /// An elementwise op of a few operations per element, cheap enough to compute again in each kernel that reads
     /// it rather than to store once: casts, selections, comparisons, additive and multiplicative ops, `neg`, `abs`,
-    /// `relu`. Transcendental ops, divisions and powers are not.
+    /// `relu`, rounding to an integer. Transcendental ops, divisions and powers are not.
     pub fn is_cheap_to_recompute(&self) -> bool {
         match self {
             Op::Cast(..) | Op::Where(..) => true,
-            Op::Unary(u, _) => matches!(u, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu),
+            Op::Unary(u, _) => matches!(
+                u,
+                UnaryOp::Neg
+                    | UnaryOp::Abs
+                    | UnaryOp::Relu
+                    | UnaryOp::Floor
+                    | UnaryOp::Ceil
+                    | UnaryOp::Round
+                    | UnaryOp::Trunc
+            ),
             Op::Binary(b, ..) => !matches!(b, BinaryOp::Div | BinaryOp::Pow),
             _ => false,
         }

@@ -61,6 +61,46 @@ pub mod ops {
         }
     }
 
+    /// Rounding to integers, on values whose f32 rounding is exact (quarters of the input, which the tests keep
+    /// exact in bf16 too) so that the f64 reference and every storage precision round the same numbers: `round`'s
+    /// ties go to even, `trunc` toward zero, and NaN and ±∞ pass through. The last output is the use they are
+    /// for: integer buckets of relative positions (`min(|i - j|, 3)`, signed) compared with each bucket's index,
+    /// a one-hot matrix a product turns into a per-bucket bias, as T5's and MPNet's relative attention biases do.
+    pub struct Rounding {
+        #[shape(8, D)]
+        bias: Tensor,
+    }
+    impl Rounding {
+        pub fn forward(
+            &self,
+            #[shape(batch, D)] x: Tensor,
+        ) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) {
+            let q = x * 4.0;
+            let halves = q.floor() * 0.5;
+            let s = x.dim(0);
+            let distance = (arange(0, s).reshape([1, s]).to_f32()
+                - arange(0, s).reshape([s, 1]).to_f32())
+                * 0.75;
+            let bucket = where_(
+                distance.lt(0.0),
+                distance.abs().ceil().min(3.0) + 4.0,
+                distance.trunc().min(3.0),
+            );
+            let one_hot = bucket
+                .reshape([s, s, 1])
+                .eq(&arange(0, 8).to_f32().reshape([1, 1, 8]))
+                .to_f32();
+            (
+                q.floor(),
+                q.ceil(),
+                halves.round(),
+                q.trunc(),
+                halves.round() - halves.floor() + (q * 0.5).trunc(),
+                one_hot.matmul(&self.bias),
+            )
+        }
+    }
+
     /// Cheap values broadcast into their readers, which recompute them per element rather than read them from
     /// a kernel of their own: in an elementwise kernel, as a softmax's row input, in a matmul's epilogue and in
     /// a written-out norm; and a transcendental one, which keeps its own kernel.
@@ -754,4 +794,21 @@ pub fn non_finite_inputs(batch: usize, seq: usize, seed: u64) -> Vec<Tensor> {
     mask[(batch - 1) * seq * seq] = f32::NAN;
     inputs.push(Tensor::from_f32(&[batch, seq, seq], mask).expect("a [batch, seq, seq] tensor"));
     inputs
+}
+
+/// [`ops::Rounding`]'s input: sixteenths from -4 to 4 (exact in f32, bf16 and f16, so every path rounds the same
+/// values), and from the third row on a NaN, a +∞ and a -∞ in each row.
+pub fn rounding_inputs(batch: usize, seed: u64) -> Tensor {
+    let mut v: Vec<f32> = Tensor::randn(&[batch, ops::D], seed)
+        .to_f32_vec()
+        .iter()
+        .map(|x| (x * 16.0).round().clamp(-64.0, 64.0) / 16.0)
+        .collect();
+    for row in 2..batch {
+        let at = |k: usize| row * ops::D + (row * 5 + k * 7) % ops::D;
+        v[at(0)] = f32::NAN;
+        v[at(1)] = f32::INFINITY;
+        v[at(2)] = f32::NEG_INFINITY;
+    }
+    Tensor::from_f32(&[batch, ops::D], v).expect("a [batch, D] tensor")
 }

@@ -32,8 +32,8 @@ use fuse_runtime::{
     Tensor,
 };
 use fuse_tests::harness::{assert_close, graph_of, rel_l2_floored, to_ref};
-use fuse_tests::op_models::non_finite_inputs;
 use fuse_tests::op_models::ops::*;
+use fuse_tests::op_models::{non_finite_inputs, rounding_inputs};
 
 const BF16_REL_L2: f64 = 2e-2;
 const F16_REL_L2: f64 = 2.5e-3;
@@ -285,6 +285,7 @@ fn specs() -> Vec<&'static ModelSpec> {
         TinyLlamaCached::spec(),
         Elementwise::spec(),
         Trig::spec(),
+        Rounding::spec(),
         Broadcasts::spec(),
         Masks::spec(),
         RecomputedBroadcasts::spec(),
@@ -655,6 +656,17 @@ fn sin_and_cos_on_gpu() {
         2e-6,
         2e-6,
         |b, _, s| vec![bf16_exact(Tensor::randn(&[b, D], s))],
+    );
+}
+
+#[test]
+fn floor_ceil_round_and_trunc_on_gpu() {
+    ops_on_gpu(
+        Rounding::random(13).into_compiled(),
+        "rounding",
+        1e-6,
+        1e-6,
+        |b, _, s| vec![rounding_inputs(b + 2, s)],
     );
 }
 

@@ -6,7 +6,7 @@ use fuse_runtime::Tensor;
 use fuse_tests::check::check_model;
 use rand::{Rng, SeedableRng};
 
-use fuse_tests::op_models::{non_finite_inputs, ops};
+use fuse_tests::op_models::{non_finite_inputs, ops, rounding_inputs};
 
 use ops::*;
 
@@ -34,6 +34,15 @@ fn sin_and_cos() {
     for (batch, _, seed) in cases(4) {
         let x = Tensor::randn(&[batch, D], seed);
         check_model("trig", m.compiled(), &[&x], 1e-6, 1e-6);
+    }
+}
+
+#[test]
+fn floor_ceil_round_and_trunc() {
+    let m = Rounding::random(13);
+    for (batch, _, seed) in cases(13) {
+        let x = rounding_inputs(batch + 2, seed);
+        check_model("rounding", m.compiled(), &[&x], 1e-6, 1e-6);
     }
 }
 

@@ -110,7 +110,7 @@ fn typed_expr(rng: &mut ChaCha8Rng, depth: u32) -> String {
     let a = typed_expr(rng, depth - 1);
     let b = typed_expr(rng, depth - 1);
     match rng.gen_range(0..22) {
-        0..=2 => format!("{a}.{}()", pick(rng, &["exp", "relu", "gelu", "tanh", "sigmoid", "silu", "abs", "square", "neg", "gelu_tanh", "sin", "cos"])),
+        0..=2 => format!("{a}.{}()", pick(rng, &["exp", "relu", "gelu", "tanh", "sigmoid", "silu", "abs", "square", "neg", "gelu_tanh", "sin", "cos", "floor", "ceil", "round", "trunc"])),
         3..=5 => format!("({a} {} {b})", pick(rng, &["+", "-", "*", "/"])),
         6 => format!("{a}.{}(&{b})", pick(rng, &["max", "min", "add", "mul"])),
         7 => format!("({a} + {a}.{}(-1, true))", pick(rng, &["sum", "mean", "max"])),

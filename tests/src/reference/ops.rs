@@ -42,6 +42,10 @@ pub fn unary(op: UnaryOp, a: &RefTensor) -> RefTensor {
         UnaryOp::Silu => x * sigmoid(x),
         UnaryOp::Sin => x.sin(),
         UnaryOp::Cos => x.cos(),
+        UnaryOp::Floor => x.floor(),
+        UnaryOp::Ceil => x.ceil(),
+        UnaryOp::Round => x.round_ties_even(),
+        UnaryOp::Trunc => x.trunc(),
     };
     RefTensor::new(a.shape.clone(), a.data.iter().map(|&x| f(x)).collect())
 }

@@ -182,6 +182,10 @@ pub fn op_expr(g: &Graph, id: NodeId, operand: &dyn Fn(NodeId) -> TokenStream) -
                 UnaryOp::Silu => quote!(#m::silu_in::<A>(#a)),
                 UnaryOp::Sin => quote!(#m::sin(#a)),
                 UnaryOp::Cos => quote!(#m::cos(#a)),
+                UnaryOp::Floor => quote!(#a.floor()),
+                UnaryOp::Ceil => quote!(#a.ceil()),
+                UnaryOp::Round => quote!(#a.round_ties_even()),
+                UnaryOp::Trunc => quote!(#a.trunc()),
             }
         }
         Op::Binary(b, x, y) => {

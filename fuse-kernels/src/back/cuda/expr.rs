@@ -161,6 +161,11 @@ fn unary(u: UnaryOp, a: &str) -> String {
         UnaryOp::Silu => format!("fuse_silu({a})"),
         UnaryOp::Sin => format!("fuse_sin({a})"),
         UnaryOp::Cos => format!("fuse_cos({a})"),
+        UnaryOp::Floor => format!("floorf({a})"),
+        UnaryOp::Ceil => format!("ceilf({a})"),
+        // Ties to even, as PyTorch's `round` (`roundf` rounds them away from zero).
+        UnaryOp::Round => format!("rintf({a})"),
+        UnaryOp::Trunc => format!("truncf({a})"),
     }
 }
 

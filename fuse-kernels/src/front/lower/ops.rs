@@ -23,6 +23,10 @@ const METHODS: &[(&str, &str)] = &[
     ("silu", "x.silu()"),
     ("sin", "x.sin()"),
     ("cos", "x.cos()"),
+    ("floor", "x.floor()"),
+    ("ceil", "x.ceil()"),
+    ("round", "x.round()"),
+    ("trunc", "x.trunc()"),
     ("square", "x.square()"),
     ("clone", "x.clone()"),
     ("fused", "expr.fused()"),
@@ -80,6 +84,12 @@ const ALIASES: &[(&str, &str)] = &[
     ("powi", "use `x.pow(n)` or `x.square()`"),
     ("powf", "use `x.pow(y)`"),
     ("ln", "use `x.log()`"),
+    ("fix", "use `x.trunc()`"),
+    (
+        "round_ties_even",
+        "use `x.round()` (ties to even, as PyTorch's)",
+    ),
+    ("rint", "use `x.round()` (ties to even, as PyTorch's)"),
 ];
 
 impl Lowerer<'_> {

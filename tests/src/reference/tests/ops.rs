@@ -117,6 +117,23 @@ fn unary_ops() {
     }
 }
 
+/// Rounding: `round`'s ties go to even, `trunc` toward zero.
+#[test]
+fn rounding_ops() {
+    let x = [-1.5, -0.5, 0.5, 2.5, -2.25];
+    for (op, want) in [
+        (UnaryOp::Floor, [-2.0, -1.0, 0.0, 2.0, -3.0]),
+        (UnaryOp::Ceil, [-1.0, 0.0, 1.0, 3.0, -2.0]),
+        (UnaryOp::Round, [-2.0, 0.0, 0.0, 2.0, -2.0]),
+        (UnaryOp::Trunc, [-1.0, 0.0, 0.0, 2.0, -2.0]),
+    ] {
+        let mut g = Graph::new();
+        let input = f32_input(&mut g, &[5]);
+        let y = add(&mut g, Op::Unary(op, input));
+        assert_close(&run(&mut g, y, &[t(&[5], &x)], &[]), &[5], &want);
+    }
+}
+
 fn binary(op: BinaryOp, a: RefTensor, b: RefTensor) -> RefTensor {
     let mut g = Graph::new();
     let x = f32_input(&mut g, &a.shape);
