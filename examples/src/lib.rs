@@ -11,4 +11,5 @@ pub mod models {
     pub mod llama;
     pub mod minilm;
     pub mod mlp;
+    pub mod mpnet;
 }

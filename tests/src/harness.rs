@@ -145,3 +145,25 @@ pub fn rel_l2_floored(got: &Tensor, want: &Tensor, floor: f64) -> f64 {
     let floor = floor * floor * w.len() as f64;
     (diff / norm.max(floor).max(1e-30)).sqrt()
 }
+
+/// The weights of the tests that compare with transformers (`scripts/llama_reference.py` makes them, and
+/// `scripts/mpnet_reference.py` imports it): `offset + scale·u`, u uniform in [-1, 1) from splitmix64 seeded by
+/// the FNV-1a hash of the tensor's name (the top 24 bits of each draw), so no checkpoint is committed.
+pub fn named_weight(name: &str, shape: &[usize], scale: f64, offset: f64) -> Tensor {
+    let mut state = name.bytes().fold(0xCBF2_9CE4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01B3)
+    });
+    let count: usize = shape.iter().product();
+    let data = (0..count)
+        .map(|_| {
+            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^= z >> 31;
+            let u = (z >> 40) as f64 / f64::from(1u32 << 23) - 1.0;
+            (offset + scale * u) as f32
+        })
+        .collect();
+    Tensor::from_f32(shape, data).expect("shape matches")
+}

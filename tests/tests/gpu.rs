@@ -21,6 +21,7 @@
 use fuse_examples::models::llama::tiny::{TinyLlama, TinyLlamaCached};
 use fuse_examples::models::{
     chain::chain::Chain, encoder::encoder::EncoderLayer, minilm::minilm::MiniLm, mlp::mlp::Mlp,
+    mpnet::mpnet_tiny::MpNet,
 };
 use fuse_kernels::back::cuda::{
     launches, write_cuda, write_cuda_with, Grid, Options, Role, StorageType,
@@ -281,6 +282,7 @@ fn specs() -> Vec<&'static ModelSpec> {
         Mlp::spec(),
         Chain::spec(),
         MiniLm::spec(),
+        MpNet::spec(),
         TinyLlama::spec(),
         TinyLlamaCached::spec(),
         Elementwise::spec(),
@@ -533,6 +535,35 @@ fn minilm_on_gpu() {
         let inputs = minilm_inputs(batch, seq, batch as u64);
         let refs: Vec<&Tensor> = inputs.iter().collect();
         m.check(&format!("minilm {batch}x{seq}"), &refs, 2e-4, 2e-3);
+    }
+}
+
+/// The example MPNet: its relative position bias (buckets from `log` and `trunc` of each distance, a one-hot of
+/// them times the table) on sequences long enough for the distances 16, 32 and 64, where the bucket's quotient is
+/// an integer, right-padded as sentence-transformers pads.
+#[test]
+fn mpnet_on_gpu() {
+    let Some(device) = gpu() else { return };
+    let m = OnGpu::example(MpNet::random(13).into_compiled(), &device);
+    for (batch, seq) in shapes(&device, &[(1, 3), (2, 70), (4, 78)], &[(1, 3), (2, 70)]) {
+        let shape = [batch, seq];
+        let length = |b: usize| seq - b * seq / (2 * batch);
+        let mask: Vec<f32> = (0..batch)
+            .flat_map(|b| (0..seq).map(move |s| if s < length(b) { 1.0 } else { 0.0 }))
+            .collect();
+        // transformers' position ids: real tokens count from 2, padding is 1.
+        let positions = mask
+            .iter()
+            .enumerate()
+            .map(|(i, &m)| if m > 0.0 { (i % seq) as i64 + 2 } else { 1 })
+            .collect();
+        let inputs = [
+            Tensor::uniform_ids(&shape, 100, seq as u64),
+            Tensor::from_i64(&shape, positions).expect("positions"),
+            Tensor::from_f32(&shape, mask).expect("mask"),
+        ];
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        m.check(&format!("mpnet {batch}x{seq}"), &refs, 2e-4, 2e-4);
     }
 }
 

@@ -1,0 +1,185 @@
+//! MPNet, the architecture of all-mpnet-base-v2, with Hugging Face's parameter names (`embeddings.*`,
+//! `encoder.layer.N.attention.attn.q.weight`, ..., `encoder.relative_attention_bias.weight`), so an `MPNetModel`
+//! checkpoint loads as it is. Its layers are BERT's (post-norm, erf GELU); what it adds is a relative position bias,
+//! `[HEADS, s, s]`, made once from the distance between each query and key position and added to every layer's
+//! attention scores.
+//!
+//! The bias is made inside the model as transformers makes it (`MPNetEncoder.relative_position_bucket`): a distance
+//! n below 8 is its own bucket, a larger one goes to `8 + trunc(log(n / 8) / log(16) · 8)`, at most 15, and keys
+//! after the query take the upper 16 buckets. A one-hot of the buckets (`bucket == k` for each of the 32) times the
+//! `[32, HEADS]` table picks each pair's row, which is what the table's `Embedding` lookup does: fuse's `embedding`
+//! takes ids from inputs and positions, not computed ones.
+//!
+//! `tiny` is the configuration `tests/tests/mpnet.rs` checks against transformers (`scripts/mpnet_reference.py`).
+//! all-mpnet-base-v2 is the same with hidden 768, 12 heads, 12 layers, FFN 3072, 30527 tokens and 514 positions.
+
+use fuse_runtime::fused_model;
+
+#[fused_model(uses(crate::models::layers::layers))]
+pub mod mpnet_tiny {
+    pub const VOCAB: usize = 100;
+    pub const MAX_POSITIONS: usize = 80;
+    pub const HIDDEN: usize = 64;
+    pub const HEADS: usize = 4;
+    pub const HEAD_DIM: usize = HIDDEN / HEADS;
+    pub const FFN: usize = 128;
+    pub const LAYERS: usize = 2;
+    pub const EPS: f64 = 1e-5;
+    /// `relative_attention_num_buckets`: half for keys before the query (and itself), half for keys after it.
+    pub const BUCKETS: usize = 32;
+    /// Distances below this are buckets of their own; the others share buckets on a log scale up to
+    /// `MAX_DISTANCE`.
+    pub const EXACT: f64 = 8.0;
+    pub const MAX_DISTANCE: f64 = 128.0;
+    /// Added to the scores of padded keys (see `minilm::MASK_VALUE` for why not `f32::MIN`).
+    pub const MASK_VALUE: f64 = -1e9;
+
+    pub struct LayerNorm {
+        #[shape(HIDDEN)]
+        weight: Tensor,
+        #[shape(HIDDEN)]
+        bias: Tensor,
+    }
+
+    impl LayerNorm {
+        pub fn forward(&self, x: Tensor) -> Tensor {
+            x.layer_norm(&self.weight, &self.bias, EPS)
+        }
+    }
+
+    pub struct Embeddings {
+        #[rename("word_embeddings.weight")]
+        #[shape(VOCAB, HIDDEN)]
+        word: Tensor,
+        #[rename("position_embeddings.weight")]
+        #[shape(MAX_POSITIONS, HIDDEN)]
+        position: Tensor,
+        #[rename("LayerNorm")]
+        norm: LayerNorm,
+    }
+
+    impl Embeddings {
+        pub fn forward(&self, input_ids: Tensor<i64>, position_ids: Tensor<i64>) -> Tensor {
+            let x = embedding(&self.word, &input_ids) + embedding(&self.position, &position_ids);
+            self.norm.forward(&x)
+        }
+    }
+
+    /// `encoder.relative_attention_bias`: the `[1, HEADS, s, s]` bias of each query and key position.
+    pub struct RelativePositionBias {
+        #[rename("weight")]
+        #[shape(BUCKETS, HEADS)]
+        table: Tensor,
+    }
+
+    impl RelativePositionBias {
+        /// The bucket of each (query, key) pair, `[s, s]`, as integer-valued floats.
+        fn buckets(&self, s: usize) -> Tensor {
+            let keys = arange(0, s).reshape([1, s]).to_f32();
+            let queries = arange(0, s).reshape([s, 1]).to_f32();
+            // transformers' `n = -(key - query)`: positive for keys before the query.
+            let n = queries - keys;
+            let after = where_(n.lt(0.0), (BUCKETS / 2) as f64, 0.0);
+            let n = n.abs();
+            let half = (BUCKETS / 2) as f64;
+            let log_scale = (n / EXACT).log() / (MAX_DISTANCE / EXACT).ln() * (half - EXACT);
+            let far = (log_scale.trunc() + EXACT).min(half - 1.0);
+            after + where_(n.lt(EXACT), n, far)
+        }
+
+        pub fn forward(&self, s: usize) -> Tensor {
+            let buckets = self.buckets(s).reshape([s, s, 1]);
+            let index = arange(0, BUCKETS).to_f32().reshape([1, 1, BUCKETS]);
+            let one_hot = buckets.eq(&index).to_f32();
+            one_hot
+                .matmul(&self.table)
+                .permute([2, 0, 1])
+                .reshape([1, HEADS, s, s])
+        }
+    }
+
+    /// `attention.attn.*`: q, k, v and the output projection o.
+    pub struct SelfAttention {
+        q: Linear<HIDDEN, HIDDEN>,
+        k: Linear<HIDDEN, HIDDEN>,
+        v: Linear<HIDDEN, HIDDEN>,
+        o: Linear<HIDDEN, HIDDEN>,
+    }
+
+    impl SelfAttention {
+        /// `[b, s, HIDDEN]` → `[b, HEADS, s, HEAD_DIM]`.
+        fn heads(&self, x: Tensor) -> Tensor {
+            let (b, s) = (x.dim(0), x.dim(1));
+            x.reshape([b, s, HEADS, HEAD_DIM]).permute([0, 2, 1, 3])
+        }
+
+        /// `position_bias` is `[1, HEADS, s, s]`, `mask` the `[b, 1, 1, s]` additive padding mask.
+        pub fn forward(&self, x: Tensor, position_bias: Tensor, mask: Tensor) -> Tensor {
+            let (b, s) = (x.dim(0), x.dim(1));
+            let q = self.heads(self.q.forward(&x));
+            let k = self.heads(self.k.forward(&x));
+            let v = self.heads(self.v.forward(&x));
+            let scale = 1.0 / (HEAD_DIM as f64).sqrt();
+            let probs = (q.matmul(&k.t()) * scale + position_bias + mask).softmax(-1);
+            let context = probs
+                .matmul(&v)
+                .permute([0, 2, 1, 3])
+                .reshape([b, s, HIDDEN]);
+            self.o.forward(&context)
+        }
+    }
+
+    /// `encoder.layer.N.*`, post-norm.
+    pub struct Layer {
+        #[rename("attention.attn")]
+        attention: SelfAttention,
+        #[rename("attention.LayerNorm")]
+        attention_norm: LayerNorm,
+        #[rename("intermediate.dense")]
+        intermediate: Linear<HIDDEN, FFN>,
+        #[rename("output.dense")]
+        output: Linear<FFN, HIDDEN>,
+        #[rename("output.LayerNorm")]
+        output_norm: LayerNorm,
+    }
+
+    impl Layer {
+        pub fn forward(&self, x: Tensor, position_bias: Tensor, mask: Tensor) -> Tensor {
+            let attended = self.attention.forward(&x, &position_bias, &mask);
+            let h = self.attention_norm.forward(&(attended + &x));
+            let ffn = self.output.forward(&self.intermediate.forward(&h).gelu());
+            self.output_norm.forward(&(ffn + &h))
+        }
+    }
+
+    pub struct Encoder {
+        #[rename("layer")]
+        layers: [Layer; LAYERS],
+        relative_attention_bias: RelativePositionBias,
+    }
+
+    pub struct MpNet {
+        embeddings: Embeddings,
+        encoder: Encoder,
+    }
+
+    impl MpNet {
+        /// The last hidden state `[batch, seq, HIDDEN]`. `position_ids` are transformers' (real tokens count from
+        /// 2, padding is 1: `create_position_ids_from_input_ids`); `attention_mask` is 1.0 for real tokens.
+        pub fn forward(
+            &self,
+            #[shape(batch, seq)] input_ids: Tensor<i64>,
+            #[shape(batch, seq)] position_ids: Tensor<i64>,
+            #[shape(batch, seq)] attention_mask: Tensor,
+        ) -> Tensor {
+            let (b, s) = (input_ids.dim(0), input_ids.dim(1));
+            let mask = (1.0 - attention_mask.reshape([b, 1, 1, s])) * MASK_VALUE;
+            let position_bias = self.encoder.relative_attention_bias.forward(s);
+            let mut x = self.embeddings.forward(&input_ids, &position_ids);
+            for layer in &self.encoder.layers {
+                x = layer.forward(&x, &position_bias, &mask);
+            }
+            x
+        }
+    }
+}
