@@ -6,9 +6,11 @@
 //!
 //! The bias is made inside the model as transformers makes it (`MPNetEncoder.relative_position_bucket`): a distance
 //! n below 8 is its own bucket, a larger one goes to `8 + trunc(log(n / 8) / log(16) · 8)`, at most 15, and keys
-//! after the query take the upper 16 buckets. A one-hot of the buckets (`bucket == k` for each of the 32) times the
-//! `[32, HEADS]` table picks each pair's row, which is what the table's `Embedding` lookup does: fuse's `embedding`
-//! takes ids from inputs and positions, not computed ones.
+//! after the query take the upper 16 buckets. Each pair's row of the `[32, HEADS]` table is then picked by a one-hot
+//! of its bucket (`bucket == k` for each of the 32) times the table, summed over the buckets: what the table's
+//! `Embedding` lookup does (fuse's `embedding` takes ids from inputs and positions, not computed ones). Written as a
+//! product summed over the last axis, the one-hot is made inside that sum's row kernel and never stored; as a
+//! `matmul` it would be a `[s, s, 32]` operand in memory (19 MB at 384 positions).
 //!
 //! `tiny` is the configuration `tests/tests/mpnet.rs` checks against transformers (`scripts/mpnet_reference.py`).
 //! all-mpnet-base-v2 is the same with hidden 768, 12 heads, 12 layers, FFN 3072, 30527 tokens and 514 positions.
@@ -88,11 +90,11 @@ pub mod mpnet_tiny {
         }
 
         pub fn forward(&self, s: usize) -> Tensor {
-            let buckets = self.buckets(s).reshape([s, s, 1]);
-            let index = arange(0, BUCKETS).to_f32().reshape([1, 1, BUCKETS]);
-            let one_hot = buckets.eq(&index).to_f32();
-            one_hot
-                .matmul(&self.table)
+            let buckets = self.buckets(s).reshape([s, s, 1, 1]);
+            let index = arange(0, BUCKETS).to_f32().reshape([1, 1, 1, BUCKETS]);
+            let table = self.table.t().reshape([1, 1, HEADS, BUCKETS]);
+            (buckets.eq(&index).to_f32() * table)
+                .sum(-1, false)
                 .permute([2, 0, 1])
                 .reshape([1, HEADS, s, s])
         }
