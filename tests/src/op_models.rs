@@ -23,7 +23,9 @@ pub mod ops {
                 + (-x).exp()
                 + x.tanh()
                 + x.sigmoid();
-            let acts = x.relu() + x.gelu() + x.gelu_tanh() + x.silu() + x.neg().abs() + x.square();
+            let acts = x.relu() + x.gelu() + x.gelu_tanh() + x.silu() + x.neg().abs() + x.square()
+                - x.clamp(-0.5, 0.75)
+                + y.clamp(&x, 0.25);
             (arith, trans, acts)
         }
     }
@@ -98,6 +100,20 @@ pub mod ops {
                 halves.round() - halves.floor() + (q * 0.5).trunc(),
                 one_hot.matmul(&self.bias),
             )
+        }
+    }
+
+    /// Each op named as PyTorch names it, for a test that states the expected values itself (the reference
+    /// interprets the graph the front end made, so it cannot tell a method lowered to the wrong ops).
+    pub struct Named {}
+    impl Named {
+        pub fn forward(
+            &self,
+            #[shape(batch, D)] x: Tensor,
+            #[shape(batch, D)] lo: Tensor,
+            #[shape(batch, D)] hi: Tensor,
+        ) -> (Tensor, Tensor, Tensor, Tensor, Tensor) {
+            (x.floor(), x.ceil(), x.round(), x.trunc(), x.clamp(&lo, &hi))
         }
     }
 

@@ -46,6 +46,63 @@ fn floor_ceil_round_and_trunc() {
     }
 }
 
+/// The methods against values this test computes itself: PyTorch's `floor`, `ceil`, `round` (ties to even),
+/// `trunc` and `clamp` (`min(max(x, lo), hi)`: `hi` where `lo > hi`, NaN where any operand is NaN).
+#[test]
+fn rounding_and_clamp_are_pytorchs() {
+    let m = Named::random(14);
+    let nan = f32::NAN;
+    let x = [
+        -2.5,
+        -1.5,
+        -0.5,
+        0.5,
+        1.5,
+        2.5,
+        -0.7,
+        0.7,
+        3.0,
+        nan,
+        f32::INFINITY,
+        -1.0,
+    ];
+    let lo = [
+        -1.0, -2.0, 0.0, 0.6, 2.0, 1.0, -0.5, 0.0, 4.0, 0.0, 0.0, nan,
+    ];
+    let hi = [1.0, 2.0, 1.0, 0.4, 3.0, 2.0, 0.5, 1.0, 5.0, 1.0, 1.0, 1.0];
+    let row = |v: &[f32]| -> Vec<f32> { v.iter().copied().cycle().take(D).collect() };
+    let input = |v: &[f32]| Tensor::from_f32(&[1, D], row(v)).expect("a [1, D] tensor");
+    let out = m
+        .forward(&input(&x), &input(&lo), &input(&hi))
+        .expect("the model runs");
+    let clamp = |(x, lo, hi): (f32, f32, f32)| {
+        if x.is_nan() || lo.is_nan() || hi.is_nan() {
+            nan
+        } else {
+            x.max(lo).min(hi)
+        }
+    };
+    let want: [Vec<f32>; 5] = [
+        x.map(f32::floor).to_vec(),
+        x.map(f32::ceil).to_vec(),
+        x.map(f32::round_ties_even).to_vec(),
+        x.map(f32::trunc).to_vec(),
+        (0..x.len()).map(|i| clamp((x[i], lo[i], hi[i]))).collect(),
+    ];
+    for (i, (got, want)) in [out.0, out.1, out.2, out.3, out.4]
+        .iter()
+        .zip(&want)
+        .enumerate()
+    {
+        let (got, want) = (got.to_f32_vec(), row(want));
+        let same = got
+            .iter()
+            .zip(&want)
+            .all(|(g, w)| g == w || (g.is_nan() && w.is_nan()));
+        assert!(same, "output {i}: {got:?}, want {want:?}");
+    }
+}
+
 /// NaN and ±∞ against the reference, fused (with its attention kernel) and eager: see `NonFinite`.
 #[test]
 fn nan_and_infinities_pass_on() {

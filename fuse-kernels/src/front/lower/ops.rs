@@ -38,6 +38,7 @@ const METHODS: &[(&str, &str)] = &[
     ("max", "a.max(&b) or x.max(axis, keepdim)"),
     ("min", "a.min(&b)"),
     ("pow", "a.pow(&b)"),
+    ("clamp", "x.clamp(lo, hi)"),
     ("lt", "a.lt(&b)"),
     ("le", "a.le(&b)"),
     ("gt", "a.gt(&b)"),
@@ -85,6 +86,8 @@ const ALIASES: &[(&str, &str)] = &[
     ("powf", "use `x.pow(y)`"),
     ("ln", "use `x.log()`"),
     ("fix", "use `x.trunc()`"),
+    ("clip", "use `x.clamp(lo, hi)`"),
+    ("reciprocal", "use `1.0 / x`"),
     (
         "round_ties_even",
         "use `x.round()` (ties to even, as PyTorch's)",
@@ -177,6 +180,18 @@ impl Lowerer<'_> {
                     return Value::Poison;
                 };
                 self.add(Op::Binary(op, x, y), at)
+            }
+            // PyTorch's `clamp(min, max)`: `min(max(x, lo), hi)`, so `hi` wins where `lo > hi`, and a NaN stays NaN.
+            ("clamp", 2) => {
+                let lo = self.operand(&args[0], arg_at[0]);
+                let hi = self.operand(&args[1], arg_at[1]);
+                let (Some(lo), Some(hi)) = (lo, hi) else {
+                    return Value::Poison;
+                };
+                match self.add(Op::Binary(BinaryOp::Max, x, lo), at) {
+                    Value::Tensor(low) => self.add(Op::Binary(BinaryOp::Min, low, hi), at),
+                    other => other,
+                }
             }
             ("matmul", 1) => match self.operand(&args[0], arg_at[0]) {
                 Some(y) => self.add(Op::MatMul(x, y), at),
