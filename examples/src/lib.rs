@@ -7,6 +7,7 @@ pub mod tokenize;
 pub mod models {
     pub mod chain;
     pub mod encoder;
+    pub mod gpt2;
     pub mod layers;
     pub mod llama;
     pub mod minilm;

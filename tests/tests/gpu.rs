@@ -20,8 +20,8 @@
 
 use fuse_examples::models::llama::tiny::{TinyLlama, TinyLlamaCached};
 use fuse_examples::models::{
-    chain::chain::Chain, encoder::encoder::EncoderLayer, minilm::minilm::MiniLm, mlp::mlp::Mlp,
-    mpnet::mpnet_tiny::MpNet,
+    chain::chain::Chain, encoder::encoder::EncoderLayer, gpt2::gpt2_tiny::Gpt2,
+    minilm::minilm::MiniLm, mlp::mlp::Mlp, mpnet::mpnet_tiny::MpNet,
 };
 use fuse_kernels::back::cuda::{
     launches, write_cuda, write_cuda_with, Grid, Options, Role, StorageType,
@@ -283,6 +283,7 @@ fn specs() -> Vec<&'static ModelSpec> {
         Chain::spec(),
         MiniLm::spec(),
         MpNet::spec(),
+        Gpt2::spec(),
         TinyLlama::spec(),
         TinyLlamaCached::spec(),
         Elementwise::spec(),
@@ -564,6 +565,34 @@ fn mpnet_on_gpu() {
         ];
         let refs: Vec<&Tensor> = inputs.iter().collect();
         m.check(&format!("mpnet {batch}x{seq}"), &refs, 2e-4, 2e-4);
+    }
+}
+
+/// The example GPT-2: `Conv1D` weights read as they are stored, queries, keys and values split from one product's
+/// output by `narrow` and read in place by the attention kernel, a causal and padding mask made in the model.
+#[test]
+fn gpt2_on_gpu() {
+    let Some(device) = gpu() else { return };
+    let m = OnGpu::example(Gpt2::random(17).into_compiled(), &device);
+    for (batch, seq) in shapes(&device, &[(1, 3), (3, 40), (4, 64)], &[(1, 3), (3, 40)]) {
+        let shape = [batch, seq];
+        let mask: Vec<f32> = (0..batch)
+            .flat_map(|b| {
+                (0..seq).map(move |s| {
+                    if s < seq - b * seq / (2 * batch) {
+                        1.0
+                    } else {
+                        0.0
+                    }
+                })
+            })
+            .collect();
+        let inputs = [
+            Tensor::uniform_ids(&shape, 100, seq as u64),
+            Tensor::from_f32(&shape, mask).expect("mask"),
+        ];
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        m.check(&format!("gpt2 {batch}x{seq}"), &refs, 2e-4, 2e-4);
     }
 }
 
