@@ -146,8 +146,8 @@ pub fn rel_l2_floored(got: &Tensor, want: &Tensor, floor: f64) -> f64 {
     (diff / norm.max(floor).max(1e-30)).sqrt()
 }
 
-/// The weights of the tests that compare with transformers (`scripts/llama_reference.py` makes them, and
-/// `scripts/mpnet_reference.py` imports it): `offset + scale·u`, u uniform in [-1, 1) from splitmix64 seeded by
+/// The weights of the tests that compare with transformers (`weight` in `scripts/llama_reference.py`, which the
+/// MPNet and GPT-2 scripts import): `offset + scale·u`, u uniform in [-1, 1) from splitmix64 seeded by
 /// the FNV-1a hash of the tensor's name (the top 24 bits of each draw), so no checkpoint is committed.
 pub fn named_weight(name: &str, shape: &[usize], scale: f64, offset: f64) -> Tensor {
     let mut state = name.bytes().fold(0xCBF2_9CE4_8422_2325_u64, |h, b| {
@@ -166,4 +166,30 @@ pub fn named_weight(name: &str, shape: &[usize], scale: f64, offset: f64) -> Ten
         })
         .collect();
     Tensor::from_f32(shape, data).expect("shape matches")
+}
+
+/// One row of a reference file: what to call it, where it starts in the output, and its values.
+pub struct RefRow {
+    pub label: String,
+    pub start: usize,
+    pub values: Vec<f64>,
+}
+
+/// Each reference row against the output's elements from its `start`, each within `atol + rtol·|want|`; panics
+/// naming the first row that is off, else returns the largest difference.
+pub fn assert_rows_close(what: &str, got: &[f32], rows: &[RefRow], atol: f64, rtol: f64) -> f64 {
+    let mut worst = 0.0f64;
+    for row in rows {
+        for (j, &want) in row.values.iter().enumerate() {
+            let g = got[row.start + j];
+            let err = (f64::from(g) - want).abs();
+            worst = worst.max(err);
+            assert!(
+                err <= atol + rtol * want.abs(),
+                "{what}: {}, element {j}: {g} against {want}",
+                row.label
+            );
+        }
+    }
+    worst
 }

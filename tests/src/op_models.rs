@@ -63,11 +63,12 @@ pub mod ops {
         }
     }
 
-    /// Rounding to integers, on values whose f32 rounding is exact (quarters of the input, which the tests keep
-    /// exact in bf16 too) so that the f64 reference and every storage precision round the same numbers: `round`'s
-    /// ties go to even, `trunc` toward zero, and NaN and ±∞ pass through. The last output is the use they are
-    /// for: integer buckets of relative positions (`min(|i - j|, 3)`, signed) compared with each bucket's index,
-    /// a one-hot matrix a product turns into a per-bucket bias, as T5's and MPNet's relative attention biases do.
+    /// Rounding to integers, on values whose f32 rounding is exact (quarters and halves, made from inputs the tests
+    /// keep exact in bf16 and f16 too) so that the f64 reference and every storage precision round the same numbers:
+    /// `round`'s ties go to even, `trunc` toward zero, and NaN and ±∞ pass through. The last output is the use they
+    /// are for: integer buckets of relative positions (0.75·(j − i) rounded toward zero, or up in magnitude and
+    /// offset by 4 when negative, at most 3) compared with each bucket's index, a one-hot matrix a product turns into
+    /// a per-bucket bias, as T5's and MPNet's relative attention biases do.
     pub struct Rounding {
         #[shape(8, D)]
         bias: Tensor,

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use fuse_examples::models::gpt2::gpt2_tiny::{Gpt2, EMBD};
 use fuse_runtime::{PlanMode, Tensor};
-use fuse_tests::harness::named_weight;
+use fuse_tests::harness::{assert_rows_close, named_weight, RefRow};
 
 /// The model with the reference's weights, drawn as `scripts/gpt2_reference.py` draws them.
 fn model() -> Gpt2 {
@@ -64,32 +64,32 @@ fn hidden_states_match_transformers() {
     ];
     let refs: Vec<&Tensor> = inputs.iter().collect();
     let model = model();
+    let mut rows = Vec::new();
+    for (b, sequence) in doc["hidden"]
+        .as_array()
+        .expect("sequences")
+        .iter()
+        .enumerate()
+    {
+        for (p, want) in sequence.as_array().expect("positions").iter().enumerate() {
+            let values = want.as_array().expect("a hidden row");
+            rows.push(RefRow {
+                label: format!("sequence {b}, position {p}"),
+                start: (b * seq + p) * EMBD,
+                values: values
+                    .iter()
+                    .map(|v| v.as_f64().expect("a value"))
+                    .collect(),
+            });
+        }
+    }
     for mode in [PlanMode::Fused, PlanMode::Eager] {
         let hidden = model
             .compiled()
             .run_one(mode, &refs)
             .expect("the model runs");
-        let hidden = hidden.to_f32_vec();
-        let mut worst = 0.0f64;
-        for (b, sequence) in doc["hidden"]
-            .as_array()
-            .expect("sequences")
-            .iter()
-            .enumerate()
-        {
-            for (p, want) in sequence.as_array().expect("positions").iter().enumerate() {
-                let got = &hidden[(b * seq + p) * EMBD..][..EMBD];
-                for (g, w) in got.iter().zip(want.as_array().expect("a hidden row")) {
-                    let w = w.as_f64().expect("a value");
-                    let err = (f64::from(*g) - w).abs();
-                    worst = worst.max(err);
-                    assert!(
-                        err <= 2e-5 + 2e-5 * w.abs(),
-                        "{mode:?}: sequence {b}, position {p}: {g} against transformers' {w}"
-                    );
-                }
-            }
-        }
+        let what = format!("{mode:?} against transformers");
+        let worst = assert_rows_close(&what, &hidden.to_f32_vec(), &rows, 2e-5, 2e-5);
         eprintln!("{mode:?}: largest difference from transformers {worst:.2e}");
     }
 }

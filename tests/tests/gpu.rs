@@ -539,19 +539,25 @@ fn minilm_on_gpu() {
     }
 }
 
+/// A right-padded batch's mask, `[batch, seq]`: sequence b holds `seq - b·seq/(2·batch)` real tokens (1.0), then
+/// padding (0.0), as sentence-transformers pads.
+fn right_padded_mask(batch: usize, seq: usize) -> Vec<f32> {
+    let real = |b: usize| seq - b * seq / (2 * batch);
+    (0..batch)
+        .flat_map(|b| (0..seq).map(move |s| f32::from(u8::from(s < real(b)))))
+        .collect()
+}
+
 /// The example MPNet: its relative position bias (buckets from `log` and `trunc` of each distance, a one-hot of
 /// them times the table) on sequences long enough for the distances 16, 32 and 64, where the bucket's quotient is
-/// an integer, right-padded as sentence-transformers pads.
+/// an integer.
 #[test]
 fn mpnet_on_gpu() {
     let Some(device) = gpu() else { return };
     let m = OnGpu::example(MpNet::random(13).into_compiled(), &device);
     for (batch, seq) in shapes(&device, &[(1, 3), (2, 70), (4, 78)], &[(1, 3), (2, 70)]) {
         let shape = [batch, seq];
-        let length = |b: usize| seq - b * seq / (2 * batch);
-        let mask: Vec<f32> = (0..batch)
-            .flat_map(|b| (0..seq).map(move |s| if s < length(b) { 1.0 } else { 0.0 }))
-            .collect();
+        let mask = right_padded_mask(batch, seq);
         // transformers' position ids: real tokens count from 2, padding is 1.
         let positions = mask
             .iter()
@@ -576,20 +582,9 @@ fn gpt2_on_gpu() {
     let m = OnGpu::example(Gpt2::random(17).into_compiled(), &device);
     for (batch, seq) in shapes(&device, &[(1, 3), (3, 40), (4, 64)], &[(1, 3), (3, 40)]) {
         let shape = [batch, seq];
-        let mask: Vec<f32> = (0..batch)
-            .flat_map(|b| {
-                (0..seq).map(move |s| {
-                    if s < seq - b * seq / (2 * batch) {
-                        1.0
-                    } else {
-                        0.0
-                    }
-                })
-            })
-            .collect();
         let inputs = [
             Tensor::uniform_ids(&shape, 100, seq as u64),
-            Tensor::from_f32(&shape, mask).expect("mask"),
+            Tensor::from_f32(&shape, right_padded_mask(batch, seq)).expect("mask"),
         ];
         let refs: Vec<&Tensor> = inputs.iter().collect();
         m.check(&format!("gpt2 {batch}x{seq}"), &refs, 2e-4, 2e-4);

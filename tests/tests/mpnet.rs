@@ -13,7 +13,7 @@ use std::path::Path;
 
 use fuse_examples::models::mpnet::mpnet_tiny::{MpNet, HIDDEN};
 use fuse_runtime::{PlanMode, Tensor};
-use fuse_tests::harness::named_weight;
+use fuse_tests::harness::{assert_rows_close, named_weight, RefRow};
 
 /// The model with the reference's weights, drawn as `scripts/mpnet_reference.py` draws them.
 fn model() -> MpNet {
@@ -36,6 +36,14 @@ fn model() -> MpNet {
         })
         .collect();
     MpNet::from_weights(weights).expect("weights fit the model")
+}
+
+fn floats(v: &serde_json::Value) -> Vec<f64> {
+    let values = v.as_array().expect("numbers");
+    values
+        .iter()
+        .map(|x| x.as_f64().expect("a number"))
+        .collect()
 }
 
 fn ints(v: &serde_json::Value) -> Vec<i64> {
@@ -71,28 +79,23 @@ fn hidden_states_match_transformers() {
         .map(|p| p.as_u64().expect("a position") as usize)
         .collect();
     let model = model();
+    let mut rows = Vec::new();
+    for b in 0..batch {
+        for (i, &p) in at.iter().enumerate() {
+            rows.push(RefRow {
+                label: format!("sequence {b}, position {p}"),
+                start: (b * seq + p) * HIDDEN,
+                values: floats(&doc["hidden"][b][i]),
+            });
+        }
+    }
     for mode in [PlanMode::Fused, PlanMode::Eager] {
         let hidden = model
             .compiled()
             .run_one(mode, &refs)
             .expect("the model runs");
-        let hidden = hidden.to_f32_vec();
-        let mut worst = 0.0f64;
-        for b in 0..batch {
-            for (i, &p) in at.iter().enumerate() {
-                let want = doc["hidden"][b][i].as_array().expect("a hidden row");
-                let got = &hidden[(b * seq + p) * HIDDEN..][..HIDDEN];
-                for (g, w) in got.iter().zip(want) {
-                    let w = w.as_f64().expect("a value");
-                    let err = (f64::from(*g) - w).abs();
-                    worst = worst.max(err);
-                    assert!(
-                        err <= 2e-5 + 2e-5 * w.abs(),
-                        "{mode:?}: sequence {b}, position {p}: {g} against transformers' {w}"
-                    );
-                }
-            }
-        }
+        let what = format!("{mode:?} against transformers");
+        let worst = assert_rows_close(&what, &hidden.to_f32_vec(), &rows, 2e-5, 2e-5);
         eprintln!("{mode:?}: largest difference from transformers {worst:.2e}");
     }
 }
