@@ -13,4 +13,6 @@ pub mod models {
     pub mod minilm;
     pub mod mlp;
     pub mod mpnet;
+    pub mod relative_bias;
+    pub mod t5;
 }

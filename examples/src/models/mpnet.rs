@@ -4,20 +4,18 @@
 //! `[HEADS, s, s]`, made once from the distance between each query and key position and added to every layer's
 //! attention scores.
 //!
-//! The bias is made inside the model as transformers makes it (`MPNetEncoder.relative_position_bucket`): a distance
-//! n below 8 is its own bucket, a larger one goes to `8 + trunc(log(n / 8) / log(16) · 8)`, at most 15, and keys
-//! after the query take the upper 16 buckets. Each pair's row of the `[32, HEADS]` table is then picked by a one-hot
-//! of its bucket (`bucket == k` for each of the 32) times the table, summed over the buckets: what the table's
-//! `Embedding` lookup does (fuse's `embedding` takes ids from inputs and positions, not computed ones). Written as a
-//! product summed over the last axis, the one-hot is made inside that sum's row kernel and never stored; as a
-//! `matmul` it would be a `[s, s, 32]` operand in memory (19 MB at 384 positions).
+//! The bias is made inside the model as transformers makes it (`relative_bias::RelativePositionBias`, shared with
+//! the T5 encoder): a bucket per distance, from `log` and `trunc` of it, then the table's row of each bucket.
 //!
 //! `tiny` is the configuration `tests/tests/mpnet.rs` checks against transformers (`scripts/mpnet_reference.py`).
 //! all-mpnet-base-v2 is the same with hidden 768, 12 heads, 12 layers, FFN 3072, 30527 tokens and 514 positions.
 
 use fuse_runtime::fused_model;
 
-#[fused_model(uses(crate::models::layers::layers))]
+#[fused_model(uses(
+    crate::models::layers::layers,
+    crate::models::relative_bias::relative_bias
+))]
 pub mod mpnet_tiny {
     pub const VOCAB: usize = 100;
     pub const MAX_POSITIONS: usize = 80;
@@ -27,12 +25,8 @@ pub mod mpnet_tiny {
     pub const FFN: usize = 128;
     pub const LAYERS: usize = 2;
     pub const EPS: f64 = 1e-5;
-    /// `relative_attention_num_buckets`: half for keys before the query (and itself), half for keys after it.
+    /// `relative_attention_num_buckets`.
     pub const BUCKETS: usize = 32;
-    /// Distances below this are buckets of their own; the others share buckets on a log scale up to
-    /// `MAX_DISTANCE`.
-    pub const EXACT: f64 = 8.0;
-    pub const MAX_DISTANCE: f64 = 128.0;
     /// Added to the scores of padded keys (see `minilm::MASK_VALUE` for why not `f32::MIN`).
     pub const MASK_VALUE: f64 = -1e9;
 
@@ -64,39 +58,6 @@ pub mod mpnet_tiny {
         pub fn forward(&self, input_ids: Tensor<i64>, position_ids: Tensor<i64>) -> Tensor {
             let x = embedding(&self.word, &input_ids) + embedding(&self.position, &position_ids);
             self.norm.forward(&x)
-        }
-    }
-
-    /// `encoder.relative_attention_bias`: the `[1, HEADS, s, s]` bias of each query and key position.
-    pub struct RelativePositionBias {
-        #[rename("weight")]
-        #[shape(BUCKETS, HEADS)]
-        table: Tensor,
-    }
-
-    impl RelativePositionBias {
-        /// The bucket of each (query, key) pair, `[s, s]`, as integer-valued floats.
-        fn buckets(&self, s: usize) -> Tensor {
-            let keys = arange(0, s).reshape([1, s]).to_f32();
-            let queries = arange(0, s).reshape([s, 1]).to_f32();
-            // transformers' `n = -(key - query)`: positive for keys before the query.
-            let n = queries - keys;
-            let after = where_(n.lt(0.0), (BUCKETS / 2) as f64, 0.0);
-            let n = n.abs();
-            let half = (BUCKETS / 2) as f64;
-            let log_scale = (n / EXACT).log() / (MAX_DISTANCE / EXACT).ln() * (half - EXACT);
-            let far = (log_scale.trunc() + EXACT).min(half - 1.0);
-            after + where_(n.lt(EXACT), n, far)
-        }
-
-        pub fn forward(&self, s: usize) -> Tensor {
-            let buckets = self.buckets(s).reshape([s, s, 1, 1]);
-            let index = arange(0, BUCKETS).to_f32().reshape([1, 1, 1, BUCKETS]);
-            let table = self.table.t().reshape([1, 1, HEADS, BUCKETS]);
-            (buckets.eq(&index).to_f32() * table)
-                .sum(-1, false)
-                .permute([2, 0, 1])
-                .reshape([1, HEADS, s, s])
         }
     }
 
@@ -157,7 +118,7 @@ pub mod mpnet_tiny {
     pub struct Encoder {
         #[rename("layer")]
         layers: [Layer; LAYERS],
-        relative_attention_bias: RelativePositionBias,
+        relative_attention_bias: RelativePositionBias<BUCKETS, HEADS>,
     }
 
     pub struct MpNet {
