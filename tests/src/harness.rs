@@ -167,29 +167,3 @@ pub fn named_weight(name: &str, shape: &[usize], scale: f64, offset: f64) -> Ten
         .collect();
     Tensor::from_f32(shape, data).expect("shape matches")
 }
-
-/// One row of a reference file: what to call it, where it starts in the output, and its values.
-pub struct RefRow {
-    pub label: String,
-    pub start: usize,
-    pub values: Vec<f64>,
-}
-
-/// Each reference row against the output's elements from its `start`, each within `atol + rtol·|want|`; panics
-/// naming the first row that is off, else returns the largest difference.
-pub fn assert_rows_close(what: &str, got: &[f32], rows: &[RefRow], atol: f64, rtol: f64) -> f64 {
-    let mut worst = 0.0f64;
-    for row in rows {
-        for (j, &want) in row.values.iter().enumerate() {
-            let g = got[row.start + j];
-            let err = (f64::from(g) - want).abs();
-            worst = worst.max(err);
-            assert!(
-                err <= atol + rtol * want.abs(),
-                "{what}: {}, element {j}: {g} against {want}",
-                row.label
-            );
-        }
-    }
-    worst
-}

@@ -5,6 +5,7 @@ pub mod check;
 pub mod drift;
 pub mod golden;
 pub mod harness;
+pub mod hidden_reference;
 pub mod op_models;
 pub mod random_views;
 pub mod reference;

@@ -6,11 +6,10 @@
 //! The reference is `tests/data/gpt2_hidden.json`, made by `scripts/gpt2_reference.py`; the weights come from the
 //! generator that script shares with the Llama test (`fuse_tests::harness::named_weight`).
 
-use std::path::Path;
-
 use fuse_examples::models::gpt2::gpt2_tiny::{Gpt2, EMBD};
-use fuse_runtime::{PlanMode, Tensor};
-use fuse_tests::harness::{assert_rows_close, named_weight, RefRow};
+use fuse_runtime::Tensor;
+use fuse_tests::harness::named_weight;
+use fuse_tests::hidden_reference::{assert_plans_match_rows, HiddenReference};
 
 /// The model with the reference's weights, drawn as `scripts/gpt2_reference.py` draws them.
 fn model() -> Gpt2 {
@@ -37,59 +36,9 @@ fn model() -> Gpt2 {
 
 #[test]
 fn hidden_states_match_transformers() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/gpt2_hidden.json");
-    let text = std::fs::read_to_string(&path).expect("tests/data/gpt2_hidden.json");
-    let doc: serde_json::Value = serde_json::from_str(&text).expect("JSON");
-    let rows = |key: &str| -> Vec<Vec<i64>> {
-        let rows = doc[key].as_array().expect("rows");
-        rows.iter()
-            .map(|r| {
-                r.as_array()
-                    .expect("a row")
-                    .iter()
-                    .map(|v| v.as_i64().expect("an integer"))
-                    .collect()
-            })
-            .collect()
-    };
-    let (ids, mask) = (rows("input_ids"), rows("attention_mask"));
-    let (batch, seq) = (ids.len(), ids[0].len());
-    let inputs = [
-        Tensor::from_i64(&[batch, seq], ids.concat()).expect("ids"),
-        Tensor::from_f32(
-            &[batch, seq],
-            mask.concat().iter().map(|&m| m as f32).collect(),
-        )
-        .expect("mask"),
-    ];
+    let reference = HiddenReference::read("gpt2_hidden.json");
+    let inputs = [reference.ids("input_ids"), reference.mask()];
     let refs: Vec<&Tensor> = inputs.iter().collect();
-    let model = model();
-    let mut rows = Vec::new();
-    for (b, sequence) in doc["hidden"]
-        .as_array()
-        .expect("sequences")
-        .iter()
-        .enumerate()
-    {
-        for (p, want) in sequence.as_array().expect("positions").iter().enumerate() {
-            let values = want.as_array().expect("a hidden row");
-            rows.push(RefRow {
-                label: format!("sequence {b}, position {p}"),
-                start: (b * seq + p) * EMBD,
-                values: values
-                    .iter()
-                    .map(|v| v.as_f64().expect("a value"))
-                    .collect(),
-            });
-        }
-    }
-    for mode in [PlanMode::Fused, PlanMode::Eager] {
-        let hidden = model
-            .compiled()
-            .run_one(mode, &refs)
-            .expect("the model runs");
-        let what = format!("{mode:?} against transformers");
-        let worst = assert_rows_close(&what, &hidden.to_f32_vec(), &rows, 2e-5, 2e-5);
-        eprintln!("{mode:?}: largest difference from transformers {worst:.2e}");
-    }
+    let (model, rows) = (model(), reference.rows(EMBD));
+    assert_plans_match_rows(model.compiled(), &refs, &rows, 2e-5, 2e-5);
 }

@@ -9,11 +9,10 @@
 //! drawn wide (±2), so a bucket off by one for a single pair moves that row's hidden state by far more than the
 //! tolerance.
 
-use std::path::Path;
-
 use fuse_examples::models::mpnet::mpnet_tiny::{MpNet, HIDDEN};
-use fuse_runtime::{PlanMode, Tensor};
-use fuse_tests::harness::{assert_rows_close, named_weight, RefRow};
+use fuse_runtime::Tensor;
+use fuse_tests::harness::named_weight;
+use fuse_tests::hidden_reference::{assert_plans_match_rows, HiddenReference};
 
 /// The model with the reference's weights, drawn as `scripts/mpnet_reference.py` draws them.
 fn model() -> MpNet {
@@ -38,64 +37,15 @@ fn model() -> MpNet {
     MpNet::from_weights(weights).expect("weights fit the model")
 }
 
-fn floats(v: &serde_json::Value) -> Vec<f64> {
-    let values = v.as_array().expect("numbers");
-    values
-        .iter()
-        .map(|x| x.as_f64().expect("a number"))
-        .collect()
-}
-
-fn ints(v: &serde_json::Value) -> Vec<i64> {
-    let rows = v.as_array().expect("rows");
-    rows.iter()
-        .flat_map(|row| row.as_array().expect("a row").iter())
-        .map(|x| x.as_i64().expect("an integer"))
-        .collect()
-}
-
 #[test]
 fn hidden_states_match_transformers() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/mpnet_hidden.json");
-    let text = std::fs::read_to_string(&path).expect("tests/data/mpnet_hidden.json");
-    let doc: serde_json::Value = serde_json::from_str(&text).expect("JSON");
-    let (ids, positions) = (ints(&doc["input_ids"]), ints(&doc["position_ids"]));
-    let mask: Vec<f32> = ints(&doc["attention_mask"])
-        .iter()
-        .map(|&m| m as f32)
-        .collect();
-    let batch = doc["input_ids"].as_array().expect("rows").len();
-    let seq = ids.len() / batch;
+    let reference = HiddenReference::read("mpnet_hidden.json");
     let inputs = [
-        Tensor::from_i64(&[batch, seq], ids).expect("ids"),
-        Tensor::from_i64(&[batch, seq], positions).expect("positions"),
-        Tensor::from_f32(&[batch, seq], mask).expect("mask"),
+        reference.ids("input_ids"),
+        reference.ids("position_ids"),
+        reference.mask(),
     ];
     let refs: Vec<&Tensor> = inputs.iter().collect();
-    let at: Vec<usize> = doc["positions"]
-        .as_array()
-        .expect("positions")
-        .iter()
-        .map(|p| p.as_u64().expect("a position") as usize)
-        .collect();
-    let model = model();
-    let mut rows = Vec::new();
-    for b in 0..batch {
-        for (i, &p) in at.iter().enumerate() {
-            rows.push(RefRow {
-                label: format!("sequence {b}, position {p}"),
-                start: (b * seq + p) * HIDDEN,
-                values: floats(&doc["hidden"][b][i]),
-            });
-        }
-    }
-    for mode in [PlanMode::Fused, PlanMode::Eager] {
-        let hidden = model
-            .compiled()
-            .run_one(mode, &refs)
-            .expect("the model runs");
-        let what = format!("{mode:?} against transformers");
-        let worst = assert_rows_close(&what, &hidden.to_f32_vec(), &rows, 2e-5, 2e-5);
-        eprintln!("{mode:?}: largest difference from transformers {worst:.2e}");
-    }
+    let (model, rows) = (model(), reference.rows(HIDDEN));
+    assert_plans_match_rows(model.compiled(), &refs, &rows, 2e-5, 2e-5);
 }

@@ -7,11 +7,10 @@
 //! generator that script shares with the Llama test (`fuse_tests::harness::named_weight`). The file also lists
 //! transformers' parameter names, which must be the model's, so a checkpoint loads as it is.
 
-use std::path::Path;
-
 use fuse_examples::models::t5::t5_tiny::{T5Encoder, D_MODEL};
-use fuse_runtime::{PlanMode, Tensor};
-use fuse_tests::harness::{assert_rows_close, named_weight, RefRow};
+use fuse_runtime::Tensor;
+use fuse_tests::harness::named_weight;
+use fuse_tests::hidden_reference::{assert_plans_match_rows, HiddenReference};
 
 /// The model with the reference's weights, drawn as `scripts/t5_reference.py` draws them.
 fn model() -> T5Encoder {
@@ -34,19 +33,10 @@ fn model() -> T5Encoder {
     T5Encoder::from_weights(weights).expect("weights fit the model")
 }
 
-fn rows_of<T>(v: &serde_json::Value, each: impl Fn(&serde_json::Value) -> T) -> Vec<Vec<T>> {
-    let rows = v.as_array().expect("rows");
-    rows.iter()
-        .map(|r| r.as_array().expect("a row").iter().map(&each).collect())
-        .collect()
-}
-
 #[test]
 fn hidden_states_match_transformers() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/t5_hidden.json");
-    let text = std::fs::read_to_string(&path).expect("tests/data/t5_hidden.json");
-    let doc: serde_json::Value = serde_json::from_str(&text).expect("JSON");
-    let mut theirs: Vec<&str> = doc["parameters"]
+    let reference = HiddenReference::read("t5_hidden.json");
+    let mut theirs: Vec<&str> = reference.doc["parameters"]
         .as_array()
         .expect("names")
         .iter()
@@ -60,43 +50,8 @@ fn hidden_states_match_transformers() {
         "the model's parameters are transformers' names"
     );
 
-    let ids = rows_of(&doc["input_ids"], |v| v.as_i64().expect("an id"));
-    let mask = rows_of(&doc["attention_mask"], |v| {
-        v.as_f64().expect("0 or 1") as f32
-    });
-    let (batch, seq) = (ids.len(), ids[0].len());
-    let inputs = [
-        Tensor::from_i64(&[batch, seq], ids.concat()).expect("ids"),
-        Tensor::from_f32(&[batch, seq], mask.concat()).expect("mask"),
-    ];
+    let inputs = [reference.ids("input_ids"), reference.mask()];
     let refs: Vec<&Tensor> = inputs.iter().collect();
-    let positions = doc["positions"].as_array().expect("positions");
-    let hidden = rows_of(&doc["hidden"], |row| {
-        let values = row.as_array().expect("a hidden row");
-        values
-            .iter()
-            .map(|v| v.as_f64().expect("a value"))
-            .collect::<Vec<f64>>()
-    });
-    let mut rows = Vec::new();
-    for (b, sequence) in hidden.into_iter().enumerate() {
-        for (values, p) in sequence.into_iter().zip(positions) {
-            let p = p.as_u64().expect("a position") as usize;
-            rows.push(RefRow {
-                label: format!("sequence {b}, position {p}"),
-                start: (b * seq + p) * D_MODEL,
-                values,
-            });
-        }
-    }
-    let model = model();
-    for mode in [PlanMode::Fused, PlanMode::Eager] {
-        let out = model
-            .compiled()
-            .run_one(mode, &refs)
-            .expect("the model runs");
-        let what = format!("{mode:?} against transformers");
-        let worst = assert_rows_close(&what, &out.to_f32_vec(), &rows, 2e-5, 2e-5);
-        eprintln!("{mode:?}: largest difference from transformers {worst:.2e}");
-    }
+    let (model, rows) = (model(), reference.rows(D_MODEL));
+    assert_plans_match_rows(model.compiled(), &refs, &rows, 2e-5, 2e-5);
 }
