@@ -231,9 +231,9 @@ fn infer_unchecked(g: &Graph, op: &Op) -> Result<TensorType, TypeError> {
             }
             Ok(f32_of(Shape(dims)))
         }
-        Op::Softmax { input, axis } => {
+        Op::Softmax { input, axis } | Op::Cumsum { input, axis } => {
             let a = ty(*input)?;
-            float_operand(g, "softmax", &a)?;
+            float_operand(g, &op.name(), &a)?;
             check_axis(g, &a.shape, *axis)?;
             Ok(f32_of(a.shape))
         }

@@ -358,6 +358,12 @@ pub enum Op {
         input: NodeId,
         axis: usize,
     },
+    /// `x.cumsum(axis)`: the running sum along `axis` (element `j` is the sum of elements `0..=j`), same shape.
+    /// Summed in f64 on the CPU, as PyTorch's CPU kernel does, and in f32 on the GPU, as PyTorch's CUDA one does.
+    Cumsum {
+        input: NodeId,
+        axis: usize,
+    },
     /// Layer norm over the last axis: `(x - mean) / sqrt(var + eps) * gamma + beta`, biased variance.
     LayerNorm {
         input: NodeId,
@@ -419,6 +425,7 @@ impl Op {
             Op::Where(m, a, b) => vec![*m, *a, *b],
             Op::Reduce { input, .. }
             | Op::Softmax { input, .. }
+            | Op::Cumsum { input, .. }
             | Op::Permute { input, .. }
             | Op::Reshape { input, .. }
             | Op::Slice { input, .. } => vec![*input],
@@ -490,6 +497,7 @@ impl Op {
             Op::Cast(_, d) => format!("to_{}", d.name()),
             Op::Reduce { op, .. } => op.name().to_string(),
             Op::Softmax { .. } => "softmax".into(),
+            Op::Cumsum { .. } => "cumsum".into(),
             Op::LayerNorm { .. } => "layer_norm".into(),
             Op::RmsNorm { .. } => "rms_norm".into(),
             Op::MatMul(..) => "matmul".into(),

@@ -155,6 +155,35 @@ FUSE_DEVICE float fuse_block_sum(float v, float* smem) {
     return fuse_warp_sum(lane < warps ? smem[lane] : 0.0f);
 }
 
+// Inclusive scans (`cumsum`): each thread gets the sum of its own value and those of every lower lane of its warp,
+// or every lower thread of its block, and `*total` the sum over all of them. The block version has the block sums'
+// layout and barriers.
+FUSE_DEVICE float fuse_warp_scan(float v, float* total) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const float below = __shfl_up_sync(0xffffffffu, v, o);
+        if (lane >= o) v += below;
+    }
+    *total = __shfl_sync(0xffffffffu, v, 31);
+    return v;
+}
+
+FUSE_DEVICE float fuse_block_scan(float v, float* total, float* smem) {
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int warps = blockDim.x >> 5;
+    float warp_total;
+    v = fuse_warp_scan(v, &warp_total);
+    __syncthreads();
+    if (lane == 0) smem[warp] = warp_total;
+    __syncthreads();
+    // Every warp scans the warps' totals alike; a warp adds those of the warps before it.
+    const float upto = fuse_warp_scan(lane < warps ? smem[lane] : 0.0f, total);
+    const float before = __shfl_sync(0xffffffffu, upto, warp > 0 ? warp - 1 : 0);
+    return warp > 0 ? v + before : v;
+}
+
 FUSE_DEVICE float fuse_block_max(float v, float* smem) {
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;

@@ -104,6 +104,34 @@ pub mod ops {
         }
     }
 
+    /// Running sums: along the last axis with a prologue and an epilogue in its kernel; along `seq` (an axis
+    /// before the last, over a dynamic length); over each sequence's `seq · D` values at once (a dynamic row that
+    /// outgrows a GPU warp's register cache from 22 positions on); along a parameter's static rows of 1200 (a GPU
+    /// block per row); and RoBERTa's position ids, the running count of each sequence's tokens that are not padding
+    /// (id 1), zero at the padding, offset by the padding id.
+    pub struct Cumsum {
+        #[shape(3, 1200)]
+        long: Tensor,
+    }
+    impl Cumsum {
+        pub fn forward(
+            &self,
+            #[shape(batch, seq, D)] x: Tensor,
+            #[shape(batch, seq)] ids: Tensor<i64>,
+        ) -> (Tensor, Tensor, Tensor, Tensor, Tensor) {
+            let b = x.dim(0);
+            let s = x.dim(1);
+            let tokens = ids.to_f32().ne(1.0).to_f32();
+            (
+                (x * 2.0 - 1.0).cumsum(2) * 0.5,
+                x.cumsum(1),
+                x.reshape([b, s * D]).cumsum(1),
+                self.long.cumsum(1),
+                tokens.cumsum(1) * tokens + 1.0,
+            )
+        }
+    }
+
     /// Each op named as PyTorch names it, for a test that states the expected values itself (the reference
     /// interprets the graph the front end made, so it cannot tell a method lowered to the wrong ops).
     pub struct Named {}
@@ -811,6 +839,25 @@ pub fn non_finite_inputs(batch: usize, seq: usize, seed: u64) -> Vec<Tensor> {
     mask[(batch - 1) * seq * seq] = f32::NAN;
     inputs.push(Tensor::from_f32(&[batch, seq, seq], mask).expect("a [batch, seq, seq] tensor"));
     inputs
+}
+
+/// [`ops::Cumsum`]'s inputs: random values, and ids from 0 to 9 whose sequences after the first end in more and
+/// more padding (id 1; a 1 between tokens is padding too, as transformers counts it).
+pub fn cumsum_inputs(batch: usize, seq: usize, seed: u64) -> Vec<Tensor> {
+    let ids: Vec<i64> = (0..batch * seq)
+        .map(|i| {
+            let (row, pos) = (i / seq, i % seq);
+            if pos >= seq - seq * row / (2 * batch) {
+                1
+            } else {
+                ((i as u64 * 7 + seed * 3) % 10) as i64
+            }
+        })
+        .collect();
+    vec![
+        Tensor::randn(&[batch, seq, ops::D], seed),
+        Tensor::from_i64(&[batch, seq], ids).expect("a [batch, seq] tensor"),
+    ]
 }
 
 /// [`ops::Rounding`]'s input: sixteenths from -4 to 4 (exact in f32, bf16 and f16, so every path rounds the same

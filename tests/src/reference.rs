@@ -266,6 +266,7 @@ fn interpret_nodes(
                 keepdim,
             } => ops::reduce(*op, v(*input), *axis, *keepdim),
             Op::Softmax { input, axis } => ops::softmax(v(*input), *axis),
+            Op::Cumsum { input, axis } => ops::cumsum(v(*input), *axis),
             Op::LayerNorm {
                 input,
                 gamma,

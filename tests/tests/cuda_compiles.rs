@@ -49,6 +49,7 @@ pub mod edge {
             #[shape(batch, 1024)] z: Tensor,
         ) -> (
             Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor,
+            Tensor, Tensor,
         ) {
             let a = x.softmax(1);
             let b = x.rms_norm(&self.g, 1e-6) * 2.0 + where_(x.gt(0.0), x, x * 0.1);
@@ -65,7 +66,9 @@ pub mod edge {
             let k = centred * (centred.square().mean(-1, true) + 1e-5).rsqrt();
             let rotated = x * 0.5 + concat([x.slice(2, 8, 16).neg(), x.slice(2, 0, 8)], 2) * &self.g;
             let stacked = concat([y.slice(1, 8, 16).neg(), (y.slice(1, 0, 8) * 2.0).exp()], 1) + y;
-            (a, b, c, d, e, f, h, i, j, k, rotated, stacked)
+            // Running sums: a warp's scan over a dynamic row, a block's over a long static one.
+            let (l, m) = (x.cumsum(1) + 1.0, z.cumsum(-1));
+            (a, b, c, d, e, f, h, i, j, k, rotated, stacked, l, m)
         }
     }
 

@@ -34,7 +34,7 @@ use fuse_runtime::{
 };
 use fuse_tests::harness::{assert_close, graph_of, rel_l2_floored, to_ref};
 use fuse_tests::op_models::ops::*;
-use fuse_tests::op_models::{non_finite_inputs, rounding_inputs};
+use fuse_tests::op_models::{cumsum_inputs, non_finite_inputs, rounding_inputs};
 
 const BF16_REL_L2: f64 = 2e-2;
 const F16_REL_L2: f64 = 2.5e-3;
@@ -290,6 +290,7 @@ fn specs() -> Vec<&'static ModelSpec> {
         Elementwise::spec(),
         Trig::spec(),
         Rounding::spec(),
+        Cumsum::spec(),
         Broadcasts::spec(),
         Masks::spec(),
         RecomputedBroadcasts::spec(),
@@ -767,6 +768,20 @@ fn floor_ceil_round_and_trunc_on_gpu() {
         1e-6,
         1e-6,
         |b, _, s| vec![rounding_inputs(b + 2, s)],
+    );
+}
+
+/// Running sums on every path: a warp's scan (rows of 24 and of `seq`), a warp's over a dynamic row beyond its
+/// register cache (the passes over `seq · D` from 22 positions on), a block's (static rows of 1200), and position
+/// ids. The GPU sums in f32, the CPU in f64.
+#[test]
+fn cumsum_on_gpu() {
+    ops_on_gpu(
+        Cumsum::random(15).into_compiled(),
+        "cumsum",
+        2e-5,
+        2e-5,
+        |b, q, s| cumsum_inputs(b, q * 5, s),
     );
 }
 

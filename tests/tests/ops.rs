@@ -6,7 +6,7 @@ use fuse_runtime::Tensor;
 use fuse_tests::check::check_model;
 use rand::{Rng, SeedableRng};
 
-use fuse_tests::op_models::{non_finite_inputs, ops, rounding_inputs};
+use fuse_tests::op_models::{cumsum_inputs, non_finite_inputs, ops, rounding_inputs};
 
 use ops::*;
 
@@ -43,6 +43,32 @@ fn floor_ceil_round_and_trunc() {
     for (batch, _, seed) in cases(13) {
         let x = rounding_inputs(batch + 2, seed);
         check_model("rounding", m.compiled(), &[&x], 1e-6, 1e-6);
+    }
+}
+
+/// Running sums against the reference's f64 ones: the CPU sums in f64 too, so only the output's rounding differs.
+/// Sequences of up to 40 positions, so the rows of `seq · D` reach 960. The position ids are also checked against
+/// transformers' `create_position_ids_from_input_ids`, written out here (the reference interprets the graph the
+/// front end made, so it cannot tell a running sum lowered along the wrong axis).
+#[test]
+fn cumsum_along_any_axis() {
+    let m = Cumsum::random(15);
+    for (batch, seq, seed) in cases(15) {
+        let seq = seq * 5;
+        let inputs = cumsum_inputs(batch, seq, seed);
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        check_model("cumsum", m.compiled(), &refs, 1e-6, 1e-6);
+        let ids = inputs[1].as_i64().expect("i64 ids");
+        let mut want = Vec::new();
+        for row in ids.chunks(seq) {
+            let mut count = 0;
+            for &id in row {
+                count += i64::from(id != 1);
+                want.push(if id != 1 { count + 1 } else { 1 } as f32);
+            }
+        }
+        let outputs = m.forward(&inputs[0], &inputs[1]).expect("the model runs");
+        assert_eq!(outputs.4.to_f32_vec(), want, "position ids {batch}x{seq}");
     }
 }
 

@@ -50,9 +50,11 @@ fn dims_only(g: &Graph) -> Vec<Option<usize>> {
 fn fusing_reader(op: &Op, pos: usize) -> bool {
     match op {
         Op::Unary(..) | Op::Binary(..) | Op::Where(..) | Op::Cast(..) | Op::Concat { .. } => true,
-        Op::Reduce { .. } | Op::Softmax { .. } | Op::LayerNorm { .. } | Op::RmsNorm { .. } => {
-            pos == 0
-        }
+        Op::Reduce { .. }
+        | Op::Softmax { .. }
+        | Op::Cumsum { .. }
+        | Op::LayerNorm { .. }
+        | Op::RmsNorm { .. } => pos == 0,
         _ => false,
     }
 }
@@ -190,6 +192,10 @@ fn with_operands(op: &Op, operands: &[NodeId]) -> Op {
             keepdim: *keepdim,
         },
         Op::Softmax { axis, .. } => Op::Softmax {
+            input: take(),
+            axis: *axis,
+        },
+        Op::Cumsum { axis, .. } => Op::Cumsum {
             input: take(),
             axis: *axis,
         },

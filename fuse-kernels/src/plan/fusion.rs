@@ -32,9 +32,11 @@ pub fn class(op: &Op) -> Class {
         Op::Scalar(_) => Class::Constant,
         Op::Permute { .. } | Op::Reshape { .. } | Op::Slice { .. } => Class::View,
         Op::Unary(..) | Op::Binary(..) | Op::Where(..) | Op::Cast(..) => Class::Elementwise,
-        Op::Reduce { .. } | Op::Softmax { .. } | Op::LayerNorm { .. } | Op::RmsNorm { .. } => {
-            Class::Row
-        }
+        Op::Reduce { .. }
+        | Op::Softmax { .. }
+        | Op::Cumsum { .. }
+        | Op::LayerNorm { .. }
+        | Op::RmsNorm { .. } => Class::Row,
         Op::MatMul(..) => Class::MatMul,
         Op::Concat { .. } => Class::Concat,
         Op::Embedding { .. } | Op::Write { .. } => Class::Standalone,
@@ -359,6 +361,7 @@ fn node_reads(g: &Graph, id: NodeId) -> Vec<(NodeId, Shape)> {
                 Op::MatMul(..) => matmul_operand_shape(g, id, operand),
                 Op::Reduce { .. }
                 | Op::Softmax { .. }
+                | Op::Cumsum { .. }
                 | Op::LayerNorm { .. }
                 | Op::RmsNorm { .. }
                 | Op::Embedding { .. }

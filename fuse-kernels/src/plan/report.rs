@@ -61,7 +61,7 @@ pub fn dump_graph(g: &Graph) -> String {
         let operands: Vec<String> = node.op.operands().iter().map(|o| o.to_string()).collect();
         let extra = match &node.op {
             Op::Reduce { axis, keepdim, .. } => format!(" axis={axis} keepdim={keepdim}"),
-            Op::Softmax { axis, .. } => format!(" axis={axis}"),
+            Op::Softmax { axis, .. } | Op::Cumsum { axis, .. } => format!(" axis={axis}"),
             Op::LayerNorm { eps, .. } | Op::RmsNorm { eps, .. } => format!(" eps={eps:e}"),
             Op::Permute { perm, .. } => format!(" perm={perm:?}"),
             Op::Slice {

@@ -78,6 +78,18 @@ pub fn sum(row: &[f32]) -> f32 {
     lane_sum::<LANES>(row, |x| x)
 }
 
+/// The running sums of `row` into `out` (`out[j]` = `row[0] + .. + row[j]`), summed in f64 and each rounded once
+/// to f32, as PyTorch's CPU `cumsum` sums f32 (a mask's running count stays exact however long the row). A scan
+/// is a chain of additions, each on the one before.
+#[inline(always)]
+pub fn cumsum(row: &[f32], out: &mut [f32]) {
+    let mut total = 0.0f64;
+    for (o, &x) in out.iter_mut().zip(row) {
+        total += f64::from(x);
+        *o = total as f32;
+    }
+}
+
 /// Largest element, NaN where the row holds one (PyTorch's `amax`); -∞ for an empty row.
 #[inline(always)]
 pub fn max(row: &[f32]) -> f32 {

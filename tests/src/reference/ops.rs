@@ -136,6 +136,22 @@ pub fn softmax(a: &RefTensor, axis: usize) -> Option<RefTensor> {
     Some(RefTensor::new(a.shape.clone(), data))
 }
 
+/// The running sum along `axis` (each lane's element `k` is the sum of its elements `0..=k`).
+pub fn cumsum(a: &RefTensor, axis: usize) -> Option<RefTensor> {
+    if axis >= a.shape.len() {
+        return None;
+    }
+    let mut data = a.data.clone();
+    for_each_lane(&a.shape, axis, |base, stride, len| {
+        let mut total = 0.0;
+        for k in 0..len {
+            total += a.data[base + k * stride];
+            data[base + k * stride] = total;
+        }
+    });
+    Some(RefTensor::new(a.shape.clone(), data))
+}
+
 /// Normalises each lane of the last axis: `(x - mean) / sqrt(var + eps) * gamma + beta` with the biased variance.
 pub fn layer_norm(
     a: &RefTensor,

@@ -348,6 +348,7 @@ fn row(plan: &Plan, k: &Kernel, anchor: NodeId) -> TokenStream {
                 #rt::rows::softmax_in_place(&mut row_buf);
                 (#dst).copy_from_slice(&row_buf);
             },
+            Op::Cumsum { .. } => quote!(#rt::rows::cumsum(&row_buf, #dst);),
             Op::LayerNorm { eps, .. } => {
                 let eps = *eps as f32;
                 let (gm, bt) = (&side_names[0], &side_names[1]);

@@ -33,7 +33,9 @@ pub struct RowConfig {
 /// The row input, the axis and the row length and count of a row anchor.
 pub fn geometry(g: &Graph, anchor: NodeId) -> Option<(NodeId, usize, Dim, Dim)> {
     let (x, axis) = match &g.node(anchor).op {
-        Op::Softmax { input, axis } | Op::Reduce { input, axis, .. } => (*input, *axis),
+        Op::Softmax { input, axis }
+        | Op::Cumsum { input, axis }
+        | Op::Reduce { input, axis, .. } => (*input, *axis),
         Op::LayerNorm { input, .. } | Op::RmsNorm { input, .. } => {
             (*input, g.ty(*input).shape.rank().checked_sub(1)?)
         }

@@ -33,6 +33,15 @@ impl Body<'_> {
         }
     }
 
+    /// The inclusive scan of `v` over the row's threads, the chunk's total into `total`.
+    fn scan(&self, v: &str, total: &str) -> String {
+        if self.cfg.threads == 32 {
+            format!("fuse_warp_scan({v}, &{total})")
+        } else {
+            format!("fuse_block_scan({v}, &{total}, smem)")
+        }
+    }
+
     fn max(&self, v: &str) -> String {
         if self.cfg.threads == 32 {
             format!("fuse_warp_max({v})")
@@ -197,6 +206,7 @@ impl Body<'_> {
                 pass(w, "float ss = 0.0f;", "ss += xv * xv;", post)?;
                 write_rows(w, &format!("xv * rstd * {}", self.vector(*gamma)))
             }
+            Op::Cumsum { .. } => self.cumsum(w, ind, cached),
             Op::Reduce { op, .. } => {
                 let (init, step, post) = match op {
                     ReduceOp::Sum => (
@@ -222,6 +232,41 @@ impl Body<'_> {
             }
             other => writeln!(w, "#error \"fuse: {} is not a row op\"", other.name()),
         }
+    }
+
+    /// The running sum along the row, a chunk of one element per thread at a time (every thread of the row takes
+    /// part in each chunk's scan, past the row's end with a 0): the chunk's scan plus the totals of the chunks
+    /// before it, summed in f32 as PyTorch's CUDA `cumsum` does.
+    fn cumsum(&self, w: &mut String, ind: &str, cached: bool) -> fmt::Result {
+        let t = self.cfg.threads;
+        writeln!(w, "{ind}float carry = 0.0f;")?;
+        let inner = format!("{ind}    ");
+        if cached {
+            writeln!(w, "#pragma unroll")?;
+            writeln!(w, "{ind}for (int t = 0; t < {}; ++t) {{", self.cfg.items)?;
+            writeln!(w, "{inner}const long long j = tid + (long long)t * {t};")?;
+            // The cache holds 0 past the row's end.
+            writeln!(w, "{inner}const float v = x[t];")?;
+        } else {
+            writeln!(w, "{ind}for (long long j0 = 0; j0 < len; j0 += {t}) {{")?;
+            writeln!(w, "{inner}const long long j = j0 + tid;")?;
+            writeln!(w, "{inner}float v = 0.0f;")?;
+            writeln!(w, "{inner}if (j < len) {{")?;
+            self.row_value(w, &format!("{inner}    "))?;
+            writeln!(w, "{inner}    v = xv;")?;
+            writeln!(w, "{inner}}}")?;
+        }
+        writeln!(w, "{inner}float chunk;")?;
+        writeln!(
+            w,
+            "{inner}const float y = carry + {};",
+            self.scan("v", "chunk")
+        )?;
+        writeln!(w, "{inner}carry += chunk;")?;
+        writeln!(w, "{inner}if (j < len) {{")?;
+        self.store(w, &format!("{inner}    "), "y", &self.out_at)?;
+        writeln!(w, "{inner}}}")?;
+        writeln!(w, "{ind}}}")
     }
 
     /// gamma / beta at row position `j`.

@@ -286,6 +286,21 @@ fn softmax() {
     assert_close(&got, &[2, 2], &want);
 }
 
+/// Running sums along either axis of [[1, 2, 3], [4, 5, 6]].
+#[test]
+fn cumsum() {
+    let x = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+    for (axis, want) in [
+        (1, [1.0, 3.0, 6.0, 4.0, 9.0, 15.0]),
+        (0, [1.0, 2.0, 3.0, 5.0, 7.0, 9.0]),
+    ] {
+        let mut g = Graph::new();
+        let i = f32_input(&mut g, &[2, 3]);
+        let s = add(&mut g, Op::Cumsum { input: i, axis });
+        assert_close(&run(&mut g, s, &[t(&[2, 3], &x)], &[]), &[2, 3], &want);
+    }
+}
+
 #[test]
 fn norms() {
     // Row 1: mean 2.5, var 1.25, + eps 0.75 = 2 → [-1.5, -0.5, 0.5, 1.5]/√2. Row 2 is constant → beta.
