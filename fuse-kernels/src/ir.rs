@@ -169,6 +169,8 @@ pub enum UnaryOp {
     /// GELU, tanh approximation: `x/2 · (1 + tanh(√(2/π)(x + 0.044715x³)))`.
     GeluTanh,
     Silu,
+    /// The error function, `2/√π ∫₀ˣ e^(−t²) dt` (PyTorch's `erf`; GELU written out by hand uses it).
+    Erf,
     /// Sine and cosine in radians, accurate over every finite f32 (rotary embeddings reach 10⁵ and beyond).
     Sin,
     Cos,
@@ -182,7 +184,7 @@ pub enum UnaryOp {
 }
 
 impl UnaryOp {
-    pub const ALL: [UnaryOp; 18] = [
+    pub const ALL: [UnaryOp; 19] = [
         UnaryOp::Neg,
         UnaryOp::Abs,
         UnaryOp::Exp,
@@ -195,6 +197,7 @@ impl UnaryOp {
         UnaryOp::Gelu,
         UnaryOp::GeluTanh,
         UnaryOp::Silu,
+        UnaryOp::Erf,
         UnaryOp::Sin,
         UnaryOp::Cos,
         UnaryOp::Floor,
@@ -217,6 +220,7 @@ impl UnaryOp {
             UnaryOp::Gelu => "gelu",
             UnaryOp::GeluTanh => "gelu_tanh",
             UnaryOp::Silu => "silu",
+            UnaryOp::Erf => "erf",
             UnaryOp::Sin => "sin",
             UnaryOp::Cos => "cos",
             UnaryOp::Floor => "floor",

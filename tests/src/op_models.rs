@@ -22,7 +22,8 @@ pub mod ops {
                 + pos.pow(&y)
                 + (-x).exp()
                 + x.tanh()
-                + x.sigmoid();
+                + x.sigmoid()
+                + (x * 3.0).erf();
             let acts = x.relu() + x.gelu() + x.gelu_tanh() + x.silu() + x.neg().abs() + x.square()
                 - x.clamp(-0.5, 0.75)
                 + y.clamp(&x, 0.25);

@@ -40,6 +40,7 @@ pub fn unary(op: UnaryOp, a: &RefTensor) -> RefTensor {
             x / 2.0 * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh())
         }
         UnaryOp::Silu => x * sigmoid(x),
+        UnaryOp::Erf => erf(x),
         UnaryOp::Sin => x.sin(),
         UnaryOp::Cos => x.cos(),
         UnaryOp::Floor => x.floor(),

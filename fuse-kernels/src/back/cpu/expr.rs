@@ -180,6 +180,7 @@ pub fn op_expr(g: &Graph, id: NodeId, operand: &dyn Fn(NodeId) -> TokenStream) -
                 UnaryOp::Gelu => quote!(#m::gelu_in::<A>(#a)),
                 UnaryOp::GeluTanh => quote!(#m::gelu_tanh_in::<A>(#a)),
                 UnaryOp::Silu => quote!(#m::silu_in::<A>(#a)),
+                UnaryOp::Erf => quote!(#m::erf_in::<A>(#a)),
                 UnaryOp::Sin => quote!(#m::sin(#a)),
                 UnaryOp::Cos => quote!(#m::cos(#a)),
                 UnaryOp::Floor => quote!(#a.floor()),

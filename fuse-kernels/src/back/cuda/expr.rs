@@ -159,6 +159,7 @@ fn unary(u: UnaryOp, a: &str) -> String {
         UnaryOp::Gelu => format!("fuse_gelu({a})"),
         UnaryOp::GeluTanh => format!("fuse_gelu_tanh({a})"),
         UnaryOp::Silu => format!("fuse_silu({a})"),
+        UnaryOp::Erf => format!("erff({a})"),
         UnaryOp::Sin => format!("fuse_sin({a})"),
         UnaryOp::Cos => format!("fuse_cos({a})"),
         UnaryOp::Floor => format!("floorf({a})"),

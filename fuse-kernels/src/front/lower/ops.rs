@@ -21,6 +21,7 @@ const METHODS: &[(&str, &str)] = &[
     ("gelu", "x.gelu()"),
     ("gelu_tanh", "x.gelu_tanh()"),
     ("silu", "x.silu()"),
+    ("erf", "x.erf()"),
     ("sin", "x.sin()"),
     ("cos", "x.cos()"),
     ("floor", "x.floor()"),
