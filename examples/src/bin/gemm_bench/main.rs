@@ -10,6 +10,8 @@
 //! Where the process may run AMX, the int8 part starts with what the AMX loop itself reaches on W2's middle block
 //! (`amx_ceiling`): the ceiling under the int8 kernel there. `--bandwidth` prints only the read bandwidth over
 //! working sets from 1 MiB to 1 GiB on the pool's threads (`bandwidth`): where a model's weights are read from.
+//! `--decode` prints only a decoding step's one-row products over packed weights in every precision, in GB/s of the
+//! pack read from a cache and from memory, on one thread and on the pool's (`decode`).
 
 use fuse_examples::timing::{cpu_line, thread_seconds};
 use fuse_runtime::cpu::gemm::{sgemm_on, BView, Backend, PackedB, Strided};
@@ -19,6 +21,7 @@ mod amx;
 mod amx_ceiling;
 mod bandwidth;
 mod bf16;
+mod decode;
 mod decode_attention;
 mod fma_peak;
 mod int8;
@@ -196,6 +199,9 @@ fn main() {
     }
     if std::env::args().any(|a| a == "--bandwidth") {
         return bandwidth::report();
+    }
+    if std::env::args().any(|a| a == "--decode") {
+        return decode::report();
     }
     if std::env::args().any(|a| a == "--attention") {
         decode_attention::encoder_report();
