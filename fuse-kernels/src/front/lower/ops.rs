@@ -199,22 +199,16 @@ impl Lowerer<'_> {
                 Some(y) => self.add(Op::MatMul(x, y), at),
                 None => Value::Poison,
             },
-            ("softmax", 1) => match self.axis(&args[0], arg_at[0], x) {
+            // Row ops that keep the row's shape.
+            (row_op @ ("softmax" | "cumsum"), 1) => match self.axis(&args[0], arg_at[0], x) {
                 Some(axis) => self.along_last_axis(
                     x,
                     axis,
                     at,
-                    |input, axis| Op::Softmax { input, axis },
-                    true,
-                ),
-                None => Value::Poison,
-            },
-            ("cumsum", 1) => match self.axis(&args[0], arg_at[0], x) {
-                Some(axis) => self.along_last_axis(
-                    x,
-                    axis,
-                    at,
-                    |input, axis| Op::Cumsum { input, axis },
+                    |input, axis| match row_op {
+                        "softmax" => Op::Softmax { input, axis },
+                        _ => Op::Cumsum { input, axis },
+                    },
                     true,
                 ),
                 None => Value::Poison,
