@@ -142,8 +142,16 @@ pub mod ops {
             #[shape(batch, D)] x: Tensor,
             #[shape(batch, D)] lo: Tensor,
             #[shape(batch, D)] hi: Tensor,
-        ) -> (Tensor, Tensor, Tensor, Tensor, Tensor) {
-            (x.floor(), x.ceil(), x.round(), x.trunc(), x.clamp(&lo, &hi))
+        ) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) {
+            (
+                x.floor(),
+                x.ceil(),
+                x.round(),
+                x.trunc(),
+                x.clamp(&lo, &hi),
+                hi.min(1, true),
+                lo.min(-1, false),
+            )
         }
     }
 
@@ -175,7 +183,16 @@ pub mod ops {
         pub fn forward(
             &self,
             #[shape(batch, seq, D)] x: Tensor,
-        ) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) {
+        ) -> (
+            Tensor,
+            Tensor,
+            Tensor,
+            Tensor,
+            Tensor,
+            Tensor,
+            Tensor,
+            Tensor,
+        ) {
             (
                 x.sum(-1, true) * 2.0,
                 x.mean(2, false),
@@ -183,6 +200,8 @@ pub mod ops {
                 x.sum(1, false),
                 x.mean(0, true),
                 x.max(1, true),
+                x.min(-1, true) + 1.0,
+                (x * 2.0).min(1, false),
             )
         }
     }

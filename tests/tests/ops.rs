@@ -73,7 +73,8 @@ fn cumsum_along_any_axis() {
 }
 
 /// The methods against values this test computes itself: PyTorch's `floor`, `ceil`, `round` (ties to even),
-/// `trunc` and `clamp` (`min(max(x, lo), hi)`: `hi` where `lo > hi`, NaN where any operand is NaN).
+/// `trunc`, `clamp` (`min(max(x, lo), hi)`: `hi` where `lo > hi`, NaN where any operand is NaN) and the `min`
+/// reduction (`amin`: NaN where the lane holds one).
 #[test]
 fn rounding_and_clamp_are_pytorchs() {
     let m = Named::random(14);
@@ -127,6 +128,13 @@ fn rounding_and_clamp_are_pytorchs() {
             .all(|(g, w)| g == w || (g.is_nan() && w.is_nan()));
         assert!(same, "output {i}: {got:?}, want {want:?}");
     }
+    let least = row(&hi).into_iter().fold(f32::INFINITY, f32::min);
+    assert_eq!(
+        (out.5.shape(), out.5.to_f32_vec()),
+        (&[1, 1][..], vec![least])
+    );
+    let nan = out.6.to_f32_vec();
+    assert!(out.6.shape() == [1] && nan[0].is_nan(), "{nan:?}");
 }
 
 /// NaN and ±∞ against the reference, fused (with its attention kernel) and eager: see `NonFinite`.

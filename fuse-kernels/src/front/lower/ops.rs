@@ -37,7 +37,7 @@ const METHODS: &[(&str, &str)] = &[
     ("mul", "a.mul(&b)"),
     ("div", "a.div(&b)"),
     ("max", "a.max(&b) or x.max(axis, keepdim)"),
-    ("min", "a.min(&b)"),
+    ("min", "a.min(&b) or x.min(axis, keepdim)"),
     ("pow", "a.pow(&b)"),
     ("clamp", "x.clamp(lo, hi)"),
     ("lt", "a.lt(&b)"),
@@ -126,7 +126,7 @@ impl Lowerer<'_> {
         }
         let rank = self.g.ty(x).shape.rank();
         match (method.as_str(), args.len()) {
-            ("sum" | "mean" | "max", 2) => {
+            ("sum" | "mean" | "max" | "min", 2) => {
                 let op = match method.as_str() {
                     "sum" => ReduceOp::Sum,
                     "mean" => ReduceOp::Mean,
@@ -152,7 +152,18 @@ impl Lowerer<'_> {
                     axis,
                     keepdim,
                 };
-                self.along_last_axis(x, axis, at, make, keepdim)
+                if method != "min" {
+                    return self.along_last_axis(x, axis, at, make, keepdim);
+                }
+                // The minimum is the negated maximum of the negated values: exact, and NaN where the lane holds
+                // one, as `max` is. Both negations fuse into the reduction's kernel.
+                let Value::Tensor(negated) = self.add(Op::Unary(UnaryOp::Neg, x), at) else {
+                    return Value::Poison;
+                };
+                match self.along_last_axis(negated, axis, at, make, keepdim) {
+                    Value::Tensor(largest) => self.add(Op::Unary(UnaryOp::Neg, largest), at),
+                    other => other,
+                }
             }
             (name, 0) if UnaryOp::from_name(name).is_some() => match UnaryOp::from_name(name) {
                 Some(u) => self.add(Op::Unary(u, x), at),
@@ -262,14 +273,6 @@ impl Lowerer<'_> {
                 Some(axis) => dim_value(&self.g.ty(x).shape.0[axis]),
                 None => Value::Poison,
             },
-            ("min", 2) => {
-                self.diags.error(
-                    at,
-                    "there is no `min` reduction; write `-(-x).max(axis, keepdim)`, or `a.min(&b)` for an \
-                     elementwise minimum",
-                );
-                Value::Poison
-            }
             (_, n) => {
                 self.diags.error(
                     at,
