@@ -318,20 +318,15 @@ fn infer_unchecked(g: &Graph, op: &Op) -> Result<TensorType, TypeError> {
         Op::Concat { inputs, axis } => concat(g, inputs, *axis),
         Op::Embedding { table, ids } => {
             let (t, i) = (ty(*table)?, ty(*ids)?);
-            if i.dtype != DType::I64 {
-                return err(format!(
-                    "embedding ids must be integer ids, but this is {} {}; declare the input as \
-                     `#[shape(..)] ids: Tensor<i64>`",
-                    i.dtype.name(),
-                    g.fmt_shape(&i.shape)
-                ));
-            }
             float_operand(g, "embedding table", &t)?;
             if t.shape.rank() != 2 || t.shape.0[0].as_static().is_none() {
                 return err(format!(
                     "embedding table must be a static 2-D [vocab, dim] tensor, got {}",
                     g.fmt_shape(&t.shape)
                 ));
+            }
+            if i.dtype != DType::I64 {
+                computed_ids(g, *ids, &i, &t.shape.0[0])?;
             }
             // Positions made by an `arange` past the table's end at every dim value: refused here, at the line.
             if let Some((start, len)) = g.arange_behind(*ids) {
@@ -349,6 +344,42 @@ fn infer_unchecked(g: &Graph, op: &Op) -> Result<TensorType, TypeError> {
             Ok(f32_of(Shape(dims)))
         }
     }
+}
+
+/// Ids an embedding reads from a value the model computed: whole numbers whose range [`crate::id_range`] bounds
+/// inside the table (at build time, or by a bound the runtime checks when it binds the dims).
+fn computed_ids(g: &Graph, ids: NodeId, ty: &TensorType, rows: &Dim) -> Result<(), TypeError> {
+    let shape = g.fmt_shape(&ty.shape);
+    let Some(range) = (ty.dtype == DType::F32)
+        .then(|| crate::id_range::of(g, ids))
+        .flatten()
+    else {
+        return err(format!(
+            "embedding ids must be integer ids: an i64 input (`#[shape(..)] ids: Tensor<i64>`), an `arange`, or \
+             ids the model computes from masks, positions and whole constants with `+`, `*`, `cumsum` (RoBERTa's \
+             positions: `(tokens.cumsum(1) * tokens + 1.0).to_i64()`), whose range fuse can bound; this is {} {shape}, \
+             and its range cannot be bounded",
+            ty.dtype.name()
+        ));
+    };
+    let rows_n = rows.as_static().unwrap_or(usize::MAX);
+    let past_end = match range.static_hi() {
+        Some(hi) => usize::try_from(hi).map_or(range.lo < 0, |hi| hi >= rows_n),
+        None => range
+            .as_rows()
+            .is_none_or(|(start, len)| slice_fits(g, &start, &len, rows) == Some(false)),
+    };
+    if range.lo < 0 || past_end {
+        let hi = match &range.m {
+            Some(m) => format!("{} + {}", g.fmt_dim(m), range.c),
+            None => range.c.to_string(),
+        };
+        return err(format!(
+            "embedding ids computed in the model run from {} to {hi}, outside the table's {rows_n} rows",
+            range.lo
+        ));
+    }
+    Ok(())
 }
 
 /// `state.write(axis, start, value)`: `value` has the state's shape except along `axis`, where it must fit at

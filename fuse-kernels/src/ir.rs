@@ -407,7 +407,8 @@ pub enum Op {
         inputs: Vec<NodeId>,
         axis: usize,
     },
-    /// Rows of `table` (`[V, D]`) picked by integer `ids` (any shape) → `ids.shape + [D]`. Out-of-range ids give
+    /// Rows of `table` (`[V, D]`) picked by integer `ids` (any shape; i64, or f32 whole numbers the model computed
+    /// and [`crate::id_range`] bounds) → `ids.shape + [D]`. Out-of-range ids give
     /// zeros in the CPU kernels and an error in the reference; ids come from users, so inputs are validated at run
     /// time before launch.
     Embedding {

@@ -3,6 +3,7 @@
 pub mod back;
 pub mod contract;
 pub mod front;
+pub mod id_range;
 pub mod infer;
 pub mod ir;
 pub mod plan;

@@ -189,7 +189,8 @@ impl Program {
                 let axis = b.axis;
                 return Err(if b.ids {
                     Error::IdOutOfRange {
-                        input: "arange".into(),
+                        // An `arange`, or ids the model computes (`fuse_kernels::id_range`): no input holds them.
+                        input: "ids made in the model".into(),
                         id: i64::try_from(start.saturating_add(len) - 1).unwrap_or(i64::MAX),
                         vocab: size,
                         table: what,

@@ -133,6 +133,37 @@ pub mod ops {
         }
     }
 
+    /// Ids the model computes, looked up in a table of 40 rows: RoBERTa's position ids (from 1 to `seq + 1`), and
+    /// positions from an `arange` shifted by 2 (from 2 to `seq + 1`). Both fit the table up to 38 positions, which
+    /// the runtime checks when it binds `seq`.
+    pub struct ComputedIds {
+        #[shape(40, D)]
+        positions: Tensor,
+    }
+    impl ComputedIds {
+        pub fn forward(&self, #[shape(batch, seq)] ids: Tensor<i64>) -> (Tensor, Tensor) {
+            let tokens = ids.to_f32().ne(1.0).to_f32();
+            let position_ids = (tokens.cumsum(1) * tokens + 1.0).to_i64();
+            let shifted = (arange(0, ids.dim(1)).to_f32() + 2.0).to_i64();
+            (
+                embedding(&self.positions, &position_ids),
+                embedding(&self.positions, &shifted),
+            )
+        }
+    }
+
+    /// RoBERTa's 514 positions read at the ids it computes: whole numbers past what bf16 holds exactly (256).
+    pub struct LongPositions {
+        #[shape(514, D)]
+        positions: Tensor,
+    }
+    impl LongPositions {
+        pub fn forward(&self, #[shape(batch, seq)] ids: Tensor<i64>) -> Tensor {
+            let tokens = ids.to_f32().ne(1.0).to_f32();
+            embedding(&self.positions, &(tokens.cumsum(1) * tokens + 1.0).to_i64())
+        }
+    }
+
     /// Each op named as PyTorch names it, for a test that states the expected values itself (the reference
     /// interprets the graph the front end made, so it cannot tell a method lowered to the wrong ops).
     pub struct Named {}

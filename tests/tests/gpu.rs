@@ -291,6 +291,8 @@ fn specs() -> Vec<&'static ModelSpec> {
         Trig::spec(),
         Rounding::spec(),
         Cumsum::spec(),
+        ComputedIds::spec(),
+        LongPositions::spec(),
         Broadcasts::spec(),
         Masks::spec(),
         RecomputedBroadcasts::spec(),
@@ -783,6 +785,64 @@ fn cumsum_on_gpu() {
         2e-5,
         |b, q, s| cumsum_inputs(b, q * 5, s),
     );
+}
+
+/// Ids computed in the model (RoBERTa's positions, a shifted `arange`) on every path: f32 whole numbers in each
+/// storage type, read by the gather.
+#[test]
+fn computed_ids_on_gpu() {
+    ops_on_gpu(
+        ComputedIds::random(16).into_compiled(),
+        "computed ids",
+        0.0,
+        0.0,
+        |b, q, s| vec![cumsum_inputs(b, q * 4, s).swap_remove(1)],
+    );
+}
+
+/// Computed ids into a table of 514 rows: f16 storage holds them exactly (to 2048) and runs them, bf16 (to 256)
+/// would read rows at rounded ids, so moving the model to the GPU in bf16 is refused with the reason.
+#[test]
+fn computed_ids_past_bf16s_whole_numbers_are_refused_in_bf16() {
+    let Some(device) = gpu() else { return };
+    let cpu = LongPositions::random(17).into_compiled();
+    let ids = cumsum_inputs(2, 300, 5).swap_remove(1);
+    let want = cpu.run(PlanMode::Fused, &[&ids]).expect("CPU run");
+    // f16 rounds the table's values (by 2⁻¹¹ of each at most), not the ids: a row read at another id is off by
+    // about its own size.
+    for (precision, rtol) in [(Precision::F32, 0.0), (Precision::F16, 1e-3)] {
+        let options = GpuOptions {
+            precision,
+            ..GpuOptions::default()
+        };
+        let got = moved(&cpu, &device, options)
+            .run(PlanMode::Fused, &[&ids])
+            .expect("GPU run");
+        assert_close(
+            &format!("{precision:?}"),
+            &got[0],
+            &to_ref(&want[0]),
+            0.0,
+            rtol,
+        );
+    }
+    let copy =
+        CompiledModel::from_weights(cpu.spec(), cpu.weights().expect("f32 weights").to_vec())
+            .expect("a copy");
+    let options = GpuOptions {
+        precision: Precision::Bf16,
+        ..GpuOptions::default()
+    };
+    match copy.to_device_with_options(device, options) {
+        Err(e) => {
+            assert!(
+                e.to_string()
+                    .contains("run this model with f32 or f16 storage"),
+                "{e}"
+            )
+        }
+        Ok(()) => panic!("bf16 storage took ids it cannot hold"),
+    }
 }
 
 #[test]

@@ -72,6 +72,24 @@ fn cumsum_along_any_axis() {
     }
 }
 
+/// Ids computed in the model pick the rows the reference picks, and a `seq` whose ids would reach past the table
+/// is refused before any kernel runs.
+#[test]
+fn ids_computed_in_the_model() {
+    let m = ComputedIds::random(16);
+    for (batch, seq, seed) in cases(16).chain([(2, 38, 7)]) {
+        let ids = &cumsum_inputs(batch, seq, seed)[1];
+        check_model("computed ids", m.compiled(), &[ids], 0.0, 0.0);
+    }
+    let ids = &cumsum_inputs(2, 39, 8)[1];
+    match m.forward(ids) {
+        Err(fuse_runtime::Error::IdOutOfRange { id, vocab, .. }) => {
+            assert_eq!((id, vocab), (40, 40))
+        }
+        other => panic!("39 positions: {:?}", other.map(drop)),
+    }
+}
+
 /// The methods against values this test computes itself: PyTorch's `floor`, `ceil`, `round` (ties to even),
 /// `trunc`, `clamp` (`min(max(x, lo), hi)`: `hi` where `lo > hi`, NaN where any operand is NaN) and the `min`
 /// reduction (`amin`: NaN where the lane holds one).

@@ -4,7 +4,7 @@
 //! refused by inference, at the user's line.
 
 use crate::infer::slice_fits;
-use crate::ir::{Dim, Graph, NodeId, Op};
+use crate::ir::{DType, Dim, Graph, NodeId, Op};
 
 /// `start + len <= size` along `axis` of the value `node` slices.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -81,7 +81,15 @@ pub fn unproved(g: &Graph) -> Vec<SliceBound> {
             // values, so its whole range is checked (a safe over-approximation); inference refuses a range past
             // the table whatever the dims.
             Op::Embedding { table, ids } => {
-                let (start, len) = g.arange_behind(*ids)?;
+                let (start, len) = match g.arange_behind(*ids) {
+                    Some(rows) => rows,
+                    // Ids the model computed: the rows their bound reaches (refused by inference when it cannot
+                    // be bounded, or when it is static and past the table).
+                    None if g.ty(*ids).dtype == DType::F32 => {
+                        crate::id_range::of(g, *ids)?.as_rows()?
+                    }
+                    None => return None,
+                };
                 let size = g.ty(*table).shape.0.first()?.clone();
                 slice_fits(g, &start, &len, &size)
                     .is_none()

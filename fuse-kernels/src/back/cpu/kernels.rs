@@ -636,13 +636,19 @@ fn gather(plan: &Plan, k: &Kernel, node: NodeId) -> TokenStream {
         quote!(+ #ii * #si[#i])
     });
     let decompose = decompose_row(rank);
+    // Ids the model computed are f32 whole numbers, bounded inside the table (`crate::id_range`).
+    let id = if g.ty(ri.access.base).dtype == crate::ir::DType::F32 {
+        quote!(#bi[#oi #(#idx)*] as i64)
+    } else {
+        quote!(#bi[#oi #(#idx)*])
+    };
     quote! {
         #shape
         #setup
         let out = ctx.out_f32(#out);
         #rt::gather_rows(#bt, #ot, ctx.packed_b(), #vocab, #dim, out, &|row: usize| {
             #decompose
-            #bi[#oi #(#idx)*]
+            #id
         });
     }
 }

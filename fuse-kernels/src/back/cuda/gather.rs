@@ -5,8 +5,9 @@ use std::collections::BTreeSet;
 use std::fmt::{self, Write};
 
 use super::elementwise::THREADS;
+use super::StorageType;
 use super::{expr, signature, Ctx};
-use crate::ir::{NodeId, Op};
+use crate::ir::{DType, NodeId, Op};
 
 /// The signature and the grid-stride loop over the output's elements, opened on `i`.
 pub(super) fn loop_head(w: &mut String, cx: &Ctx, symbol: &str) -> fmt::Result {
@@ -58,7 +59,31 @@ pub fn write_gather(w: &mut String, cx: &Ctx, symbol: &str, node: NodeId) -> fmt
         let idx = expr::unravel(w, ind, "at", &ids_access.shape, &needed, "x")?;
         expr::offset(ids_access, &idx)
     };
-    writeln!(w, "{ind}const long long id = in{r}[{ids_offset}];")?;
+    if g.ty(cx.k.reads[r].access.base).dtype == DType::I64 {
+        writeln!(w, "{ind}const long long id = in{r}[{ids_offset}];")?;
+    } else {
+        // Ids the model computed: whole numbers in the storage type, below the table's rows (`crate::id_range`).
+        // A half type holds whole numbers exactly only up to 2^8 (bf16) or 2^11 (f16): past that, an id could be
+        // another row's, so such a table is refused in that storage rather than read at a rounded id.
+        let (exact, storage, instead) = match cx.storage {
+            StorageType::F32 => (1 << 24, "f32", "f32"),
+            StorageType::F16 => (1 << 11, "f16", "f32"),
+            StorageType::Bf16 => (1 << 8, "bf16", "f32 or f16"),
+        };
+        let rows = vocab.as_static().unwrap_or(usize::MAX);
+        if rows > exact + 1 {
+            writeln!(
+                w,
+                "#error \"fuse: an embedding reads ids the model computes from a table of {rows} rows, but {storage} \
+                 storage holds whole numbers exactly only up to {exact}, so an id could be rounded to another \
+                 row's; run this model with {instead} storage on the GPU\""
+            )?;
+        }
+        writeln!(
+            w,
+            "{ind}const long long id = (long long)fuse_to_f32(in{r}[{ids_offset}]);"
+        )?;
+    }
     let row = expr::offset(
         &cx.k.reads[t].access,
         &[Some("id".into()), Some("col".into())],

@@ -32,6 +32,7 @@ const METHODS: &[(&str, &str)] = &[
     ("clone", "x.clone()"),
     ("fused", "expr.fused()"),
     ("to_f32", "ids.to_f32()"),
+    ("to_i64", "positions.to_i64()"),
     ("add", "a.add(&b)"),
     ("sub", "a.sub(&b)"),
     ("mul", "a.mul(&b)"),
@@ -172,6 +173,12 @@ impl Lowerer<'_> {
             ("square", 0) => self.add(Op::Binary(BinaryOp::Mul, x, x), at),
             ("clone", 0) => Value::Tensor(x),
             ("to_f32", 0) => self.add(Op::Cast(x, DType::F32), at),
+            // PyTorch's `.long()`: toward zero. Computed ids stay f32 whole numbers (exact below 2²⁴), which an
+            // embedding reads when their range is bounded (`crate::id_range`); i64 ids are already integers.
+            ("to_i64", 0) => match self.g.ty(x).dtype {
+                DType::I64 => Value::Tensor(x),
+                _ => self.add(Op::Unary(UnaryOp::Trunc, x), at),
+            },
             ("t", 0) => {
                 if rank < 2 {
                     let shape = self.g.fmt_shape(&self.g.ty(x).shape);

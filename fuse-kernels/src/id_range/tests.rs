@@ -1,0 +1,82 @@
+//! Ranges of ids made in a model, captured from source as a user writes them.
+
+use super::{of, IdRange};
+use crate::ir::Dim;
+
+/// The range of `forward`'s returned value, over `ids` `[b, s]` (i64) and `x` `[b, s]` (f32); `None` when it is
+/// not bounded.
+fn range(body: &str) -> Option<IdRange> {
+    let source = format!(
+        "#[fused_model] mod m {{ pub struct M {{}} impl M {{ pub fn forward(&self, #[shape(b, s)] ids: \
+         Tensor<i64>, #[shape(b, s)] x: Tensor) -> Tensor {{ {body} }} }} }}"
+    );
+    let capture = crate::front::capture_str(&source).unwrap_or_else(|e| panic!("{e}"));
+    assert!(capture.errors.is_none(), "{body}: does not capture");
+    let g = &capture.models[0].graph;
+    of(g, g.outputs[0])
+}
+
+fn seq(coeff: usize) -> Option<Dim> {
+    Some(Dim {
+        coeff,
+        syms: vec![1],
+    })
+}
+
+#[test]
+fn robertas_positions_run_from_one_to_seq_plus_one() {
+    let tokens = "let t = ids.to_f32().ne(1.0).to_f32();";
+    let want = IdRange {
+        lo: 1,
+        c: 1,
+        m: seq(1),
+    };
+    assert_eq!(
+        range(&format!("{tokens} t.cumsum(1) * t + 1.0")),
+        Some(want.clone())
+    );
+    assert_eq!(want.as_rows(), Some((Dim::fixed(2), seq(1).unwrap())));
+    // Twice the count, less a constant; a mask's constant bound folds into the constant.
+    assert_eq!(
+        range(&format!("{tokens} (t.cumsum(1) * 2.0 + 3.0 - 3.0).floor()")),
+        Some(IdRange {
+            lo: 0,
+            c: 0,
+            m: seq(2)
+        })
+    );
+    assert_eq!(
+        range(&format!("{tokens} where_(t.gt(0.0), t * 5.0, t + 2.0)")),
+        Some(IdRange {
+            lo: 0,
+            c: 5,
+            m: None
+        })
+    );
+    // Positions from an arange, offset.
+    assert_eq!(
+        range("arange(0, x.dim(1)).to_f32().reshape([1, x.dim(1)]) + 2.0"),
+        Some(IdRange {
+            lo: 2,
+            c: 1,
+            m: seq(1)
+        })
+    );
+}
+
+#[test]
+fn values_without_a_provable_range_are_not_bounded() {
+    for body in [
+        "x",
+        "x.relu()",
+        "ids.to_f32()",
+        "x.gt(0.0).to_f32() * x",
+        "x.gt(0.0).to_f32() * 0.5",
+        "x.gt(0.0).to_f32() - x",
+        "x.gt(0.0).to_f32() / 2.0",
+        "x.gt(0.0).to_f32().cumsum(1) * x.gt(0.0).to_f32().cumsum(1)",
+        "x.gt(0.0).to_f32().exp()",
+    ] {
+        assert_eq!(range(body), None, "{body}");
+    }
+}
