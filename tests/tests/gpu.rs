@@ -562,15 +562,17 @@ fn mpnet_on_gpu() {
     for (batch, seq) in shapes(&device, &[(1, 3), (2, 70), (4, 78)], &[(1, 3), (2, 70)]) {
         let shape = [batch, seq];
         let mask = right_padded_mask(batch, seq);
-        // transformers' position ids: real tokens count from 2, padding is 1.
-        let positions = mask
+        // Padding holds the padding id (1), from which the model's position ids start.
+        let ids = Tensor::uniform_ids(&shape, 100, seq as u64);
+        let ids = ids
+            .as_i64()
+            .expect("i64 ids")
             .iter()
-            .enumerate()
-            .map(|(i, &m)| if m > 0.0 { (i % seq) as i64 + 2 } else { 1 })
+            .zip(&mask)
+            .map(|(&id, &m)| if m > 0.0 { id } else { 1 })
             .collect();
         let inputs = [
-            Tensor::uniform_ids(&shape, 100, seq as u64),
-            Tensor::from_i64(&shape, positions).expect("positions"),
+            Tensor::from_i64(&shape, ids).expect("ids"),
             Tensor::from_f32(&shape, mask).expect("mask"),
         ];
         let refs: Vec<&Tensor> = inputs.iter().collect();

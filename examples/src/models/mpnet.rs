@@ -29,6 +29,8 @@ pub mod mpnet_tiny {
     pub const BUCKETS: usize = 32;
     /// Added to the scores of padded keys (see `minilm::MASK_VALUE` for why not `f32::MIN`).
     pub const MASK_VALUE: f64 = -1e9;
+    /// The padding token's id, which transformers' position ids also start from.
+    pub const PADDING_ID: f64 = 1.0;
 
     pub struct LayerNorm {
         #[shape(HIDDEN)]
@@ -55,7 +57,12 @@ pub mod mpnet_tiny {
     }
 
     impl Embeddings {
-        pub fn forward(&self, input_ids: Tensor<i64>, position_ids: Tensor<i64>) -> Tensor {
+        /// Positions as transformers' `create_position_ids_from_input_ids` makes them: real tokens count from
+        /// `PADDING_ID + 1`, padding stays at `PADDING_ID` (ids from 1 to `seq + 1`, checked against the table's
+        /// `MAX_POSITIONS` rows when `seq` is bound).
+        pub fn forward(&self, input_ids: Tensor<i64>) -> Tensor {
+            let tokens = input_ids.to_f32().ne(PADDING_ID).to_f32();
+            let position_ids = (tokens.cumsum(1) * tokens + PADDING_ID).to_i64();
             let x = embedding(&self.word, &input_ids) + embedding(&self.position, &position_ids);
             self.norm.forward(&x)
         }
@@ -127,18 +134,17 @@ pub mod mpnet_tiny {
     }
 
     impl MpNet {
-        /// The last hidden state `[batch, seq, HIDDEN]`. `position_ids` are transformers' (real tokens count from
-        /// 2, padding is 1: `create_position_ids_from_input_ids`); `attention_mask` is 1.0 for real tokens.
+        /// The last hidden state `[batch, seq, HIDDEN]`; `attention_mask` is 1.0 for real tokens. The position ids
+        /// are made from `input_ids`, as transformers makes them when it is given none.
         pub fn forward(
             &self,
             #[shape(batch, seq)] input_ids: Tensor<i64>,
-            #[shape(batch, seq)] position_ids: Tensor<i64>,
             #[shape(batch, seq)] attention_mask: Tensor,
         ) -> Tensor {
             let (b, s) = (input_ids.dim(0), input_ids.dim(1));
             let mask = (1.0 - attention_mask.reshape([b, 1, 1, s])) * MASK_VALUE;
             let position_bias = self.encoder.relative_attention_bias.forward(s);
-            let mut x = self.embeddings.forward(&input_ids, &position_ids);
+            let mut x = self.embeddings.forward(&input_ids);
             for layer in &self.encoder.layers {
                 x = layer.forward(&x, &position_bias, &mask);
             }
