@@ -9,6 +9,9 @@
 
 use crate::ir::{BinaryOp, DType, Dim, Graph, NodeId, Op, UnaryOp};
 
+/// f32 holds every whole number below this exactly (2²⁴): a computed id is one of them.
+pub const F32_WHOLE_NUMBERS: usize = 1 << 24;
+
 /// Every value of a node lies in `lo..=c + m` (`m` absent: the bound is the constant `c`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IdRange {
@@ -80,7 +83,7 @@ fn add_monomials(a: &Option<Dim>, b: &Option<Dim>) -> Option<Option<Dim>> {
 pub fn of(g: &Graph, node: NodeId) -> Option<IdRange> {
     let r = |n: NodeId| of(g, n);
     match &g.node(node).op {
-        Op::Scalar(v) => (v.fract() == 0.0 && *v >= 0.0 && *v < 16_777_216.0)
+        Op::Scalar(v) => (v.fract() == 0.0 && *v >= 0.0 && *v < F32_WHOLE_NUMBERS as f64)
             .then(|| IdRange::constant(*v as i64)),
         // A mask (a comparison's result, or one made into f32) holds 0 or 1.
         _ if g.ty(node).dtype == DType::Bool => Some(IdRange {
@@ -110,9 +113,9 @@ pub fn of(g: &Graph, node: NodeId) -> Option<IdRange> {
             )
         }
         Op::Binary(BinaryOp::Sub, a, b) => {
-            let (a, k) = (r(*a)?, r(*b)?.static_hi()?);
+            let (a, b) = (r(*a)?, r(*b)?);
             // Only a constant comes off: then both ends move by it.
-            (r(*b)?.lo == k).then_some(())?;
+            let k = b.static_hi().filter(|&k| k == b.lo)?;
             Some(IdRange {
                 lo: a.lo.checked_sub(k)?,
                 c: a.c.checked_sub(k)?,

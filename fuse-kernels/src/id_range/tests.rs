@@ -16,11 +16,16 @@ fn range(body: &str) -> Option<IdRange> {
     of(g, g.outputs[0])
 }
 
-fn seq(coeff: usize) -> Option<Dim> {
-    Some(Dim {
+/// `coeff · seq` (`seq` is the second dim the capture names).
+fn seq_dim(coeff: usize) -> Dim {
+    Dim {
         coeff,
         syms: vec![1],
-    })
+    }
+}
+
+fn seq(coeff: usize) -> Option<Dim> {
+    Some(seq_dim(coeff))
 }
 
 #[test]
@@ -35,7 +40,7 @@ fn robertas_positions_run_from_one_to_seq_plus_one() {
         range(&format!("{tokens} t.cumsum(1) * t + 1.0")),
         Some(want.clone())
     );
-    assert_eq!(want.as_rows(), Some((Dim::fixed(2), seq(1).unwrap())));
+    assert_eq!(want.as_rows(), Some((Dim::fixed(2), seq_dim(1))));
     // Twice the count, less a constant; a mask's constant bound folds into the constant.
     assert_eq!(
         range(&format!("{tokens} (t.cumsum(1) * 2.0 + 3.0 - 3.0).floor()")),

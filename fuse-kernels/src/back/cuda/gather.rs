@@ -66,7 +66,7 @@ pub fn write_gather(w: &mut String, cx: &Ctx, symbol: &str, node: NodeId) -> fmt
         // A half type holds whole numbers exactly only up to 2^8 (bf16) or 2^11 (f16): past that, an id could be
         // another row's, so such a table is refused in that storage rather than read at a rounded id.
         let (exact, storage, instead) = match cx.storage {
-            StorageType::F32 => (1 << 24, "f32", "f32"),
+            StorageType::F32 => (crate::id_range::F32_WHOLE_NUMBERS, "f32", "f32"),
             StorageType::F16 => (1 << 11, "f16", "f32"),
             StorageType::Bf16 => (1 << 8, "bf16", "f32 or f16"),
         };
