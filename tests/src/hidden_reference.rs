@@ -35,7 +35,7 @@ impl HiddenReference {
         HiddenReference { doc, batch, seq }
     }
 
-    /// The `[batch, seq]` integers under `key` (`input_ids`, `position_ids`).
+    /// The `[batch, seq]` integers under `key` (`input_ids`).
     pub fn ids(&self, key: &str) -> Tensor {
         let values = self.flat(key, |v| v.as_i64().expect("an integer"));
         Tensor::from_i64(&[self.batch, self.seq], values).expect("[batch, seq] ids")
