@@ -12,13 +12,12 @@ real position.
 Deps (PyPI): torch, transformers.   Usage: scripts/gpt2_reference.py [--out FILE]
 """
 
-import argparse
-import json
 import math
 
 import torch
 from transformers import GPT2Config, GPT2Model
 
+from hidden_reference import eager_model, out_path, padded_batch, write
 from llama_reference import weight
 
 CONFIG = dict(
@@ -55,32 +54,13 @@ def init_weights(model):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="tests/data/gpt2_hidden.json")
-    args = ap.parse_args()
-    config = GPT2Config(**CONFIG)
-    config._attn_implementation = "eager"
-    model = GPT2Model(config).eval()
+    out = out_path("tests/data/gpt2_hidden.json")
+    model = eager_model(GPT2Model, GPT2Config(**CONFIG))
     init_weights(model)
-    generator = torch.Generator().manual_seed(11)
-    ids = torch.randint(0, CONFIG["vocab_size"], (len(LENGTHS), SEQ), generator=generator)
-    mask = torch.zeros(len(LENGTHS), SEQ, dtype=torch.long)
-    for row, length in enumerate(LENGTHS):
-        mask[row, :length] = 1
+    ids, mask = padded_batch(CONFIG["vocab_size"], SEQ, LENGTHS, seed=11)
     with torch.no_grad():
         hidden = model(input_ids=ids, attention_mask=mask).last_hidden_state
-    doc = {
-        "made_by": "scripts/gpt2_reference.py",
-        "transformers": __import__("transformers").__version__,
-        "torch": torch.__version__,
-        "config": CONFIG,
-        "input_ids": ids.tolist(),
-        "attention_mask": mask.tolist(),
-        "hidden": [[[round(float(v), 7) for v in hidden[b, p]] for p in range(n)] for b, n in enumerate(LENGTHS)],
-    }
-    with open(args.out, "w") as f:
-        json.dump(doc, f)
-        f.write("\n")
+    write(out, "scripts/gpt2_reference.py", CONFIG, ids, mask, hidden)
 
 
 if __name__ == "__main__":

@@ -10,19 +10,19 @@ what this script writes, `tests/data/mpnet_hidden.json`.
 The batch holds two right-padded sequences of 72 positions, so every distance from 0 to 71 reaches the buckets,
 among them 16, 32 and 64, where `log(n / 8) / log(16) · 8` is an integer and the bucket depends on that quotient
 rounding to it exactly. The relative bias table is drawn wide (uniform in [-2, 2]) so a bucket off by one moves the
-hidden states far beyond the test's tolerance. The file holds the ids, the mask, HF's position ids (padding index 1,
-real tokens from 2) and the last hidden state of a few positions of each sequence.
+hidden states far beyond the test's tolerance. Padding holds the padding id (1), from which transformers makes the
+position ids itself, as the model under test does (real tokens from 2). The file holds the ids, the mask and the last
+hidden state of a few positions of each sequence.
 
 Deps (PyPI): torch, transformers.   Usage: scripts/mpnet_reference.py [--out FILE]
 """
 
-import argparse
-import json
 import math
 
 import torch
 from transformers import MPNetConfig, MPNetModel
 
+from hidden_reference import eager_model, out_path, padded_batch, write
 from llama_reference import weight
 
 CONFIG = dict(
@@ -38,6 +38,7 @@ CONFIG = dict(
     hidden_dropout_prob=0.0,
     attention_probs_dropout_prob=0.0,
 )
+PADDING_ID = 1
 SEQ = 72
 LENGTHS = [72, 50]
 POSITIONS = [0, 1, 7, 8, 15, 16, 17, 31, 32, 33, 49, 63, 64, 65, 71]
@@ -61,37 +62,15 @@ def init_weights(model):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="tests/data/mpnet_hidden.json")
-    args = ap.parse_args()
-    config = MPNetConfig(**CONFIG)
-    config._attn_implementation = "eager"
-    model = MPNetModel(config, add_pooling_layer=False).eval()
+    out = out_path("tests/data/mpnet_hidden.json")
+    model = eager_model(MPNetModel, MPNetConfig(**CONFIG), add_pooling_layer=False)
     init_weights(model)
-    generator = torch.Generator().manual_seed(7)
-    ids = torch.randint(2, CONFIG["vocab_size"], (len(LENGTHS), SEQ), generator=generator)
-    mask = torch.zeros(len(LENGTHS), SEQ, dtype=torch.long)
-    for row, length in enumerate(LENGTHS):
-        mask[row, :length] = 1
-        ids[row, length:] = 1
-    # What `create_position_ids_from_input_ids` makes: real tokens count from 2, padding stays at 1.
-    positions = torch.cumsum(mask, dim=1) * mask + 1
+    ids, mask = padded_batch(CONFIG["vocab_size"], SEQ, LENGTHS, seed=7, low=2, pad=PADDING_ID)
+    # No position ids: transformers makes them from the padding (`create_position_ids_from_input_ids`), as the
+    # model under test does.
     with torch.no_grad():
-        hidden = model(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state
-    doc = {
-        "made_by": "scripts/mpnet_reference.py",
-        "transformers": __import__("transformers").__version__,
-        "torch": torch.__version__,
-        "config": CONFIG,
-        "input_ids": ids.tolist(),
-        "attention_mask": mask.tolist(),
-        "position_ids": positions.tolist(),
-        "positions": POSITIONS,
-        "hidden": [[[round(float(v), 7) for v in hidden[b, p]] for p in POSITIONS] for b in range(len(LENGTHS))],
-    }
-    with open(args.out, "w") as f:
-        json.dump(doc, f)
-        f.write("\n")
+        hidden = model(input_ids=ids, attention_mask=mask).last_hidden_state
+    write(out, "scripts/mpnet_reference.py", CONFIG, ids, mask, hidden, POSITIONS)
 
 
 if __name__ == "__main__":

@@ -13,13 +13,12 @@ among them 16, 32 and 64, where the bucket's quotient is an integer; the bias ta
 Deps (PyPI): torch, transformers.   Usage: scripts/t5_reference.py [--out FILE]
 """
 
-import argparse
-import json
 import math
 
 import torch
 from transformers import T5Config, T5EncoderModel
 
+from hidden_reference import eager_model, out_path, padded_batch, write
 from llama_reference import weight
 
 CONFIG = dict(
@@ -56,36 +55,14 @@ def init_weights(model):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="tests/data/t5_hidden.json")
-    args = ap.parse_args()
-    config = T5Config(**CONFIG)
-    config._attn_implementation = "eager"
-    model = T5EncoderModel(config).eval()
+    out = out_path("tests/data/t5_hidden.json")
+    model = eager_model(T5EncoderModel, T5Config(**CONFIG))
     init_weights(model)
     names = [name for name, _ in model.named_parameters()]
-    generator = torch.Generator().manual_seed(5)
-    ids = torch.randint(2, CONFIG["vocab_size"], (len(LENGTHS), SEQ), generator=generator)
-    mask = torch.zeros(len(LENGTHS), SEQ, dtype=torch.long)
-    for row, length in enumerate(LENGTHS):
-        mask[row, :length] = 1
-        ids[row, length:] = 0
+    ids, mask = padded_batch(CONFIG["vocab_size"], SEQ, LENGTHS, seed=5, low=2, pad=0)
     with torch.no_grad():
         hidden = model(input_ids=ids, attention_mask=mask).last_hidden_state
-    doc = {
-        "made_by": "scripts/t5_reference.py",
-        "transformers": __import__("transformers").__version__,
-        "torch": torch.__version__,
-        "config": CONFIG,
-        "parameters": names,
-        "input_ids": ids.tolist(),
-        "attention_mask": mask.tolist(),
-        "positions": POSITIONS,
-        "hidden": [[[round(float(v), 7) for v in hidden[b, p]] for p in POSITIONS] for b in range(len(LENGTHS))],
-    }
-    with open(args.out, "w") as f:
-        json.dump(doc, f)
-        f.write("\n")
+    write(out, "scripts/t5_reference.py", CONFIG, ids, mask, hidden, POSITIONS, parameters=names)
 
 
 if __name__ == "__main__":

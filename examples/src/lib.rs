@@ -14,5 +14,6 @@ pub mod models {
     pub mod mlp;
     pub mod mpnet;
     pub mod relative_bias;
+    pub mod roberta;
     pub mod t5;
 }

@@ -147,7 +147,7 @@ pub fn rel_l2_floored(got: &Tensor, want: &Tensor, floor: f64) -> f64 {
 }
 
 /// The weights of the tests that compare with transformers (`weight` in `scripts/llama_reference.py`, which the
-/// MPNet and GPT-2 scripts import): `offset + scale·u`, u uniform in [-1, 1) from splitmix64 seeded by
+/// MPNet, RoBERTa, T5 and GPT-2 scripts import): `offset + scale·u`, u uniform in [-1, 1) from splitmix64 seeded by
 /// the FNV-1a hash of the tensor's name (the top 24 bits of each draw), so no checkpoint is committed.
 pub fn named_weight(name: &str, shape: &[usize], scale: f64, offset: f64) -> Tensor {
     let mut state = name.bytes().fold(0xCBF2_9CE4_8422_2325_u64, |h, b| {
@@ -166,4 +166,22 @@ pub fn named_weight(name: &str, shape: &[usize], scale: f64, offset: f64) -> Ten
         })
         .collect();
     Tensor::from_f32(shape, data).expect("shape matches")
+}
+
+/// A BERT-like model's parameter `name`, drawn as `init_weights` in `scripts/mpnet_reference.py` draws it (the
+/// RoBERTa script imports it): norms' weights near 1, relative-bias tables ±2, embeddings ±1, biases ±0.1, and
+/// products' weights uniform with a spread of 1/√fan_in.
+pub fn bert_weight(name: &str, shape: &[usize]) -> Tensor {
+    let (scale, offset) = if name.contains("LayerNorm.weight") {
+        (0.2, 1.0)
+    } else if name.ends_with("relative_attention_bias.weight") {
+        (2.0, 0.0)
+    } else if name.contains("embeddings") {
+        (1.0, 0.0)
+    } else if name.ends_with("bias") {
+        (0.1, 0.0)
+    } else {
+        ((3.0 / shape[1] as f64).sqrt(), 0.0)
+    };
+    named_weight(name, shape, scale, offset)
 }

@@ -1,7 +1,7 @@
 //! The reference files of the tests that hold an example model's last hidden state to transformers'
-//! (`tests/data/{mpnet,gpt2,t5}_hidden.json`, made by `scripts/{mpnet,gpt2,t5}_reference.py`): the inputs of a
-//! right-padded batch, and hidden rows of each sequence, at the positions the file lists (`positions`) or at every
-//! real one.
+//! (`tests/data/{mpnet,roberta,gpt2,t5}_hidden.json`, made by `scripts/{mpnet,roberta,gpt2,t5}_reference.py`, which
+//! share `scripts/hidden_reference.py`): the inputs of a right-padded batch, and hidden rows of each sequence, at the
+//! positions the file lists (`positions`) or at every real one.
 
 use std::path::Path;
 

@@ -21,7 +21,8 @@
 use fuse_examples::models::llama::tiny::{TinyLlama, TinyLlamaCached};
 use fuse_examples::models::{
     chain::chain::Chain, encoder::encoder::EncoderLayer, gpt2::gpt2_tiny::Gpt2,
-    minilm::minilm::MiniLm, mlp::mlp::Mlp, mpnet::mpnet_tiny::MpNet, t5::t5_tiny::T5Encoder,
+    minilm::minilm::MiniLm, mlp::mlp::Mlp, mpnet::mpnet_tiny::MpNet,
+    roberta::roberta_tiny::Roberta, t5::t5_tiny::T5Encoder,
 };
 use fuse_kernels::back::cuda::{
     launches, write_cuda, write_cuda_with, Grid, Options, Role, StorageType,
@@ -283,6 +284,7 @@ fn specs() -> Vec<&'static ModelSpec> {
         Chain::spec(),
         MiniLm::spec(),
         MpNet::spec(),
+        Roberta::spec(),
         Gpt2::spec(),
         T5Encoder::spec(),
         TinyLlama::spec(),
@@ -552,6 +554,20 @@ fn right_padded_mask(batch: usize, seq: usize) -> Vec<f32> {
         .collect()
 }
 
+/// `[batch, seq]` ids below `vocab` with the padding id where `mask` is 0, as a tokenizer pads for a model that
+/// makes its positions from the padding (MPNet, RoBERTa).
+fn padded_ids(shape: [usize; 2], vocab: i64, mask: &[f32], padding_id: i64) -> Tensor {
+    let ids = Tensor::uniform_ids(&shape, vocab, shape[1] as u64);
+    let ids = ids
+        .as_i64()
+        .expect("i64 ids")
+        .iter()
+        .zip(mask)
+        .map(|(&id, &m)| if m > 0.0 { id } else { padding_id })
+        .collect();
+    Tensor::from_i64(&shape, ids).expect("ids")
+}
+
 /// The example MPNet: its relative position bias (buckets from `log` and `trunc` of each distance, a one-hot of
 /// them times the table) on sequences long enough for the distances 16, 32 and 64, where the bucket's quotient is
 /// an integer.
@@ -560,23 +576,30 @@ fn mpnet_on_gpu() {
     let Some(device) = gpu() else { return };
     let m = OnGpu::example(MpNet::random(13).into_compiled(), &device);
     for (batch, seq) in shapes(&device, &[(1, 3), (2, 70), (4, 78)], &[(1, 3), (2, 70)]) {
-        let shape = [batch, seq];
         let mask = right_padded_mask(batch, seq);
-        // Padding holds the padding id (1), from which the model's position ids start.
-        let ids = Tensor::uniform_ids(&shape, 100, seq as u64);
-        let ids = ids
-            .as_i64()
-            .expect("i64 ids")
-            .iter()
-            .zip(&mask)
-            .map(|(&id, &m)| if m > 0.0 { id } else { 1 })
-            .collect();
         let inputs = [
-            Tensor::from_i64(&shape, ids).expect("ids"),
-            Tensor::from_f32(&shape, mask).expect("mask"),
+            padded_ids([batch, seq], 100, &mask, 1),
+            Tensor::from_f32(&[batch, seq], mask).expect("mask"),
         ];
         let refs: Vec<&Tensor> = inputs.iter().collect();
         m.check(&format!("mpnet {batch}x{seq}"), &refs, 2e-4, 2e-4);
+    }
+}
+
+/// The example RoBERTa: position ids made from the padding by a scan, read by the gather that follows it, up to
+/// the longest sequence its table allows.
+#[test]
+fn roberta_on_gpu() {
+    let Some(device) = gpu() else { return };
+    let m = OnGpu::example(Roberta::random(17).into_compiled(), &device);
+    for (batch, seq) in shapes(&device, &[(1, 3), (2, 33), (3, 40)], &[(1, 3), (3, 40)]) {
+        let mask = right_padded_mask(batch, seq);
+        let inputs = [
+            padded_ids([batch, seq], 100, &mask, 1),
+            Tensor::from_f32(&[batch, seq], mask).expect("mask"),
+        ];
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        m.check(&format!("roberta {batch}x{seq}"), &refs, 2e-4, 2e-4);
     }
 }
 
