@@ -99,18 +99,17 @@ impl SentenceEmbedder {
     }
 
     pub fn embed_batch(&self, batch: &Batch) -> fuse_runtime::Result<Tensor> {
-        let [ids, types, positions, mask] = inputs(batch)?;
-        self.model.forward(&ids, &types, &positions, &mask)
+        let [ids, types, mask] = inputs(batch)?;
+        self.model.forward(&ids, &types, &mask)
     }
 }
 
-/// The model's four input tensors for a tokenised batch.
-pub fn inputs(batch: &Batch) -> fuse_runtime::Result<[Tensor; 4]> {
+/// The model's three input tensors for a tokenised batch.
+pub fn inputs(batch: &Batch) -> fuse_runtime::Result<[Tensor; 3]> {
     let shape = [batch.batch, batch.seq];
     Ok([
         Tensor::from_i64(&shape, batch.input_ids.clone())?,
         Tensor::from_i64(&shape, batch.token_type_ids.clone())?,
-        Tensor::from_i64(&shape, batch.position_ids.clone())?,
         Tensor::from_f32(&shape, batch.attention_mask.clone())?,
     ])
 }

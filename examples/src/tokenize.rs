@@ -20,8 +20,6 @@ pub struct Batch {
     pub seq: usize,
     pub input_ids: Vec<i64>,
     pub token_type_ids: Vec<i64>,
-    /// `0..seq` on every row: the model has no iota op, so positions come in as an input.
-    pub position_ids: Vec<i64>,
     /// 1.0 for real tokens, 0.0 for padding (f32 because the model turns it into the attention bias directly).
     pub attention_mask: Vec<f32>,
 }
@@ -95,7 +93,6 @@ impl SentenceTokenizer {
             seq,
             input_ids: Vec::with_capacity(encodings.len() * seq),
             token_type_ids: Vec::with_capacity(encodings.len() * seq),
-            position_ids: Vec::with_capacity(encodings.len() * seq),
             attention_mask: Vec::with_capacity(encodings.len() * seq),
         };
         for enc in &encodings {
@@ -109,7 +106,6 @@ impl SentenceTokenizer {
                 .extend(enc.get_ids().iter().map(|&id| i64::from(id)));
             out.token_type_ids
                 .extend(enc.get_type_ids().iter().map(|&t| i64::from(t)));
-            out.position_ids.extend(0..seq as i64);
             out.attention_mask
                 .extend(enc.get_attention_mask().iter().map(|&m| m as f32));
         }
@@ -160,7 +156,6 @@ mod tests {
         assert_eq!(b.input_ids[..12], fox);
         assert_eq!(b.input_ids[12..], hello);
         assert!(b.token_type_ids.iter().all(|&t| t == 0));
-        assert_eq!(b.position_ids[12..], (0..12).collect::<Vec<i64>>());
         let mask = &b.attention_mask[12..];
         assert_eq!(mask, [[1.0; 6], [0.0; 6]].concat());
     }

@@ -75,7 +75,8 @@ pub enum Error {
     /// before any kernel runs.
     #[error("narrow of axis {axis} of {what}: start {start} + length {len} > {size}")]
     NarrowOutOfRange {
-        /// The shape it slices and the slice's node, e.g. `[128, 64] (%7)`.
+        /// A parameter's name and shape (`embeddings.position_embeddings.weight [512, 384]`), else the shape it
+        /// slices and the slice's node (`[128, 64] (%7)`).
         what: String,
         axis: usize,
         start: usize,

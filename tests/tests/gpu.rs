@@ -516,21 +516,15 @@ fn tiny_llama_on_gpu() {
     }
 }
 
-/// MiniLM's four inputs: random ids, token types 0/1, positions 0..seq, a padding mask.
-fn minilm_inputs(batch: usize, seq: usize, seed: u64) -> [Tensor; 4] {
+/// MiniLM's three inputs: random ids, token types 0/1, a padding mask.
+fn minilm_inputs(batch: usize, seq: usize, seed: u64) -> [Tensor; 3] {
     let shape = [batch, seq];
     let ids = Tensor::uniform_ids(&shape, 30522, seed);
     let types = Tensor::uniform_ids(&shape, 2, seed + 1);
-    let positions: Vec<i64> = (0..batch).flat_map(|_| 0..seq as i64).collect();
     let mask: Vec<f32> = (0..batch)
         .flat_map(|b| (0..seq).map(move |s| if s + b < seq + 1 { 1.0 } else { 0.0 }))
         .collect();
-    [
-        ids,
-        types,
-        Tensor::from_i64(&shape, positions).expect("positions"),
-        Tensor::from_f32(&shape, mask).expect("mask"),
-    ]
+    [ids, types, Tensor::from_f32(&shape, mask).expect("mask")]
 }
 
 #[test]

@@ -74,17 +74,21 @@ fn example_models_at_a_dim_of_zero() {
     let minilm = MiniLm::random(5);
     let call = |batch: usize, seq: usize| {
         let ids = Tensor::from_i64(&[batch, seq], vec![1; batch * seq]).unwrap();
-        let positions = Tensor::from_i64(
-            &[batch, seq],
-            (0..batch * seq).map(|i| (i % seq.max(1)) as i64).collect(),
-        )
-        .unwrap();
         let mask = Tensor::from_f32(&[batch, seq], vec![1.0; batch * seq]).unwrap();
-        minilm.forward(&ids, &ids, &positions, &mask)
+        minilm.forward(&ids, &ids, &mask)
     };
     assert_eq!(call(0, 7).unwrap().shape(), [0, 384]);
     assert_eq!(call(2, 7).unwrap().shape(), [2, 384]);
     assert_eq!(call(0, 0).unwrap().shape(), [0, 384]);
+    // The positions are the table's first `seq` rows: one past its 512 is refused, not read past.
+    assert_eq!(call(1, 512).unwrap().shape(), [1, 384]);
+    match call(1, 513) {
+        Err(e @ Error::NarrowOutOfRange { .. }) => assert_eq!(
+            e.to_string(),
+            "narrow of axis 0 of embeddings.position_embeddings.weight [512, 384]: start 0 + length 513 > 512"
+        ),
+        other => panic!("MiniLM at seq 513: {other:?}"),
+    }
     match call(2, 0) {
         Err(Error::ZeroDim { dim, unless }) => {
             assert_eq!(

@@ -91,7 +91,6 @@ fn bench(embedder: &SentenceEmbedder, as_json: bool) -> Result<(), Box<dyn std::
             })
             .collect(),
         token_type_ids: vec![0; b * s],
-        position_ids: (0..b * s).map(|i| (i % s) as i64).collect(),
         attention_mask: vec![1.0; b * s],
     };
     let inputs = inputs(&batch)?;

@@ -174,8 +174,14 @@ fn tables(plan: &Plan, function_of: &[usize]) -> ProgramTables {
     let slice_bounds = crate::plan::bounds::unproved(g)
         .into_iter()
         .map(|b| SliceBound {
+            // A parameter by its checkpoint name (the table an id or a position is past); else the shape and node.
             what: match g.node(b.input).op {
                 Op::Param(i) if b.ids => g.params[i as usize].name.clone(),
+                Op::Param(i) => format!(
+                    "{} {}",
+                    g.params[i as usize].name,
+                    g.fmt_shape(&g.ty(b.input).shape)
+                ),
                 _ => format!("{} ({})", g.fmt_shape(&g.ty(b.input).shape), b.node),
             },
             text: b.text(g),
