@@ -28,7 +28,7 @@ struct Example {
 /// Models that reach corners the examples do not: a row op over a non-last (dynamic) axis, reductions with an
 /// epilogue read, comparisons and `where_`, concat of offset slices, a folded GEMM whose epilogue reads a slice,
 /// an unfolded batched GEMM, concats fused into their readers along the innermost and an outer axis, and
-/// narrows at a start and of a length bound from `#[dim]` arguments.
+/// narrows at a start and of a length bound from `#[dim]` arguments, and embeddings at ids the model computes.
 /// Compiled only (no golden file).
 const EDGE_CASES: &str = r#"
 #[fused_model]
@@ -49,7 +49,7 @@ pub mod edge {
             #[shape(batch, 1024)] z: Tensor,
         ) -> (
             Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor,
-            Tensor, Tensor,
+            Tensor, Tensor, Tensor,
         ) {
             let a = x.softmax(1);
             let b = x.rms_norm(&self.g, 1e-6) * 2.0 + where_(x.gt(0.0), x, x * 0.1);
@@ -68,7 +68,11 @@ pub mod edge {
             let stacked = concat([y.slice(1, 8, 16).neg(), (y.slice(1, 0, 8) * 2.0).exp()], 1) + y;
             // Running sums: a warp's scan over a dynamic row, a block's over a long static one.
             let (l, m) = (x.cumsum(1) + 1.0, z.cumsum(-1));
-            (a, b, c, d, e, f, h, i, j, k, rotated, stacked, l, m)
+            // Ids the model computes, by a scan and by an elementwise kernel: kept in f32 in half storage.
+            let tokens = ids.to_f32().ne(0.0).to_f32();
+            let counted = embedding(&self.w, &tokens.cumsum(1).to_i64());
+            let doubled = embedding(&self.w, &(tokens * 2.0 + 1.0).to_i64());
+            (a, b, c, d, e, f, h, i, j, k, rotated, stacked, l, m, counted + doubled)
         }
     }
 

@@ -246,8 +246,9 @@ pub fn write(w: &mut String, cx: &Ctx, symbol: &str, att: &Attention) -> fmt::Re
     // A row whose every key is masked (-inf) weighed nothing: zeros, as the softmax gives, not 0 / 0.
     writeln!(
         w,
-        "        if (c < {dv}) out[{}] = fuse_from_f32(running_sum == 0.0f ? 0.0f : acc[t] / running_sum);",
-        placed_at
+        "        if (c < {dv}) out[{}] = {}(running_sum == 0.0f ? 0.0f : acc[t] / running_sum);",
+        placed_at,
+        cx.store()
     )?;
     writeln!(w, "    }}")?;
     writeln!(w, "}}")

@@ -111,7 +111,7 @@ pub fn write(w: &mut String, cx: &Ctx, symbol: &str, inplace: Option<NodeId>) ->
         known: &known,
     };
     let result = expr::emit_nodes(w, "        ", cx, &nodes, k.output, &section)?;
-    writeln!(w, "        out[i] = fuse_from_f32({result});")?;
+    writeln!(w, "        out[i] = {}({result});", cx.store())?;
     writeln!(w, "    }}")?;
     writeln!(w, "}}")
 }

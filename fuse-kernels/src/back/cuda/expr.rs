@@ -291,11 +291,15 @@ pub fn used_reads(
     wanted.into_iter().collect()
 }
 
-/// The C type of read `i`'s elements: ids stay integers, everything else is the storage type.
+/// The C type of read `i`'s elements: ids stay integers, values kept in f32 are `float`, everything else is the
+/// storage type.
 pub fn read_type(cx: &Ctx, i: usize) -> &'static str {
     let base = cx.k.reads[i].access.base;
     match cx.g.ty(base).dtype {
         DType::I64 => "long long",
+        DType::F32 | DType::Bool if cx.storage != super::StorageType::F32 && cx.holds_f32(base) => {
+            "float"
+        }
         DType::F32 | DType::Bool => "fuse_t",
     }
 }

@@ -59,16 +59,20 @@ pub fn write_gather(w: &mut String, cx: &Ctx, symbol: &str, node: NodeId) -> fmt
         let idx = expr::unravel(w, ind, "at", &ids_access.shape, &needed, "x")?;
         expr::offset(ids_access, &idx)
     };
-    if g.ty(cx.k.reads[r].access.base).dtype == DType::I64 {
+    let base = cx.k.reads[r].access.base;
+    if g.ty(base).dtype == DType::I64 {
         writeln!(w, "{ind}const long long id = in{r}[{ids_offset}];")?;
     } else {
-        // Ids the model computed: whole numbers in the storage type, below the table's rows (`crate::id_range`).
-        // A half type holds whole numbers exactly only up to 2^8 (bf16) or 2^11 (f16): past that, an id could be
-        // another row's, so such a table is refused in that storage rather than read at a rounded id.
-        let (exact, storage, instead) = match cx.storage {
-            StorageType::F32 => (crate::id_range::F32_WHOLE_NUMBERS, "f32", "f32"),
-            StorageType::F16 => (1 << 11, "f16", "f32"),
-            StorageType::Bf16 => (1 << 8, "bf16", "f32 or f16"),
+        // Ids the model computed: whole numbers below the table's rows (`crate::id_range`), kept in f32 whatever
+        // the storage (`super::f32_values`) unless they are a model output too. In a half type, which holds whole
+        // numbers exactly only up to 2^8 (bf16) or 2^11 (f16), an id past that could be another row's, so such a
+        // table is refused in that storage rather than read at a rounded id.
+        let (exact, storage, instead) = if cx.holds_f32(base) {
+            (crate::id_range::F32_WHOLE_NUMBERS, "f32", "f32")
+        } else if cx.storage == StorageType::F16 {
+            (1 << 11, "f16", "f32")
+        } else {
+            (1 << 8, "bf16", "f32 or f16")
         };
         let rows = vocab.as_static().unwrap_or(usize::MAX);
         if rows > exact + 1 {
@@ -94,7 +98,7 @@ pub fn write_gather(w: &mut String, cx: &Ctx, symbol: &str, node: NodeId) -> fmt
         "{ind}if (id >= 0 && id < {}) v = fuse_to_f32(in{t}[{row}]);",
         expr::dim(vocab)
     )?;
-    writeln!(w, "{ind}out[i] = fuse_from_f32(v);")?;
+    writeln!(w, "{ind}out[i] = {}(v);", cx.store())?;
     writeln!(w, "    }}")?;
     writeln!(w, "}}")
 }
@@ -148,7 +152,7 @@ pub fn write_concat(w: &mut String, cx: &Ctx, symbol: &str, node: NodeId) -> fmt
             None => (None, format!("({end_text})")),
         };
     }
-    writeln!(w, "{ind}out[i] = fuse_from_f32(v);")?;
+    writeln!(w, "{ind}out[i] = {}(v);", cx.store())?;
     writeln!(w, "    }}")?;
     writeln!(w, "}}")
 }
@@ -207,7 +211,7 @@ pub fn write_state(w: &mut String, cx: &Ctx, symbol: &str, node: NodeId) -> fmt:
             // Element `i` of the value is element `i` of the value it is a contiguous view of.
             let root = crate::plan::access::view_root(g, *value);
             let v = super::piecewise::emit_value(w, ind, cx, &computed, (root, "i"), "w")?;
-            writeln!(w, "{ind}out[{}] = fuse_from_f32({v});", dst.join(" + "))?;
+            writeln!(w, "{ind}out[{}] = {}({v});", dst.join(" + "), cx.store())?;
         }
     }
     writeln!(w, "    }}")?;

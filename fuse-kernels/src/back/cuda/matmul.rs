@@ -391,7 +391,7 @@ fn write_gemm(w: &mut String, cx: &Ctx, symbol: &str, mm: NodeId, d: &GemmDesc) 
         known: &known,
     };
     let v = expr::emit_nodes(w, &i4, cx, &epilogue, k.output, &section)?;
-    writeln!(w, "{i4}out[(z * M + m) * N + n] = fuse_from_f32({v});")?;
+    writeln!(w, "{i4}out[(z * M + m) * N + n] = {}({v});", cx.store())?;
     writeln!(w, "{i3}}}")?;
     writeln!(w, "{ind}    }}")?;
     writeln!(w, "{ind}}}")?;

@@ -7,7 +7,8 @@
 //! 2. `out`: the kernel's output buffer (element 0);
 //! 3. `in0, in1, ...`: one pointer per entry of [`Kernel::reads`], each the buffer of that read's
 //!    `access.base` (element 0 — the access offset is applied inside the kernel). Id buffers (`i64`) are
-//!    `const long long*`, every other buffer is `const fuse_t*` (the storage type, f32 by default).
+//!    `const long long*`, every other buffer is `const fuse_t*` (the storage type, f32 by default), except
+//!    the values [`f32_values`] keeps in f32 whatever the storage (`float*`, for `out` too).
 //!
 //! Grid and block sizes, and the symbol to launch, come from [`launches`]: a kernel whose code is the same as an
 //! earlier kernel's (every layer of a transformer) is emitted once and launched by the earlier symbol.
@@ -35,12 +36,12 @@ mod row_region;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::{self, Write};
 
 pub use launch::{gemm, launches, param_buffers, GemmDesc, GemmEpilogue, Grid, Launch, Role};
 
-use crate::ir::Graph;
+use crate::ir::{DType, Graph, NodeId, Op};
 use crate::plan::{Kernel, KernelKind, Mode, Plan};
 
 /// The hand-written device helpers every generated file starts with.
@@ -89,11 +90,65 @@ pub struct Options {
     pub storage: StorageType,
 }
 
-/// What every kernel writer needs: the graph, the kernel and the storage type.
+/// What every kernel writer needs: the graph, the kernel, the storage type and the values kept in f32.
 pub(crate) struct Ctx<'a> {
     pub g: &'a Graph,
     pub k: &'a Kernel,
     pub storage: StorageType,
+    pub f32_values: &'a BTreeSet<NodeId>,
+}
+
+impl Ctx<'_> {
+    /// Whether the buffer of `node` holds f32: in f32 storage, or a value [`f32_values`] keeps in f32.
+    pub fn holds_f32(&self, node: NodeId) -> bool {
+        self.storage == StorageType::F32 || self.f32_values.contains(&node)
+    }
+
+    /// Whether `out` is a `float*` where the storage type is a half type.
+    fn out_kept_f32(&self) -> bool {
+        self.storage != StorageType::F32 && self.f32_values.contains(&self.k.output)
+    }
+
+    /// The C type of `out`'s elements.
+    fn out_type(&self) -> &'static str {
+        if self.out_kept_f32() {
+            "float"
+        } else {
+            "fuse_t"
+        }
+    }
+
+    /// The function a store to `out` passes its f32 value through: to the storage type, or none for a value kept
+    /// in f32 (`out[i] = (v);`).
+    pub fn store(&self) -> &'static str {
+        if self.out_kept_f32() {
+            ""
+        } else {
+            "fuse_from_f32"
+        }
+    }
+}
+
+/// The values stored as f32 whatever the storage type: ids the model computes (`crate::id_range`), which a gather
+/// reads as whole numbers. A half type holds whole numbers exactly only up to 2^8 (bf16) or 2^11 (f16), fewer than
+/// a position table has rows (RoBERTa's 514); f32 holds them up to 2^24. The arena's slots are sized for f32, so
+/// such a value fits its slot in any storage. A model output is not kept so (the runtime converts every output
+/// from the storage type): a gather of one still checks the half type's limit (`gather.rs`).
+pub(crate) fn f32_values(plan: &Plan) -> BTreeSet<NodeId> {
+    let g = &plan.graph;
+    plan.kernels
+        .iter()
+        .filter_map(|k| {
+            let KernelKind::Gather { node } = k.kind else {
+                return None;
+            };
+            let Op::Embedding { ids, .. } = g.node(node).op else {
+                return None;
+            };
+            let base = k.reads.iter().find(|r| r.node == ids)?.access.base;
+            (g.ty(base).dtype != DType::I64 && !g.outputs.contains(&base)).then_some(base)
+        })
+        .collect()
 }
 
 /// The CUDA source of `plan`, f32 storage.
@@ -103,7 +158,9 @@ pub fn write_cuda(plan: &Plan, model_name: &str) -> String {
 
 /// The CUDA source of `plan` with the given options.
 pub fn write_cuda_with(plan: &Plan, model_name: &str, options: &Options) -> String {
-    source_with(plan, model_name, options, &shared_kernels(plan))
+    let f32_values = f32_values(plan);
+    let shared = shared_kernels_with(plan, &f32_values);
+    source_with(plan, model_name, options, &shared, &f32_values)
 }
 
 /// Everything a model embeds of one plan's GPU side: its CUDA source in each storage type and its launch table.
@@ -117,8 +174,10 @@ pub struct CudaCode {
 /// [`CudaCode`] of `plan`: what [`write_cuda_with`] (for each storage type) and [`launches`] write, with the
 /// kernels' sharing (three renderings of each kernel) decided once rather than four times.
 pub fn write_all(plan: &Plan, model_name: &str) -> CudaCode {
-    let shared = shared_kernels(plan);
-    let source = |storage| source_with(plan, model_name, &Options { storage }, &shared);
+    let f32_values = f32_values(plan);
+    let shared = shared_kernels_with(plan, &f32_values);
+    let source =
+        |storage| source_with(plan, model_name, &Options { storage }, &shared, &f32_values);
     CudaCode {
         f32: source(StorageType::F32),
         bf16: source(StorageType::Bf16),
@@ -132,10 +191,11 @@ fn source_with(
     model_name: &str,
     options: &Options,
     shared: &[Option<usize>],
+    f32_values: &BTreeSet<NodeId>,
 ) -> String {
     let mut out = String::new();
     // Writing into a `String` cannot fail; an `Err` here could only come from a bug in a `Display` impl.
-    if write_source(&mut out, plan, model_name, options, shared).is_err() {
+    if write_source(&mut out, plan, model_name, options, shared, f32_values).is_err() {
         out.push_str("\n#error \"fuse: the CUDA writer failed\"\n");
     }
     out
@@ -147,6 +207,7 @@ fn write_source(
     model_name: &str,
     options: &Options,
     shared: &[Option<usize>],
+    f32_values: &BTreeSet<NodeId>,
 ) -> fmt::Result {
     let mode = match plan.mode {
         Mode::Fused => "fused",
@@ -179,6 +240,7 @@ fn write_source(
             g: &plan.graph,
             k,
             storage: options.storage,
+            f32_values,
         };
         writeln!(w)?;
         kernel_comment(w, &cx)?;
@@ -220,6 +282,10 @@ fn write_kernel(w: &mut String, cx: &Ctx, symbol: &str) -> fmt::Result {
 /// for all of them, and a kernel launched by its own symbol must be in each source. (f32 storage has vector
 /// paths whose guards tell kernels apart that half storage, with no such path, renders alike.)
 pub(crate) fn shared_kernels(plan: &Plan) -> Vec<Option<usize>> {
+    shared_kernels_with(plan, &f32_values(plan))
+}
+
+fn shared_kernels_with(plan: &Plan, f32_values: &BTreeSet<NodeId>) -> Vec<Option<usize>> {
     const STORAGES: [StorageType; 3] = [StorageType::F32, StorageType::F16, StorageType::Bf16];
     let mut first_with: BTreeMap<String, usize> = BTreeMap::new();
     let mut shared = Vec::with_capacity(plan.kernels.len());
@@ -231,6 +297,7 @@ pub(crate) fn shared_kernels(plan: &Plan) -> Vec<Option<usize>> {
                 g: &plan.graph,
                 k,
                 storage,
+                f32_values,
             };
             write_kernel(&mut text, &cx, "").is_ok()
         });
@@ -339,7 +406,7 @@ fn params(cx: &Ctx) -> String {
     let mut ps: Vec<String> = (0..cx.g.dyn_dims.len())
         .map(|i| format!("long long dyn{i}"))
         .collect();
-    ps.push("fuse_t* __restrict__ out".into());
+    ps.push(format!("{}* __restrict__ out", cx.out_type()));
     for i in 0..cx.k.reads.len() {
         ps.push(format!(
             "const {}* __restrict__ in{i}",

@@ -16,7 +16,7 @@ use crate::plan::{concat, Piecewise};
 pub fn write(w: &mut String, cx: &Ctx, symbol: &str, pw: &Piecewise) -> fmt::Result {
     loop_head(w, cx, symbol)?;
     let value = emit_piecewise(w, "        ", cx, pw, cx.k.output, "i", "")?;
-    writeln!(w, "        out[i] = fuse_from_f32({value});")?;
+    writeln!(w, "        out[i] = {}({value});", cx.store())?;
     writeln!(w, "    }}")?;
     writeln!(w, "}}")
 }

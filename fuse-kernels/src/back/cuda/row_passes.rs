@@ -111,7 +111,7 @@ impl Body<'_> {
             known: &known,
         };
         let v = expr::emit_nodes(w, ind, self.cx, self.epilogue, self.cx.k.output, &section)?;
-        writeln!(w, "{ind}out[{at}] = fuse_from_f32({v});")
+        writeln!(w, "{ind}out[{at}] = {}({v});", self.cx.store())
     }
 
     pub fn anchor_code(&self, w: &mut String, ind: &str, cached: bool) -> fmt::Result {

@@ -140,7 +140,7 @@ pub fn write(w: &mut String, cx: &Ctx, symbol: &str) -> fmt::Result {
     };
     let chain = row_chain(cx, k.output);
     let v = expr::emit_nodes(w, "        ", cx, &chain, k.output, &section)?;
-    writeln!(w, "        out[row * len + j] = fuse_from_f32({v});")?;
+    writeln!(w, "        out[row * len + j] = {}({v});", cx.store())?;
     writeln!(w, "    }}")?;
     writeln!(w, "}}")
 }

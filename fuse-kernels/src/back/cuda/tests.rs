@@ -225,6 +225,55 @@ fn half_storage_converts_on_load_and_store() {
     );
 }
 
+/// Ids the model computes are kept in f32 in half storage: the scan that makes them stores `float`s and the gather
+/// reads them as such, so a table of 514 rows is read at exact ids in bf16, where a half type would round them.
+/// Ids that are also a model output stay in the storage type, and the gather refuses that table there.
+#[test]
+fn computed_ids_are_kept_in_f32_in_half_storage() {
+    let bf16 = |p: &Plan| {
+        write_cuda_with(
+            p,
+            "M",
+            &Options {
+                storage: StorageType::Bf16,
+            },
+        )
+    };
+    let positions = "let tokens = ids.to_f32().ne(1.0).to_f32(); \
+                     let p = (tokens.cumsum(1) * tokens + 1.0).to_i64();";
+    let (_, _, p) = generate(
+        "#[shape(514, 8)] table: Tensor,",
+        &format!(
+            "(&self, #[shape(batch, seq)] ids: Tensor<i64>) -> Tensor {{ {positions} \
+             embedding(&self.table, &p) }}"
+        ),
+    );
+    let kept = bf16(&p);
+    assert!(!kept.contains("#error"), "{kept}");
+    let scan = kept
+        .split("extern \"C\"")
+        .find(|k| k.contains("_row("))
+        .expect("the scan's kernel");
+    assert!(scan.contains("float* __restrict__ out"), "{scan}");
+    assert!(!scan.contains("fuse_from_f32("), "{scan}");
+    let gather = kept
+        .split("extern \"C\"")
+        .find(|k| k.contains("_gather("))
+        .expect("the gather");
+    assert!(gather.contains("fuse_t* __restrict__ out, const fuse_t* __restrict__ in0, const float* __restrict__ in1"), "{gather}");
+    // In f32 storage nothing changes: every buffer is `fuse_t`.
+    assert!(!write_cuda(&p, "M").contains("const float* __restrict__"));
+
+    let (_, _, returned) = generate(
+        "#[shape(514, 8)] table: Tensor,",
+        &format!(
+            "(&self, #[shape(batch, seq)] ids: Tensor<i64>) -> (Tensor, Tensor) {{ {positions} \
+             (embedding(&self.table, &p), p) }}"
+        ),
+    );
+    assert!(bf16(&returned).contains("storage holds whole numbers exactly only up to 256"));
+}
+
 #[test]
 fn float_literals_round_trip() {
     assert_eq!(expr::float_lit(1.0), "1.0f");
