@@ -237,10 +237,20 @@ pub mod ops {
         }
     }
 
+    /// Softmaxes and log-softmaxes along the last axis and a middle one; the first log-softmax's logits are wide
+    /// enough (±100s) that `softmax().log()` would give `-inf` for most of them.
     pub struct Softmaxes {}
     impl Softmaxes {
-        pub fn forward(&self, #[shape(batch, seq, D)] x: Tensor) -> (Tensor, Tensor) {
-            ((x * 3.0).softmax(-1), x.softmax(1))
+        pub fn forward(
+            &self,
+            #[shape(batch, seq, D)] x: Tensor,
+        ) -> (Tensor, Tensor, Tensor, Tensor) {
+            (
+                (x * 3.0).softmax(-1),
+                x.softmax(1),
+                (x * 200.0).log_softmax(-1),
+                x.log_softmax(1),
+            )
         }
     }
 

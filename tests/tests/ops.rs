@@ -222,6 +222,60 @@ fn softmax_on_last_and_inner_axis() {
     }
 }
 
+/// `log_softmax` against values this test computes itself in f64 (the reference interprets the graph the front
+/// end made, so it cannot tell a lowering off by a term), fused and eager: along the last axis of logits spread
+/// over hundreds, where `softmax().log()` gives `-inf` for most of them, and along the middle axis.
+#[test]
+fn log_softmax_is_pytorchs() {
+    let m = Softmaxes::random(5);
+    let log_softmax = |row: &[f64]| -> Vec<f64> {
+        let largest = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let total: f64 = row.iter().map(|v| (v - largest).exp()).sum();
+        row.iter().map(|v| v - largest - total.ln()).collect()
+    };
+    for (batch, seq, seed) in cases(15) {
+        let x = Tensor::randn(&[batch, seq, D], seed);
+        let xs: Vec<f64> = x.to_f32_vec().iter().map(|&v| f64::from(v)).collect();
+        let at = |b: usize, s: usize, d: usize| (b * seq + s) * D + d;
+        let (mut last, mut middle) = (vec![0.0; xs.len()], vec![0.0; xs.len()]);
+        for b in 0..batch {
+            for s in 0..seq {
+                // The logits as the model rounds them to f32: their rounding is not log_softmax's error.
+                let row: Vec<f64> = (0..D)
+                    .map(|d| f64::from(200.0 * xs[at(b, s, d)] as f32))
+                    .collect();
+                for (d, v) in log_softmax(&row).into_iter().enumerate() {
+                    last[at(b, s, d)] = v;
+                }
+            }
+            for d in 0..D {
+                let column: Vec<f64> = (0..seq).map(|s| xs[at(b, s, d)]).collect();
+                for (s, v) in log_softmax(&column).into_iter().enumerate() {
+                    middle[at(b, s, d)] = v;
+                }
+            }
+        }
+        for (mode, out) in [("fused", m.forward(&x)), ("eager", m.forward_eager(&x))] {
+            let out = out.expect("the model runs");
+            for (name, got, want) in [
+                ("last axis", &out.2, &last),
+                ("middle axis", &out.3, &middle),
+            ] {
+                for (g, w) in got.to_f32_vec().iter().zip(want) {
+                    let err = (f64::from(*g) - w).abs();
+                    assert!(
+                        err <= 1e-5 + 1e-6 * w.abs(),
+                        "{mode}, {name} at {batch}x{seq}: {g} against {w}"
+                    );
+                }
+            }
+        }
+    }
+    // One row kernel for each: the reductions fuse with the row.
+    let fused = m.compiled().report(fuse_runtime::PlanMode::Fused).dump();
+    assert_eq!(fused.matches("_row -> ").count(), 4, "{fused}");
+}
+
 #[test]
 fn layer_and_rms_norm() {
     let m = Norms::random(6);

@@ -50,6 +50,7 @@ const METHODS: &[(&str, &str)] = &[
     ("sum", "x.sum(axis, keepdim)"),
     ("mean", "x.mean(axis, keepdim)"),
     ("softmax", "x.softmax(axis)"),
+    ("log_softmax", "x.log_softmax(axis)"),
     ("cumsum", "x.cumsum(axis)"),
     ("layer_norm", "x.layer_norm(&gamma, &beta, eps)"),
     ("rms_norm", "x.rms_norm(&gamma, eps)"),
@@ -80,7 +81,34 @@ const ALIASES: &[(&str, &str)] = &[
     ("shape", "use `x.dim(axis)`"),
     ("float", "use `x.to_f32()`"),
     ("masked_fill", "use `where_(mask, value, x)`"),
-    ("log_softmax", "use `x.softmax(axis).log()`"),
+    (
+        "expand",
+        "size-1 axes broadcast in every op: use the tensor as it is",
+    ),
+    (
+        "expand_as",
+        "size-1 axes broadcast in every op: use the tensor as it is",
+    ),
+    ("chunk", "use `x.narrow(axis, start, len)` for each part"),
+    ("split", "use `x.narrow(axis, start, len)` for each part"),
+    (
+        "tril",
+        "compare two `arange`s' positions and pick with `where_` (the README's causal mask)",
+    ),
+    (
+        "triu",
+        "compare two `arange`s' positions and pick with `where_` (the README's causal mask)",
+    ),
+    (
+        "var",
+        "use `(x - x.mean(axis, true)).square().mean(axis, true)`, the biased variance (PyTorch's default \
+         divides by n - 1)",
+    ),
+    (
+        "std",
+        "use `(x - x.mean(axis, true)).square().mean(axis, true).sqrt()`, from the biased variance (PyTorch's \
+         default divides by n - 1)",
+    ),
     (
         "contiguous",
         "it is not needed: the compiler plans memory layouts; remove it",
@@ -229,6 +257,10 @@ impl Lowerer<'_> {
                     },
                     true,
                 ),
+                None => Value::Poison,
+            },
+            ("log_softmax", 1) => match self.axis(&args[0], arg_at[0], x) {
+                Some(axis) => self.log_softmax(x, axis, at),
                 None => Value::Poison,
             },
             ("layer_norm", 3) => {
@@ -495,6 +527,28 @@ impl Lowerer<'_> {
 
     /// Canonicalises a reduction or softmax over `axis` to one over the last axis (the only form the planner and
     /// the kernels know): permute `axis` to the end, apply `make`, and permute back when the axis is kept.
+    /// PyTorch's `log_softmax`: `s - log(sum(exp(s)))` with `s = x - max(x)` along `axis`, so a value far below
+    /// its row's largest stays finite where `softmax().log()` would give `log(0)`. Made along the last axis (the
+    /// input permuted there once, as for `softmax`), where the two reductions keep the axis and are read back over
+    /// their rows: the whole of it is one row kernel.
+    fn log_softmax(&mut self, x: NodeId, axis: usize, at: At) -> Value {
+        let build = |this: &mut Self, x: NodeId, last: usize| {
+            let reduce = |op, input| Op::Reduce {
+                op,
+                input,
+                axis: last,
+                keepdim: true,
+            };
+            let largest = tensor(this.add(reduce(ReduceOp::Max, x), at))?;
+            let shifted = tensor(this.add(Op::Binary(BinaryOp::Sub, x, largest), at))?;
+            let exp = tensor(this.add(Op::Unary(UnaryOp::Exp, shifted), at))?;
+            let total = tensor(this.add(reduce(ReduceOp::Sum, exp), at))?;
+            let log = tensor(this.add(Op::Unary(UnaryOp::Log, total), at))?;
+            tensor(this.add(Op::Binary(BinaryOp::Sub, shifted, log), at))
+        };
+        self.along_last_axis_with(x, axis, at, build, true)
+    }
+
     fn along_last_axis(
         &mut self,
         x: NodeId,
@@ -503,9 +557,22 @@ impl Lowerer<'_> {
         make: impl Fn(NodeId, usize) -> Op,
         axis_kept: bool,
     ) -> Value {
+        let one_op = |this: &mut Self, input, axis| tensor(this.add(make(input, axis), at));
+        self.along_last_axis_with(x, axis, at, one_op, axis_kept)
+    }
+
+    /// [`Self::along_last_axis`] for what `build` makes of the input along its last axis (one op or several).
+    fn along_last_axis_with(
+        &mut self,
+        x: NodeId,
+        axis: usize,
+        at: At,
+        build: impl FnOnce(&mut Self, NodeId, usize) -> Option<NodeId>,
+        axis_kept: bool,
+    ) -> Value {
         let rank = self.g.ty(x).shape.rank();
         if axis + 1 == rank {
-            return self.add(make(x, axis), at);
+            return build(self, x, axis).map_or(Value::Poison, Value::Tensor);
         }
         let mut perm: Vec<usize> = (0..rank).filter(|&a| a != axis).collect();
         perm.push(axis);
@@ -518,7 +585,7 @@ impl Lowerer<'_> {
         ) else {
             return Value::Poison;
         };
-        let Value::Tensor(y) = self.add(make(moved, rank - 1), at) else {
+        let Some(y) = build(self, moved, rank - 1) else {
             return Value::Poison;
         };
         if !axis_kept {
@@ -551,4 +618,33 @@ fn unknown_method(method: &str) -> String {
         "unknown tensor method `{method}`; the tensor methods are: {}",
         all.join(", ")
     )
+}
+
+/// The node of a value that is a tensor.
+fn tensor(v: Value) -> Option<NodeId> {
+    match v {
+        Value::Tensor(t) => Some(t),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{unknown_method, ALIASES, METHODS};
+
+    /// An alias is only reached for a name that is not a method: one that became a method must leave the list.
+    #[test]
+    fn no_alias_is_a_method() {
+        for (alias, _) in ALIASES {
+            assert!(
+                METHODS.iter().all(|(m, _)| m != alias),
+                "`{alias}` is a method"
+            );
+        }
+        assert_eq!(
+            unknown_method("var"),
+            "unknown tensor method `var`; use `(x - x.mean(axis, true)).square().mean(axis, true)`, the biased \
+             variance (PyTorch's default divides by n - 1)"
+        );
+    }
 }
