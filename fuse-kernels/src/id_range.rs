@@ -2,9 +2,10 @@
 //! before launch) or an `arange` (its bound checked when the dims are bound); an f32 value made in the model is
 //! accepted as ids when this analysis bounds it, as RoBERTa's positions are, `tokens.cumsum(1) * tokens + 1.0`
 //! with `tokens` a padding mask: from 1 to `seq + 1`. Its building blocks are masks (comparisons, in 0..=1),
-//! non-negative integer constants, `arange` positions, and `+`, `*`, `-` of a constant, `cumsum` and views of
-//! them, so a bounded value is a whole number: the bound is proved, not assumed, and a value fuse cannot bound is
-//! refused at the user's line. The upper bound is a constant plus one monomial of the dims (`seq + 1`), which the
+//! non-negative integer constants, `arange` positions, and `+`, `*`, `-` of a constant, `max`, `min` (so `clamp`),
+//! `cumsum` and views of them, so a bounded value is a whole number: the bound is proved, not assumed, and a value
+//! fuse cannot bound is refused at the user's line. (A `clamp` of a value that is not bounded stays refused: an
+//! activation may be NaN, which no clamp removes.) The upper bound is a constant plus one monomial of the dims (`seq + 1`), which the
 //! runtime checks against the table's rows when it binds the dims, as it checks a slice.
 
 use crate::ir::{BinaryOp, DType, Dim, Graph, NodeId, Op, UnaryOp};
@@ -39,6 +40,11 @@ impl IdRange {
             c: v,
             m: None,
         }
+    }
+
+    /// The same upper bound from `lo`.
+    fn with_lo(self, lo: i64) -> IdRange {
+        IdRange { lo, ..self }
     }
 
     /// The upper bound when it does not depend on the dims.
@@ -136,6 +142,35 @@ pub fn of(g: &Graph, node: NodeId) -> Option<IdRange> {
             let mut scaled = other.scaled(k)?;
             scaled.lo = other.lo.checked_mul(k_lo)?;
             Some(scaled)
+        }
+        // `m ≥ 0`, so `max(c1 + m, c2) ≤ max(c1, c2) + m`.
+        Op::Binary(BinaryOp::Max, a, b) => {
+            let (a, b) = (r(*a)?, r(*b)?);
+            let m = match (&a.m, &b.m) {
+                (Some(x), Some(y)) if x != y => return None,
+                (Some(x), _) | (_, Some(x)) => Some(x.clone()),
+                (None, None) => None,
+            };
+            Some(IdRange {
+                lo: a.lo.max(b.lo),
+                c: a.c.max(b.c),
+                m,
+            })
+        }
+        // At most either bound: a constant one where there is one (`positions.min(511.0)` needs no check per call).
+        Op::Binary(BinaryOp::Min, a, b) => {
+            let (a, b) = (r(*a)?, r(*b)?);
+            let lo = a.lo.min(b.lo);
+            Some(match (a.static_hi(), b.static_hi()) {
+                (Some(x), Some(y)) => IdRange::constant(x.min(y)).with_lo(lo),
+                (Some(x), None) | (None, Some(x)) => IdRange::constant(x).with_lo(lo),
+                (None, None) if a.m == b.m => IdRange {
+                    lo,
+                    c: a.c.min(b.c),
+                    m: a.m,
+                },
+                (None, None) => a.with_lo(lo),
+            })
         }
         Op::Where(_, a, b) => {
             let (a, b) = (r(*a)?, r(*b)?);

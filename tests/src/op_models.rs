@@ -152,6 +152,20 @@ pub mod ops {
         }
     }
 
+    /// RoBERTa's position ids clamped to a table of 8 rows: the clamp bounds them whatever `seq`, so any length
+    /// runs, positions past the table reading its last row.
+    pub struct ClampedIds {
+        #[shape(8, D)]
+        positions: Tensor,
+    }
+    impl ClampedIds {
+        pub fn forward(&self, #[shape(batch, seq)] ids: Tensor<i64>) -> Tensor {
+            let tokens = ids.to_f32().ne(1.0).to_f32();
+            let position_ids = (tokens.cumsum(1) * tokens + 1.0).clamp(0.0, 7.0).to_i64();
+            embedding(&self.positions, &position_ids)
+        }
+    }
+
     /// RoBERTa's 514 positions read at the ids it computes: whole numbers past what bf16 holds exactly (256).
     pub struct LongPositions {
         #[shape(514, D)]

@@ -294,6 +294,7 @@ fn specs() -> Vec<&'static ModelSpec> {
         Rounding::spec(),
         Cumsum::spec(),
         ComputedIds::spec(),
+        ClampedIds::spec(),
         LongPositions::spec(),
         Broadcasts::spec(),
         Masks::spec(),
@@ -806,13 +807,20 @@ fn cumsum_on_gpu() {
     );
 }
 
-/// Ids computed in the model (RoBERTa's positions, a shifted `arange`) on every path: f32 whole numbers in each
+/// Ids computed in the model (RoBERTa's positions, a shifted `arange`, clamped positions) on every path: f32 whole numbers in each
 /// storage type, read by the gather.
 #[test]
 fn computed_ids_on_gpu() {
     ops_on_gpu(
         ComputedIds::random(16).into_compiled(),
         "computed ids",
+        0.0,
+        0.0,
+        |b, q, s| vec![cumsum_inputs(b, q * 4, s).swap_remove(1)],
+    );
+    ops_on_gpu(
+        ClampedIds::random(19).into_compiled(),
+        "clamped ids",
         0.0,
         0.0,
         |b, q, s| vec![cumsum_inputs(b, q * 4, s).swap_remove(1)],

@@ -90,6 +90,34 @@ fn ids_computed_in_the_model() {
     }
 }
 
+/// Clamped ids run at any length: each row is the table's row at the position this test counts itself
+/// (`min(count + 1, 7)` for a real token, 1 for padding), and the reference picks the same.
+#[test]
+fn clamped_ids_run_at_any_length() {
+    let m = ClampedIds::random(19);
+    let table = m.compiled().weights().expect("f32 weights")[0].to_f32_vec();
+    for (batch, seq, seed) in cases(19).chain([(2, 40, 3)]) {
+        let ids = &cumsum_inputs(batch, seq, seed)[1];
+        check_model("clamped ids", m.compiled(), &[ids], 0.0, 0.0);
+        let got = m.forward(ids).expect("any length runs").to_f32_vec();
+        let ids = ids.as_i64().expect("i64 ids");
+        for b in 0..batch {
+            let mut count = 0;
+            for s in 0..seq {
+                let real = ids[b * seq + s] != 1;
+                count += usize::from(real);
+                let position = if real { (count + 1).min(7) } else { 1 };
+                let at = (b * seq + s) * D;
+                assert_eq!(
+                    got[at..at + D],
+                    table[position * D..(position + 1) * D],
+                    "{batch}x{seq}: sequence {b}, position {s}"
+                );
+            }
+        }
+    }
+}
+
 /// The methods against values this test computes itself: PyTorch's `floor`, `ceil`, `round` (ties to even),
 /// `trunc`, `clamp` (`min(max(x, lo), hi)`: `hi` where `lo > hi`, NaN where any operand is NaN) and the `min`
 /// reduction (`amin`: NaN where the lane holds one).

@@ -10,7 +10,9 @@
 
 use fuse_runtime::fused_model;
 
-#[fused_model(uses(crate::models::layers::layers))]
+// 24 kernels: six before the layers (the scores' padding mask, the tokens, the positions' scan, two gathers and
+// the norm), then nine a layer, its attention one kernel.
+#[fused_model(uses(crate::models::layers::layers), max_kernels = 24)]
 pub mod roberta_tiny {
     pub const VOCAB: usize = 100;
     /// Two more rows than the longest sequence: the padding id's, which real tokens count from.

@@ -69,6 +69,41 @@ fn robertas_positions_run_from_one_to_seq_plus_one() {
     );
 }
 
+/// `clamp` (`min(max(x, lo), hi)`) of bounded ids: a constant upper bound, whatever `seq`.
+#[test]
+fn clamped_ids_have_the_clamps_bounds() {
+    let positions = "let t = ids.to_f32().ne(1.0).to_f32(); let p = t.cumsum(1) * t + 1.0;";
+    assert_eq!(
+        range(&format!("{positions} p.clamp(0.0, 511.0)")),
+        Some(IdRange {
+            lo: 1,
+            c: 511,
+            m: None
+        })
+    );
+    assert_eq!(
+        range(&format!("{positions} p.max(3.0)")),
+        Some(IdRange {
+            lo: 3,
+            c: 3,
+            m: seq(1)
+        })
+    );
+    // Two counts: the smaller constant part of the same monomial; of different ones, either bound holds.
+    assert_eq!(
+        range(&format!("{positions} p.min(&(t.cumsum(1) + 4.0))")),
+        Some(IdRange {
+            lo: 1,
+            c: 1,
+            m: seq(1)
+        })
+    );
+    assert_eq!(
+        range(&format!("{positions} p.max(&(t.cumsum(1) * 2.0))")),
+        None
+    );
+}
+
 #[test]
 fn values_without_a_provable_range_are_not_bounded() {
     for body in [
@@ -81,6 +116,9 @@ fn values_without_a_provable_range_are_not_bounded() {
         "x.gt(0.0).to_f32() / 2.0",
         "x.gt(0.0).to_f32().cumsum(1) * x.gt(0.0).to_f32().cumsum(1)",
         "x.gt(0.0).to_f32().exp()",
+        // A clamp does not bound what may be NaN.
+        "x.clamp(0.0, 10.0).trunc()",
+        "x.max(0.0).min(10.0)",
     ] {
         assert_eq!(range(body), None, "{body}");
     }

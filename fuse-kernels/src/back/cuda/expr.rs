@@ -297,9 +297,7 @@ pub fn read_type(cx: &Ctx, i: usize) -> &'static str {
     let base = cx.k.reads[i].access.base;
     match cx.g.ty(base).dtype {
         DType::I64 => "long long",
-        DType::F32 | DType::Bool if cx.storage != super::StorageType::F32 && cx.holds_f32(base) => {
-            "float"
-        }
+        DType::F32 | DType::Bool if cx.kept_f32(base) => "float",
         DType::F32 | DType::Bool => "fuse_t",
     }
 }

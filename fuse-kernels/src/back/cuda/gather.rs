@@ -67,7 +67,7 @@ pub fn write_gather(w: &mut String, cx: &Ctx, symbol: &str, node: NodeId) -> fmt
         // the storage (`super::f32_values`) unless they are a model output too. In a half type, which holds whole
         // numbers exactly only up to 2^8 (bf16) or 2^11 (f16), an id past that could be another row's, so such a
         // table is refused in that storage rather than read at a rounded id.
-        let (exact, storage, instead) = if cx.holds_f32(base) {
+        let (exact, storage, instead) = if cx.storage == StorageType::F32 || cx.kept_f32(base) {
             (crate::id_range::F32_WHOLE_NUMBERS, "f32", "f32")
         } else if cx.storage == StorageType::F16 {
             (1 << 11, "f16", "f32")

@@ -99,19 +99,14 @@ pub(crate) struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    /// Whether the buffer of `node` holds f32: in f32 storage, or a value [`f32_values`] keeps in f32.
-    pub fn holds_f32(&self, node: NodeId) -> bool {
-        self.storage == StorageType::F32 || self.f32_values.contains(&node)
-    }
-
-    /// Whether `out` is a `float*` where the storage type is a half type.
-    fn out_kept_f32(&self) -> bool {
-        self.storage != StorageType::F32 && self.f32_values.contains(&self.k.output)
+    /// Whether the buffer of `node` holds f32 where the storage type is a half type ([`f32_values`]).
+    pub fn kept_f32(&self, node: NodeId) -> bool {
+        self.storage != StorageType::F32 && self.f32_values.contains(&node)
     }
 
     /// The C type of `out`'s elements.
     fn out_type(&self) -> &'static str {
-        if self.out_kept_f32() {
+        if self.kept_f32(self.k.output) {
             "float"
         } else {
             "fuse_t"
@@ -121,7 +116,7 @@ impl Ctx<'_> {
     /// The function a store to `out` passes its f32 value through: to the storage type, or none for a value kept
     /// in f32 (`out[i] = (v);`).
     pub fn store(&self) -> &'static str {
-        if self.out_kept_f32() {
+        if self.kept_f32(self.k.output) {
             ""
         } else {
             "fuse_from_f32"
