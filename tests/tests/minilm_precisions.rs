@@ -143,9 +143,9 @@ fn cosines_to_f32(precision: CpuPrecision) -> Option<(Vec<String>, Vec<f32>)> {
     };
     let report = reduced.model.compiled().device_report();
     assert!(report.contains(&format!("{precision} GEMMs")), "{report}");
-    // bf16 and f16 hold the three embedding tables (words, positions, token types) in that precision; int8 keeps
-    // them in f32.
-    let half_tables = format!("3 embedding gather(s) read rows from a {precision} pack");
+    // bf16 and f16 hold the two gathered embedding tables (words, token types) in that precision; int8 keeps
+    // them in f32. (The positions are a view of their table's first rows, read by the norm's kernel.)
+    let half_tables = format!("2 embedding gather(s) read rows from a {precision} pack");
     assert_eq!(
         report.contains(&half_tables),
         precision != CpuPrecision::Int8,
