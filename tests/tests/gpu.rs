@@ -549,18 +549,34 @@ fn right_padded_mask(batch: usize, seq: usize) -> Vec<f32> {
         .collect()
 }
 
-/// `[batch, seq]` ids below `vocab` with the padding id where `mask` is 0, as a tokenizer pads for a model that
-/// makes its positions from the padding (MPNet, RoBERTa).
-fn padded_ids(shape: [usize; 2], vocab: i64, mask: &[f32], padding_id: i64) -> Tensor {
-    let ids = Tensor::uniform_ids(&shape, vocab, shape[1] as u64);
-    let ids = ids
-        .as_i64()
-        .expect("i64 ids")
-        .iter()
-        .zip(mask)
-        .map(|(&id, &m)| if m > 0.0 { id } else { padding_id })
-        .collect();
-    Tensor::from_i64(&shape, ids).expect("ids")
+/// An example that takes the ids and the mask (`[batch, seq]`, a vocabulary of 100), on right-padded batches
+/// whose padding holds the padding id, 1, as a tokenizer pads for a model that makes its positions from the
+/// padding (MPNet, RoBERTa); `simulated` are the shapes the simulated GPU runs of `all`.
+fn padded_example_on_gpu(
+    cpu: CompiledModel,
+    what: &str,
+    all: &[(usize, usize)],
+    simulated: &[(usize, usize)],
+) {
+    let Some(device) = gpu() else { return };
+    let m = OnGpu::example(cpu, &device);
+    for (batch, seq) in shapes(&device, all, simulated) {
+        let mask = right_padded_mask(batch, seq);
+        let ids = Tensor::uniform_ids(&[batch, seq], 100, seq as u64);
+        let ids = ids
+            .as_i64()
+            .expect("i64 ids")
+            .iter()
+            .zip(&mask)
+            .map(|(&id, &m)| if m > 0.0 { id } else { 1 })
+            .collect();
+        let inputs = [
+            Tensor::from_i64(&[batch, seq], ids).expect("ids"),
+            Tensor::from_f32(&[batch, seq], mask).expect("mask"),
+        ];
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        m.check(&format!("{what} {batch}x{seq}"), &refs, 2e-4, 2e-4);
+    }
 }
 
 /// The example MPNet: its relative position bias (buckets from `log` and `trunc` of each distance, a one-hot of
@@ -568,34 +584,24 @@ fn padded_ids(shape: [usize; 2], vocab: i64, mask: &[f32], padding_id: i64) -> T
 /// an integer.
 #[test]
 fn mpnet_on_gpu() {
-    let Some(device) = gpu() else { return };
-    let m = OnGpu::example(MpNet::random(13).into_compiled(), &device);
-    for (batch, seq) in shapes(&device, &[(1, 3), (2, 70), (4, 78)], &[(1, 3), (2, 70)]) {
-        let mask = right_padded_mask(batch, seq);
-        let inputs = [
-            padded_ids([batch, seq], 100, &mask, 1),
-            Tensor::from_f32(&[batch, seq], mask).expect("mask"),
-        ];
-        let refs: Vec<&Tensor> = inputs.iter().collect();
-        m.check(&format!("mpnet {batch}x{seq}"), &refs, 2e-4, 2e-4);
-    }
+    padded_example_on_gpu(
+        MpNet::random(13).into_compiled(),
+        "mpnet",
+        &[(1, 3), (2, 70), (4, 78)],
+        &[(1, 3), (2, 70)],
+    );
 }
 
 /// The example RoBERTa: position ids made from the padding by a scan, read by the gather that follows it, up to
 /// the longest sequence its table allows.
 #[test]
 fn roberta_on_gpu() {
-    let Some(device) = gpu() else { return };
-    let m = OnGpu::example(Roberta::random(17).into_compiled(), &device);
-    for (batch, seq) in shapes(&device, &[(1, 3), (2, 33), (3, 40)], &[(1, 3), (3, 40)]) {
-        let mask = right_padded_mask(batch, seq);
-        let inputs = [
-            padded_ids([batch, seq], 100, &mask, 1),
-            Tensor::from_f32(&[batch, seq], mask).expect("mask"),
-        ];
-        let refs: Vec<&Tensor> = inputs.iter().collect();
-        m.check(&format!("roberta {batch}x{seq}"), &refs, 2e-4, 2e-4);
-    }
+    padded_example_on_gpu(
+        Roberta::random(17).into_compiled(),
+        "roberta",
+        &[(1, 3), (2, 33), (3, 40)],
+        &[(1, 3), (3, 40)],
+    );
 }
 
 /// The example T5 encoder with weights drawn as T5 initialises them: its scores are not scaled, so the query

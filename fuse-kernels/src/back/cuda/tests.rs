@@ -250,16 +250,15 @@ fn computed_ids_are_kept_in_f32_in_half_storage() {
     );
     let kept = bf16(&p);
     assert!(!kept.contains("#error"), "{kept}");
-    let scan = kept
-        .split("extern \"C\"")
-        .find(|k| k.contains("_row("))
-        .expect("the scan's kernel");
+    let kernel = |kind: &str| {
+        kept.split("extern \"C\"")
+            .find(|k| k.contains(kind))
+            .unwrap_or_else(|| panic!("no {kind} kernel"))
+    };
+    let scan = kernel("_row(");
     assert!(scan.contains("float* __restrict__ out"), "{scan}");
     assert!(!scan.contains("fuse_from_f32("), "{scan}");
-    let gather = kept
-        .split("extern \"C\"")
-        .find(|k| k.contains("_gather("))
-        .expect("the gather");
+    let gather = kernel("_gather(");
     assert!(gather.contains("fuse_t* __restrict__ out, const fuse_t* __restrict__ in0, const float* __restrict__ in1"), "{gather}");
     // In f32 storage nothing changes: every buffer is `fuse_t`.
     assert!(!write_cuda(&p, "M").contains("const float* __restrict__"));
