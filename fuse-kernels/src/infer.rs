@@ -356,9 +356,9 @@ fn computed_ids(g: &Graph, ids: NodeId, ty: &TensorType, rows: &Dim) -> Result<(
     else {
         return err(format!(
             "embedding ids must be integer ids: an i64 input (`#[shape(..)] ids: Tensor<i64>`), an `arange`, or \
-             ids the model computes from masks, positions and whole constants with `+`, `*`, `cumsum` (RoBERTa's \
-             positions: `(tokens.cumsum(1) * tokens + 1.0).to_i64()`), whose range fuse can bound; this is {} {shape}, \
-             and its range cannot be bounded",
+             ids the model computes from masks, positions and whole constants with `+`, `*`, `cumsum`, `max`, `min` \
+             (RoBERTa's positions: `(tokens.cumsum(1) * tokens + 1.0).to_i64()`), whose range fuse can bound; this \
+             is {} {shape}, and its range cannot be bounded",
             ty.dtype.name()
         ));
     };
