@@ -5,8 +5,8 @@
 //! non-negative integer constants, `arange` positions, and `+`, `*`, `-` of a constant, `max`, `min` (so `clamp`),
 //! `cumsum` and views of them, so a bounded value is a whole number: the bound is proved, not assumed, and a value
 //! fuse cannot bound is refused at the user's line. (A `clamp` of a value that is not bounded stays refused: an
-//! activation may be NaN, which no clamp removes.) The upper bound is a constant plus one monomial of the dims (`seq + 1`), which the
-//! runtime checks against the table's rows when it binds the dims, as it checks a slice.
+//! activation may be NaN, which no clamp removes.) The upper bound is a constant plus one monomial of the dims
+//! (`seq + 1`), which the runtime checks against the table's rows when it binds the dims, as it checks a slice.
 
 use crate::ir::{BinaryOp, DType, Dim, Graph, NodeId, Op, UnaryOp};
 

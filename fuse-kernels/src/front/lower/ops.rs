@@ -525,8 +525,6 @@ impl Lowerer<'_> {
         Some(norm as usize)
     }
 
-    /// Canonicalises a reduction or softmax over `axis` to one over the last axis (the only form the planner and
-    /// the kernels know): permute `axis` to the end, apply `make`, and permute back when the axis is kept.
     /// PyTorch's `log_softmax`: `s - log(sum(exp(s)))` with `s = x - max(x)` along `axis`, so a value far below
     /// its row's largest stays finite where `softmax().log()` would give `log(0)`. Made along the last axis (the
     /// input permuted there once, as for `softmax`), where the two reductions keep the axis and are read back over
@@ -549,6 +547,8 @@ impl Lowerer<'_> {
         self.along_last_axis_with(x, axis, at, build, true)
     }
 
+    /// Canonicalises a reduction or softmax over `axis` to one over the last axis (the only form the planner and
+    /// the kernels know): permute `axis` to the end, apply `make`, and permute back when the axis is kept.
     fn along_last_axis(
         &mut self,
         x: NodeId,
