@@ -168,6 +168,14 @@ pub fn named_weight(name: &str, shape: &[usize], scale: f64, offset: f64) -> Ten
     Tensor::from_f32(shape, data).expect("shape matches")
 }
 
+/// Every parameter of a BERT-like model, in `spec` order, drawn by [`bert_weight`].
+pub fn bert_weights(spec: &ModelSpec) -> Vec<Tensor> {
+    spec.params
+        .iter()
+        .map(|p| bert_weight(p.name, p.shape))
+        .collect()
+}
+
 /// A BERT-like model's parameter `name`, drawn as `init_weights` in `scripts/mpnet_reference.py` draws it (the
 /// RoBERTa script imports it): norms' weights near 1, relative-bias tables ±2, embeddings ±1, biases ±0.1, and
 /// products' weights uniform with a spread of 1/√fan_in.

@@ -5,23 +5,18 @@
 //! bucket's quotient is an integer).
 //!
 //! The reference is `tests/data/mpnet_hidden.json`, made by `scripts/mpnet_reference.py`; the weights come from
-//! the generator that script shares with the Llama test (`fuse_tests::harness::bert_weight`). The bias table is
+//! the generator that script shares with the Llama test (`fuse_tests::harness::bert_weights`). The bias table is
 //! drawn wide (±2), so a bucket off by one for a single pair moves that row's hidden state by far more than the
 //! tolerance.
 
 use fuse_examples::models::mpnet::mpnet_tiny::{MpNet, HIDDEN};
 use fuse_runtime::Tensor;
-use fuse_tests::harness::bert_weight;
+use fuse_tests::harness::bert_weights;
 use fuse_tests::hidden_reference::{assert_plans_match_rows, HiddenReference};
 
 /// The model with the reference's weights, drawn as `scripts/mpnet_reference.py` draws them.
 fn model() -> MpNet {
-    let weights = MpNet::spec()
-        .params
-        .iter()
-        .map(|p| bert_weight(p.name, p.shape))
-        .collect();
-    MpNet::from_weights(weights).expect("weights fit the model")
+    MpNet::from_weights(bert_weights(MpNet::spec())).expect("weights fit the model")
 }
 
 #[test]

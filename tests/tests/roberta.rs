@@ -5,21 +5,16 @@
 //! a padded position's hidden state shows its position id (the padding id's row).
 //!
 //! The reference is `tests/data/roberta_hidden.json`, made by `scripts/roberta_reference.py`; the weights come from
-//! the generator that script shares with the MPNet test (`fuse_tests::harness::bert_weight`).
+//! the generator that script shares with the MPNet test (`fuse_tests::harness::bert_weights`).
 
 use fuse_examples::models::roberta::roberta_tiny::{Roberta, HIDDEN, MAX_POSITIONS};
 use fuse_runtime::{Error, Tensor};
-use fuse_tests::harness::bert_weight;
+use fuse_tests::harness::bert_weights;
 use fuse_tests::hidden_reference::{assert_plans_match_rows, HiddenReference};
 
 /// The model with the reference's weights, drawn as `scripts/roberta_reference.py` draws them.
 fn model() -> Roberta {
-    let weights = Roberta::spec()
-        .params
-        .iter()
-        .map(|p| bert_weight(p.name, p.shape))
-        .collect();
-    Roberta::from_weights(weights).expect("weights fit the model")
+    Roberta::from_weights(bert_weights(Roberta::spec())).expect("weights fit the model")
 }
 
 #[test]
