@@ -1,7 +1,7 @@
-//! `gemm_bench --attention`: an encoder layer's attention ([`encoder_report`]), then one decoding step's attention
-//! (one query row per head) over a KV cache, grouped-query heads reading their key-value head through a broadcast,
-//! as a decoder's attention kernel calls it. Single thread (`RAYON_NUM_THREADS=1` keeps the heads on it); µs per
-//! call, and for the decoding steps the keys and values read per call over that time, GB/s.
+//! `gemm_bench --attention`: an encoder layer's attention on one thread ([`encoder_report`]), µs per call; then a
+//! decoding step's attention (one query row per head) over a KV cache, grouped-query heads reading their key-value
+//! head through a broadcast, as a decoder's attention kernel calls it, from a cache and from memory ([`report`]):
+//! µs per layer and GB/s of the keys and values read.
 
 use fuse_runtime::__private::math::Arith;
 use fuse_runtime::__private::rows::{softmax_rows, softmax_rows_on, SoftmaxPath};
@@ -12,15 +12,11 @@ use fuse_runtime::cpu::attention::SCRATCH_ELEMENTS;
 use fuse_runtime::cpu::par::SimdTask;
 use fuse_runtime::Tensor;
 
-use super::best_seconds;
+use std::time::Instant;
 
-/// (what, kv heads, heads per kv head, head dim, cached positions).
-const SHAPES: [(&str, usize, usize, usize, usize); 4] = [
-    ("W5 (SmolLM-135M) layer, past 128", 3, 3, 64, 129),
-    ("Llama-3-8B layer, past 512", 8, 4, 128, 513),
-    ("Llama-3-8B layer, past 2048", 8, 4, 128, 2049),
-    ("Llama-3-8B layer, past 8192", 8, 4, 128, 8193),
-];
+use rayon::ThreadPool;
+
+use super::{best_seconds, ROUNDS};
 
 /// A scores task that leaves the scores as they are: the attention kernel's products alone.
 struct Unchanged;
@@ -43,20 +39,40 @@ impl RowTask for Softmax {
     }
 }
 
-pub fn report() {
-    println!("decode attention, one query row per head, K and V shared by each group of heads (one thread):");
-    for (what, kv_heads, group, d, n) in SHAPES {
+/// A decoding step's attention for `seqs` sequences over one layer's cache, `[seqs, kv_heads, n, d]` each of K and
+/// V, as a decoder's kernel calls it: one query row per head, each group of heads reading its key-value head.
+struct Step {
+    kv_heads: usize,
+    group: usize,
+    d: usize,
+    n: usize,
+    seqs: usize,
+}
+
+impl Step {
+    /// Floats of K (and of V) per layer.
+    fn cache_len(&self) -> usize {
+        self.seqs * self.kv_heads * self.n * self.d
+    }
+
+    /// `out` ← the step's attention over `k` and `v` (one layer's cache each), queries `q`.
+    fn run(&self, q: &[f32], k: &[f32], v: &[f32], out: &mut [f32]) {
+        let &Step {
+            kv_heads,
+            group,
+            d,
+            n,
+            seqs,
+        } = self;
         let heads = kv_heads * group;
-        let q = Tensor::randn(&[heads * d], 1).to_f32_vec();
-        // The cache as a decoder holds it, `[kv_heads, positions, d]`; the products read K transposed.
-        let k = Tensor::randn(&[kv_heads * n * d], 2).to_f32_vec();
-        let v = Tensor::randn(&[kv_heads * n * d], 3).to_f32_vec();
-        let mut out = vec![0f32; heads * d];
+        let batch = [seqs, kv_heads, group];
+        let q_batch = [heads * d, group * d, d];
+        let kv_batch = [kv_heads * n * d, n * d, 0];
         let spec = AttentionSpec {
-            batch: &[kv_heads, group],
-            q_batch: &[group * d, d],
-            k_batch: &[n * d, 0],
-            v_batch: &[n * d, 0],
+            batch: &batch,
+            q_batch: &q_batch,
+            k_batch: &kv_batch,
+            v_batch: &kv_batch,
             m: 1,
             n,
             d,
@@ -66,6 +82,7 @@ pub fn report() {
                 rs: heads * d,
                 cs: 1,
             },
+            // The cache as a decoder holds it, `[kv_heads, positions, d]`; the products read K transposed.
             k: Operand {
                 offset: 0,
                 rs: 1,
@@ -77,21 +94,99 @@ pub fn report() {
                 cs: 1,
             },
             out: Placement {
-                batch: &[group * d, d],
+                batch: &q_batch,
                 rs: heads * d,
             },
             products: Products::F32,
         };
-        let task = Softmax { n };
-        let seconds = best_seconds(|| {
-            attention(&spec, Query::Memory(&q), &k, &v, &mut out, &task);
-            out[0]
-        });
-        let bytes = 2.0 * (kv_heads * n * d * 4) as f64;
+        attention(&spec, Query::Memory(q), k, v, out, &Softmax { n });
+    }
+}
+
+/// (what, kv heads, heads per kv head, head dim, cached positions, sequences).
+const SHAPES: [(&str, usize, usize, usize, usize, usize); 6] = [
+    ("W5 (SmolLM-135M) layer, past 128", 3, 3, 64, 129, 1),
+    ("W5 layer, past 128, batch 8", 3, 3, 64, 129, 8),
+    ("W5 layer, past 1024, batch 8", 3, 3, 64, 1025, 8),
+    ("Llama-3-8B layer, past 512", 8, 4, 128, 513, 1),
+    ("Llama-3-8B layer, past 2048", 8, 4, 128, 2049, 1),
+    ("Llama-3-8B layer, past 8192", 8, 4, 128, 8193, 1),
+];
+
+/// Bytes of caches the cold runs cycle through: beyond any L3 this machine kind has, as a step's 30 layers of
+/// cache and its weights are.
+const COLD_BYTES: usize = 96 << 20;
+
+/// Each shape's step: "hot" on one thread over one layer's cache again and again (it stays in L2 or L3, so the
+/// kernel's own rate shows); "cold" over as many layers' caches as make [`COLD_BYTES`], read in turn, so each comes
+/// from memory as in a model's step, on one thread and on the pool's threads (from inside the pool, as a model's
+/// call runs, so the heads are split between them). µs per layer and GB/s of K and V read.
+pub fn report() {
+    let pools: Vec<ThreadPool> = [1, rayon::current_num_threads()]
+        .into_iter()
+        .filter_map(|n| rayon::ThreadPoolBuilder::new().num_threads(n).build().ok())
+        .collect();
+    let [one, all] = &pools[..] else {
+        return;
+    };
+    let threads = all.current_num_threads();
+    println!("decode attention, one query row per head, K and V shared by each group of heads, f32 cache:");
+    println!(
+        "{:<36} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "layer",
+        "µs hot",
+        "GB/s",
+        "µs cold",
+        "GB/s",
+        format!("µs {threads} thr"),
+        "GB/s"
+    );
+    for (what, kv_heads, group, d, n, seqs) in SHAPES {
+        let step = Step {
+            kv_heads,
+            group,
+            d,
+            n,
+            seqs,
+        };
+        let heads = seqs * kv_heads * group;
+        let len = step.cache_len();
+        let layers = COLD_BYTES.div_ceil(2 * 4 * len).max(2);
+        let q = Tensor::randn(&[heads * d], 1).to_f32_vec();
+        let caches: Vec<(Vec<f32>, Vec<f32>)> = (0..layers as u64)
+            .map(|l| {
+                let [k, v] = [2, 3].map(|s| Tensor::randn(&[len], 2 * l + s).to_f32_vec());
+                (k, v)
+            })
+            .collect();
+        let mut out = vec![0f32; heads * d];
+        // Wall seconds per layer: `count` layers of `caches` in turn, on `pool`'s threads.
+        let mut per_layer = |pool: &ThreadPool, caches: &[(Vec<f32>, Vec<f32>)], count: usize| {
+            pool.install(|| {
+                let start = Instant::now();
+                for (k, v) in caches.iter().cycle().take(count) {
+                    step.run(&q, k, v, &mut out);
+                }
+                start.elapsed().as_secs_f64() / count as f64
+            })
+        };
+        let reps = (64 << 20) / (8 * len) + 1;
+        let (mut hot, mut cold, mut cold_all) = (f64::MAX, f64::MAX, f64::MAX);
+        for _ in 0..ROUNDS {
+            hot = hot.min(per_layer(one, &caches[..1], reps));
+            cold = cold.min(per_layer(one, &caches, layers));
+            cold_all = cold_all.min(per_layer(all, &caches, layers));
+        }
+        std::hint::black_box(&out);
+        let rate = |seconds: f64| (8 * len) as f64 / seconds / 1e9;
         println!(
-            "  {what:<40} {:8.1} µs  {:6.1} GB/s of K and V",
-            seconds * 1e6,
-            bytes / seconds / 1e9
+            "{what:<36} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
+            hot * 1e6,
+            rate(hot),
+            cold * 1e6,
+            rate(cold),
+            cold_all * 1e6,
+            rate(cold_all)
         );
     }
 }

@@ -5,8 +5,8 @@
 //! tiles also runs with B packed beforehand ("packed B", as a model packs its weights at load): the difference
 //! is what packing B costs per call (`--f32` runs only that table, after the FMA peaks). The int8 kernels come
 //! first (`int8`; `--int8` stops after them), then the bf16 ones (`bf16`; `--bf16` runs only them).
-//! `--attention` runs only attention kernels: an encoder layer's, and a decoding step's over a KV cache
-//! (`decode_attention`).
+//! `--attention` runs only attention kernels: an encoder layer's on one thread, and a decoding step's over a KV
+//! cache from a cache and from memory, on one thread and on the pool's (`decode_attention`).
 //! Where the process may run AMX, the int8 part starts with what the AMX loop itself reaches on W2's middle block
 //! (`amx_ceiling`): the ceiling under the int8 kernel there. `--bandwidth` prints only the read bandwidth over
 //! working sets from 1 MiB to 1 GiB on the pool's threads (`bandwidth`): where a model's weights are read from.
@@ -204,7 +204,11 @@ fn main() {
         return decode::report();
     }
     if std::env::args().any(|a| a == "--attention") {
-        decode_attention::encoder_report();
+        // Timed in the calling thread's CPU seconds, so on one thread whatever the pool has (the pool's other
+        // threads' work would not be counted).
+        if let Ok(one) = rayon::ThreadPoolBuilder::new().num_threads(1).build() {
+            one.install(decode_attention::encoder_report);
+        }
         return decode_attention::report();
     }
     let vnni = int8::vnni_peaks();

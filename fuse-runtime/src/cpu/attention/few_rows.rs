@@ -128,6 +128,7 @@ fn portable(ops: &FewRows<'_>, block: &mut [f32], probs: &mut [f32], softmax: &d
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::super::super::gemm::{Lanes, Ymm, Zmm};
+    use super::super::super::rows::{prefetch, prefetch_l2};
     use super::{FewRows, FEW_ROWS};
 
     /// # Safety
@@ -154,6 +155,28 @@ mod x86 {
     ) {
         // SAFETY: forwarded.
         unsafe { on_lanes::<Ymm>(ops, block, probs, softmax) }
+    }
+
+    /// Keys ahead of the one being multiplied that are asked into L1 (2 KiB at a head dim of 64).
+    ///
+    /// A decoding step's attention reads each head's keys, then its values, once, from memory (a step's 30 layers
+    /// of cache and its weights pass through the caches between two reads of one layer); each head's read is short
+    /// (66 KB at W5's past 128), and the hardware's prefetchers, which follow a stream only once it has run for a
+    /// while, left the kernel waiting at about half the memory's rate. With the values asked for while the keys are
+    /// multiplied and the keys a few rows ahead, W5's batch-8 layer ran at 1.3–1.5× the rate and a Llama-3-8B
+    /// layer at past 512 1.3× (`gemm_bench --attention`, BENCHMARKS.md, forty-seventh run).
+    const KEYS_AHEAD: usize = 8;
+
+    /// Asks for the lines of `len` floats from `p` with `hint` (a prefetch: it reads nothing and cannot fault).
+    #[inline(always)]
+    fn ask_for_row(p: *const f32, len: usize, hint: fn(*const f32)) {
+        for c in (0..len).step_by(16) {
+            hint(p.wrapping_add(c));
+        }
+        // The row's last line, where the row does not start on a line.
+        if len > 0 {
+            hint(p.wrapping_add(len - 1));
+        }
     }
 
     /// Vectors of a strip of output columns per row: with [`FEW_ROWS`] rows, eight sums in registers, which leaves
@@ -209,6 +232,13 @@ mod x86 {
                 for j in 0..n {
                     // Formed without `add`: with d = 0 no key is read, and `k` may then be empty.
                     let key = ops.k.as_ptr().wrapping_add(j * ops.k_cs);
+                    // While the keys are multiplied, value row j is asked into L2 (from which the second pass
+                    // reads it; a long context's, evicted from L2 by then, comes from L3) and a key a few rows
+                    // ahead into L1 (see `KEYS_AHEAD`).
+                    ask_for_row(ops.v.as_ptr().wrapping_add(j * ops.v_rs), dv, prefetch_l2);
+                    if j + KEYS_AHEAD < n {
+                        ask_for_row(key.wrapping_add(KEYS_AHEAD * ops.k_cs), d, prefetch);
+                    }
                     let mut sums = [L::zero(); R];
                     for i in 0..whole {
                         let k = L::load(key.add(i * L::LANES));
