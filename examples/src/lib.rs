@@ -16,4 +16,5 @@ pub mod models {
     pub mod relative_bias;
     pub mod roberta;
     pub mod t5;
+    pub mod vit;
 }

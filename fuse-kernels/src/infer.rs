@@ -555,7 +555,8 @@ fn concat(g: &Graph, inputs: &[NodeId], axis: usize) -> Result<TensorType, TypeE
             same_rank && (0..t.shape.rank()).all(|i| i == axis || t.shape.0[i] == first.shape.0[i]);
         if !others_equal {
             return err(format!(
-                "concat along axis {axis}: {} and {} differ outside that axis",
+                "concat along axis {axis}: {} and {} differ outside that axis (only a size-1 axis \
+                 broadcasts to another input's length)",
                 g.fmt_shape(&first.shape),
                 g.fmt_shape(&t.shape)
             ));

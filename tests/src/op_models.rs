@@ -587,6 +587,34 @@ pub mod ops {
         }
     }
 
+    /// Concats whose inputs broadcast a size-1 axis outside the concat's: a `[1, 1, D]` parameter row before each
+    /// sequence's rows (ViT's `[CLS]`), read by an elementwise op; a `[1, seq, 2]` input beside `[batch, seq, D]`,
+    /// the concat itself an output; and one row of each sequence, `[batch, 1, D]`, repeated along the sequence
+    /// before its rows.
+    pub struct BroadcastConcats {
+        #[shape(1, 1, D)]
+        cls: Tensor,
+    }
+    impl BroadcastConcats {
+        pub fn forward(
+            &self,
+            #[shape(batch, seq, D)] x: Tensor,
+            #[shape(1, seq, 2)] y: Tensor,
+        ) -> (Tensor, Tensor, Tensor) {
+            let with_cls = concat([self.cls, x], 1) * 2.0;
+            let wider = concat([x, y], 2);
+            let first = x.narrow(1, 0, 1).exp();
+            let repeated = concat(
+                [
+                    first.reshape([x.dim(0), 1, 1, D]),
+                    x.reshape([x.dim(0), x.dim(1), 1, D]),
+                ],
+                2,
+            );
+            (with_cls, wider, repeated)
+        }
+    }
+
     /// Two reads strided along the output's inner axis by different strides in one kernel: `x` transposed
     /// (stride `D`) and a narrowed `y` transposed (stride `2·D`), in an elementwise kernel, a softmax's row
     /// input and a matmul's epilogue.

@@ -22,7 +22,7 @@ use fuse_examples::models::llama::tiny::{TinyLlama, TinyLlamaCached};
 use fuse_examples::models::{
     chain::chain::Chain, encoder::encoder::EncoderLayer, gpt2::gpt2_tiny::Gpt2,
     minilm::minilm::MiniLm, mlp::mlp::Mlp, mpnet::mpnet_tiny::MpNet,
-    roberta::roberta_tiny::Roberta, t5::t5_tiny::T5Encoder,
+    roberta::roberta_tiny::Roberta, t5::t5_tiny::T5Encoder, vit::vit_tiny::Vit,
 };
 use fuse_kernels::back::cuda::{
     launches, write_cuda, write_cuda_with, Grid, Options, Role, StorageType,
@@ -285,6 +285,7 @@ fn specs() -> Vec<&'static ModelSpec> {
         MiniLm::spec(),
         MpNet::spec(),
         Roberta::spec(),
+        Vit::spec(),
         Gpt2::spec(),
         T5Encoder::spec(),
         TinyLlama::spec(),
@@ -307,6 +308,7 @@ fn specs() -> Vec<&'static ModelSpec> {
         Views::spec(),
         Ropes::spec(),
         UnfusedConcats::spec(),
+        BroadcastConcats::spec(),
         Embeddings::spec(),
         Attentions::spec(),
         NarrowRope::spec(),
@@ -665,6 +667,19 @@ fn gpt2_on_gpu() {
     }
 }
 
+/// The example ViT: an image's patches gathered by a copy kernel and projected, the `[CLS]` row broadcast over the
+/// batch before them.
+#[test]
+fn vit_on_gpu() {
+    use fuse_examples::models::vit::vit_tiny::{CHANNELS, IMAGE};
+    let Some(device) = gpu() else { return };
+    let m = OnGpu::example(Vit::random(23).into_compiled(), &device);
+    for batch in [1, 3] {
+        let pixels = Tensor::randn(&[batch, CHANNELS, IMAGE, IMAGE], 5 + batch as u64);
+        m.check(&format!("vit {batch}"), &[&pixels], 2e-4, 2e-4);
+    }
+}
+
 #[test]
 fn minilm_checkpoint_on_gpu() {
     use fuse_examples::minilm_run::{checkpoint_dir, SentenceEmbedder};
@@ -907,6 +922,23 @@ fn reductions_on_gpu() {
         2e-5,
         2e-5,
         |b, q, s| vec![Tensor::randn(&[b, q, D], s)],
+    );
+}
+
+/// Concats broadcasting a size-1 axis (ViT's `[CLS]` row, an input shared by the batch, a repeated row).
+#[test]
+fn broadcast_concats_on_gpu() {
+    ops_on_gpu(
+        BroadcastConcats::random(21).into_compiled(),
+        "broadcast concats",
+        1e-6,
+        1e-6,
+        |b, q, s| {
+            vec![
+                Tensor::randn(&[b, q, D], s),
+                Tensor::randn(&[1, q, 2], s + 1),
+            ]
+        },
     );
 }
 

@@ -304,6 +304,53 @@ fn log_softmax_is_pytorchs() {
     assert_eq!(fused.matches("_row -> ").count(), 4, "{fused}");
 }
 
+/// Concats that broadcast a size-1 axis (a parameter row before each sequence, an input shared by the batch, one
+/// row of each sequence repeated along it) against the values this test places itself (the reference interprets
+/// the graph the front end made, broadcasts included), fused and eager, at several batches and lengths.
+#[test]
+fn concats_broadcast_size_one_axes() {
+    let m = BroadcastConcats::random(21);
+    let cls = m.compiled().weights().expect("weights")[0].to_f32_vec();
+    for (batch, seq, seed) in cases(21) {
+        let x = Tensor::randn(&[batch, seq, D], seed);
+        let y = Tensor::randn(&[1, seq, 2], seed + 1);
+        let (xs, ys) = (x.to_f32_vec(), y.to_f32_vec());
+        let row = |b: usize, t: usize| &xs[(b * seq + t) * D..][..D];
+        let (mut with_cls, mut wider, mut repeated) = (Vec::new(), Vec::new(), Vec::new());
+        for b in 0..batch {
+            with_cls.extend(cls.iter().map(|v| v * 2.0));
+            for t in 0..seq {
+                with_cls.extend(row(b, t).iter().map(|v| v * 2.0));
+                wider.extend(row(b, t));
+                wider.extend(&ys[t * 2..][..2]);
+                repeated.extend(row(b, 0).iter().map(|v| v.exp()));
+                repeated.extend(row(b, t));
+            }
+        }
+        for (mode, out) in [
+            ("fused", m.forward(&x, &y)),
+            ("eager", m.forward_eager(&x, &y)),
+        ] {
+            let out = out.expect("the model runs");
+            for (name, got, want) in [
+                ("[CLS] row", &out.0, &with_cls),
+                ("shared input", &out.1, &wider),
+                ("repeated row", &out.2, &repeated),
+            ] {
+                let got = got.to_f32_vec();
+                assert_eq!(got.len(), want.len(), "{mode}, {name} at {batch}x{seq}");
+                for (i, (g, w)) in got.iter().zip(want).enumerate() {
+                    // exp's rounding may differ from the host's by an ulp or two; the rest is copied.
+                    assert!(
+                        (g - w).abs() <= 1e-6 * w.abs(),
+                        "{mode}, {name} at {batch}x{seq}, element {i}: {g} against {w}"
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn layer_and_rms_norm() {
     let m = Norms::random(6);

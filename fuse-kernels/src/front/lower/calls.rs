@@ -1,10 +1,11 @@
 //! Calls: methods on models (inlined), on constants and on tensors (see `ops`), and the built-in functions
 //! `where_`, `embedding`, `concat` and `arange`.
 
+use super::ops::tensor;
 use super::{closest, Instance, Lowerer, Scope, Value, MAX_CALL_DEPTH};
 use crate::front::consts::{apply_method, ConstVal};
 use crate::front::diag::At;
-use crate::ir::{NodeId, Op};
+use crate::ir::{BinaryOp, DType, Dim, NodeId, Op, Shape};
 
 const BUILTINS: [&str; 4] = ["where_", "embedding", "concat", "arange"];
 
@@ -339,7 +340,64 @@ impl Lowerer<'_> {
         let Some(axis) = self.axis(&axis_v, At::of(&c.args[1]), first) else {
             return Value::Poison;
         };
+        let Some(inputs) = self.broadcast_for_concat(inputs, axis, at) else {
+            return Value::Poison;
+        };
         self.add(Op::Concat { inputs, axis }, at)
+    }
+
+    /// PyTorch's `cat` wants equal sizes outside its axis; fuse broadcasts size-1 axes in every op, so in `concat`
+    /// too: an input whose axis is 1 where another input's is longer takes that length (ViT's `[1, 1, HIDDEN]`
+    /// `[CLS]` row before `[batch, patches, HIDDEN]`). Each such axis is `where_(mask, x, x)` over a mask that is
+    /// true everywhere, of the longer length, made from the dims alone: `x`'s values exactly, repeated (by a small
+    /// kernel of their own: a kernel that reads a concat does not recompute a broadcast value). Inputs whose other
+    /// axes disagree otherwise are left as they are, for the type check to report.
+    fn broadcast_for_concat(
+        &mut self,
+        inputs: Vec<NodeId>,
+        axis: usize,
+        at: At,
+    ) -> Option<Vec<NodeId>> {
+        let shapes: Vec<Shape> = inputs.iter().map(|&x| self.g.ty(x).shape.clone()).collect();
+        let rank = shapes.first().map_or(0, Shape::rank);
+        if shapes.iter().any(|s| s.rank() != rank) {
+            return Some(inputs);
+        }
+        let mut out = Vec::with_capacity(inputs.len());
+        for (&input, shape) in inputs.iter().zip(&shapes) {
+            let mut x = input;
+            for i in (0..rank).filter(|&i| i != axis && shape.0[i].is_one()) {
+                let Some(len) = shapes.iter().map(|s| &s.0[i]).find(|d| !d.is_one()) else {
+                    continue;
+                };
+                let mask = self.true_along(len.clone(), i, rank, at)?;
+                x = tensor(self.add(Op::Where(mask, x, x), at))?;
+            }
+            out.push(x);
+        }
+        Some(out)
+    }
+
+    /// A mask, true everywhere, `len` long along axis `i` of `rank` axes and 1 along the others.
+    fn true_along(&mut self, len: Dim, i: usize, rank: usize, at: At) -> Option<NodeId> {
+        let start = Dim::fixed(0);
+        let positions = tensor(self.add(
+            Op::Arange {
+                start,
+                len: len.clone(),
+            },
+            at,
+        ))?;
+        let floats = tensor(self.add(Op::Cast(positions, DType::F32), at))?;
+        let mut dims = vec![Dim::fixed(1); rank];
+        dims[i] = len;
+        let reshape = Op::Reshape {
+            input: floats,
+            shape: Shape(dims),
+        };
+        let shaped = tensor(self.add(reshape, at))?;
+        let zero = self.scalar(0.0, at.start);
+        tensor(self.add(Op::Binary(BinaryOp::Ge, shaped, zero), at))
     }
 
     /// What to say about a call to something that is not a built-in.
@@ -383,5 +441,45 @@ impl Lowerer<'_> {
                  a model's own methods are called as `self.method(..)`"
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::front::capture_str;
+
+    /// The output shape of a one-struct model whose `forward` is `forward`, or its capture errors.
+    fn output_shape(forward: &str) -> Result<String, String> {
+        let source = format!(
+            "#[fused_model] mod m {{ pub struct M {{}} impl M {{ pub fn forward{forward} }} }}"
+        );
+        let capture = capture_str(&source).map_err(|e| e.to_string())?;
+        if let Some(errors) = capture.errors {
+            return Err(errors.to_string());
+        }
+        let g = &capture.models[0].graph;
+        Ok(g.fmt_shape(&g.ty(g.outputs[0]).shape))
+    }
+
+    #[test]
+    fn concat_broadcasts_size_one_axes_outside_its_axis() {
+        let cls = "(&self, #[shape(1, 1, 8)] c: Tensor, #[shape(b, s, 8)] x: Tensor) -> Tensor";
+        assert_eq!(
+            output_shape(&format!("{cls} {{ concat([c, x], 1) }}")).as_deref(),
+            Ok("[b, 1 + s, 8]")
+        );
+        // Along the last axis, both leading axes broadcast.
+        let wide = "(&self, #[shape(1, 1, 2)] c: Tensor, #[shape(b, s, 8)] x: Tensor) -> Tensor";
+        assert_eq!(
+            output_shape(&format!("{wide} {{ concat([x, c], 2) }}")).as_deref(),
+            Ok("[b, s, 10]")
+        );
+        // A length other than 1 that differs is still an error, which says what broadcasts.
+        let two = "(&self, #[shape(2, 1, 8)] c: Tensor, #[shape(b, s, 8)] x: Tensor) -> Tensor";
+        let err = output_shape(&format!("{two} {{ concat([c, x], 1) }}")).unwrap_err();
+        assert!(
+            err.contains("differ outside that axis") && err.contains("size-1 axis"),
+            "{err}"
+        );
     }
 }

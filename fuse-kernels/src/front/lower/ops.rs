@@ -621,7 +621,7 @@ fn unknown_method(method: &str) -> String {
 }
 
 /// The node of a value that is a tensor.
-fn tensor(v: Value) -> Option<NodeId> {
+pub(super) fn tensor(v: Value) -> Option<NodeId> {
     match v {
         Value::Tensor(t) => Some(t),
         _ => None,
