@@ -26,7 +26,7 @@ const LAYERS: [(&str, usize, usize); 5] = [
 ];
 
 /// Bytes the cold runs cycle through: beyond any L3 this machine kind has.
-const COLD_BYTES: usize = 96 << 20;
+pub const COLD_BYTES: usize = 96 << 20;
 
 /// A pack of `b` (viewed by `view`) in `precision`, as a model makes it at load.
 fn pack(precision: &str, b: &[f32], view: BView) -> Option<WeightPack> {
@@ -40,14 +40,18 @@ fn pack(precision: &str, b: &[f32], view: BView) -> Option<WeightPack> {
     }
 }
 
+/// A pool of one thread and one of as many as rayon's global pool has, for the cold runs; `None` if one cannot be
+/// made.
+pub fn one_and_all_threads() -> Option<(ThreadPool, ThreadPool)> {
+    let pool = |n| rayon::ThreadPoolBuilder::new().num_threads(n).build().ok();
+    Some((pool(1)?, pool(rayon::current_num_threads())?))
+}
+
 pub fn report() {
-    let pools: Vec<ThreadPool> = [1, rayon::current_num_threads()]
-        .into_iter()
-        .filter_map(|n| rayon::ThreadPoolBuilder::new().num_threads(n).build().ok())
-        .collect();
-    let [one, all] = &pools[..] else {
+    let Some((one, all)) = one_and_all_threads() else {
         return;
     };
+    let (one, all) = (&one, &all);
     let floor = |pool: &ThreadPool| {
         let set = StreamFloor::new(COLD_BYTES);
         let best = pool.install(|| (0..ROUNDS).map(|_| set.read_ms()).fold(f64::MAX, f64::min));

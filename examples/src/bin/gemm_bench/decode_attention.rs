@@ -16,6 +16,7 @@ use std::time::Instant;
 
 use rayon::ThreadPool;
 
+use super::decode::{one_and_all_threads, COLD_BYTES};
 use super::{best_seconds, ROUNDS};
 
 /// A scores task that leaves the scores as they are: the attention kernel's products alone.
@@ -113,22 +114,15 @@ const SHAPES: [(&str, usize, usize, usize, usize, usize); 6] = [
     ("Llama-3-8B layer, past 8192", 8, 4, 128, 8193, 1),
 ];
 
-/// Bytes of caches the cold runs cycle through: beyond any L3 this machine kind has, as a step's 30 layers of
-/// cache and its weights are.
-const COLD_BYTES: usize = 96 << 20;
-
 /// Each shape's step: "hot" on one thread over one layer's cache again and again (it stays in L2 or L3, so the
-/// kernel's own rate shows); "cold" over as many layers' caches as make [`COLD_BYTES`], read in turn, so each comes
-/// from memory as in a model's step, on one thread and on the pool's threads (from inside the pool, as a model's
+/// kernel's own rate shows); "cold" over as many layers' caches as make [`COLD_BYTES`] (a step's 30 layers of cache and
+/// its weights are beyond L3 too), read in turn, so each comes from memory as in a model's step, on one thread and on the pool's threads (from inside the pool, as a model's
 /// call runs, so the heads are split between them). µs per layer and GB/s of K and V read.
 pub fn report() {
-    let pools: Vec<ThreadPool> = [1, rayon::current_num_threads()]
-        .into_iter()
-        .filter_map(|n| rayon::ThreadPoolBuilder::new().num_threads(n).build().ok())
-        .collect();
-    let [one, all] = &pools[..] else {
+    let Some((one, all)) = one_and_all_threads() else {
         return;
     };
+    let (one, all) = (&one, &all);
     let threads = all.current_num_threads();
     println!("decode attention, one query row per head, K and V shared by each group of heads, f32 cache:");
     println!(
