@@ -73,51 +73,167 @@ fn few_rows_on(
     probs: &mut [f32],
     softmax: &dyn Fn(&mut [f32]),
 ) {
-    let &FewRows { n, d, dv, .. } = ops;
+    let (n, dv) = (ops.n, ops.dv);
     let rows = block.len() / dv.max(1);
+    assert!(
+        (1..=FEW_ROWS).contains(&rows) && probs.len() >= rows * n,
+        "few-rows attention with too many rows or too few scores: planner bug"
+    );
+    let probs = &mut probs[..rows * n];
+    // SAFETY: `probs` holds rows × n scores at row stride n.
+    unsafe { scores_on(path, ops, rows, probs.as_mut_ptr(), n) };
+    if n > 0 {
+        softmax(probs);
+    }
+    // SAFETY: as above.
+    unsafe { values_on(path, ops, probs.as_ptr(), n, block) };
+}
+
+/// Checks that `path` runs here and that `ops` holds what `rows` query rows read (the scores' and the values'
+/// passes alike).
+fn check_operands(path: Path, ops: &FewRows<'_>, rows: usize) {
+    let &FewRows { n, d, dv, .. } = ops;
     assert!(
         path.runs_here()
             && (1..=FEW_ROWS).contains(&rows)
-            && probs.len() >= rows * n
             && (n == 0
                 || (ops.v.len() >= (n - 1) * ops.v_rs + dv
                     && (d == 0
                         || (ops.k.len() >= (n - 1) * ops.k_cs + d
-                            && ops.q.len() >= (rows.max(1) - 1) * ops.q_rs + d)))),
+                            && ops.q.len() >= (rows - 1) * ops.q_rs + d)))),
         "few-rows attention on a path this CPU lacks, or operands out of bounds: planner bug"
     );
-    let probs = &mut probs[..rows * n];
+}
+
+/// The scores of `rows` query rows against the `ops.n` keys: row r's at `probs[r · probs_rs..][..n]`.
+///
+/// # Safety
+/// Those `rows` runs of `n` floats are writable and no one else reads or writes them meanwhile.
+pub(super) unsafe fn scores(ops: &FewRows<'_>, rows: usize, probs: *mut f32, probs_rs: usize) {
+    // SAFETY: forwarded.
+    unsafe { scores_on(Path::best(), ops, rows, probs, probs_rs) }
+}
+
+/// `block` (its rows of `dv`) = Σ_j probs[r · probs_rs + j] · value row j over the `ops.n` value rows.
+///
+/// # Safety
+/// `probs` holds `block`'s rows of `n` probabilities at row stride `probs_rs`.
+pub(super) unsafe fn values(
+    ops: &FewRows<'_>,
+    probs: *const f32,
+    probs_rs: usize,
+    block: &mut [f32],
+) {
+    // SAFETY: forwarded.
+    unsafe { values_on(Path::best(), ops, probs, probs_rs, block) }
+}
+
+/// [`scores`] on `path`.
+///
+/// # Safety
+/// As [`scores`].
+unsafe fn scores_on(path: Path, ops: &FewRows<'_>, rows: usize, probs: *mut f32, probs_rs: usize) {
+    check_operands(path, ops, rows);
+    if ops.n == 0 {
+        return;
+    }
+    let probs = ScoreRows {
+        at: probs,
+        rs: probs_rs,
+    };
+    // SAFETY (each): `path` runs on this CPU, the operands hold what they are read for (both checked above), and
+    // the scores' rows are the caller's.
     match path {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `path` runs on this CPU, and the operands hold what they are read for (both asserted above).
-        Path::Avx512 => unsafe { x86::few_rows_avx512(ops, block, probs, softmax) },
+        Path::Avx512 => unsafe { x86::scores_avx512(ops, rows, probs) },
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: as above, for AVX2 and FMA.
-        Path::Avx2 => unsafe { x86::few_rows_avx2(ops, block, probs, softmax) },
-        _ => portable(ops, block, probs, softmax),
+        Path::Avx2 => unsafe { x86::scores_avx2(ops, rows, probs) },
+        _ => unsafe { portable_scores(ops, rows, probs) },
     }
 }
 
-/// The loops over slices, for a CPU without AVX2: a multiply and an add per term (the scalar code's rounding).
-fn portable(ops: &FewRows<'_>, block: &mut [f32], probs: &mut [f32], softmax: &dyn Fn(&mut [f32])) {
-    let &FewRows { n, d, dv, .. } = ops;
-    let rows = block.len() / dv;
-    // Keys and values in the outer loops: each is read once for all the rows (a group of heads sharing them).
-    if n > 0 {
-        for j in 0..n {
-            let key = &ops.k[j * ops.k_cs..][..d];
-            for r in 0..rows {
-                let query = &ops.q[r * ops.q_rs..][..d];
-                probs[r * n + j] = query.iter().zip(key).map(|(x, y)| x * y).sum();
-            }
-        }
-        softmax(probs);
+/// [`values`] on `path`.
+///
+/// # Safety
+/// As [`values`].
+unsafe fn values_on(
+    path: Path,
+    ops: &FewRows<'_>,
+    probs: *const f32,
+    probs_rs: usize,
+    block: &mut [f32],
+) {
+    check_operands(path, ops, block.len() / ops.dv.max(1));
+    let probs = ScoreRows {
+        at: probs.cast_mut(),
+        rs: probs_rs,
+    };
+    // SAFETY (each): as in `scores_on`; the probabilities' rows are the caller's.
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        Path::Avx512 => unsafe { x86::values_avx512(ops, probs, block) },
+        #[cfg(target_arch = "x86_64")]
+        Path::Avx2 => unsafe { x86::values_avx2(ops, probs, block) },
+        _ => unsafe { portable_values(ops, probs, block) },
     }
+}
+
+/// Rows of scores (or probabilities) in memory: row r's score of key j at `at + r · rs + j`.
+#[derive(Clone, Copy)]
+struct ScoreRows {
+    at: *mut f32,
+    rs: usize,
+}
+
+impl ScoreRows {
+    /// # Safety
+    /// (r, j) is one of the rows' elements.
+    #[inline(always)]
+    unsafe fn get(self, r: usize, j: usize) -> f32 {
+        // SAFETY: the caller's contract.
+        unsafe { *self.at.add(r * self.rs + j) }
+    }
+
+    /// # Safety
+    /// As [`Self::get`], and the rows are writable.
+    #[inline(always)]
+    unsafe fn set(self, r: usize, j: usize, value: f32) {
+        // SAFETY: the caller's contract.
+        unsafe { *self.at.add(r * self.rs + j) = value }
+    }
+}
+
+/// The scores' loops over slices, for a CPU without AVX2: a multiply and an add per term (the scalar code's
+/// rounding). Keys in the outer loop: each is read once for all the rows (a group of heads sharing them).
+///
+/// # Safety
+/// The operands hold what they are read for; `probs` holds `rows` rows of `n`.
+unsafe fn portable_scores(ops: &FewRows<'_>, rows: usize, probs: ScoreRows) {
+    let &FewRows { n, d, .. } = ops;
+    for j in 0..n {
+        let key = &ops.k[j * ops.k_cs..][..d];
+        for r in 0..rows {
+            let query = &ops.q[r * ops.q_rs..][..d];
+            let score = query.iter().zip(key).map(|(x, y)| x * y).sum();
+            // SAFETY: (r, j) is one of the scores (the caller's contract).
+            unsafe { probs.set(r, j, score) };
+        }
+    }
+}
+
+/// The values' loops over slices, for a CPU without AVX2.
+///
+/// # Safety
+/// The operands hold what they are read for; `probs` holds `block`'s rows of `n`.
+unsafe fn portable_values(ops: &FewRows<'_>, probs: ScoreRows, block: &mut [f32]) {
+    let &FewRows { n, dv, .. } = ops;
+    let rows = block.len() / dv;
     block.fill(0.0);
     for j in 0..n {
         let value = &ops.v[j * ops.v_rs..][..dv];
         for r in 0..rows {
-            let p = probs[r * n + j];
+            // SAFETY: (r, j) is one of the probabilities (the caller's contract).
+            let p = unsafe { probs.get(r, j) };
             for (o, &x) in block[r * dv..][..dv].iter_mut().zip(value) {
                 *o += p * x;
             }
@@ -129,33 +245,36 @@ fn portable(ops: &FewRows<'_>, block: &mut [f32], probs: &mut [f32], softmax: &d
 mod x86 {
     use super::super::super::gemm::{Lanes, Ymm, Zmm};
     use super::super::super::rows::{prefetch, prefetch_l2};
-    use super::{FewRows, FEW_ROWS};
+    use super::{FewRows, ScoreRows, FEW_ROWS};
 
-    /// # Safety
-    /// The CPU has AVX-512F/VL, AVX2 and FMA; the operands hold what they are read for.
-    #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
-    pub(super) unsafe fn few_rows_avx512(
-        ops: &FewRows<'_>,
-        block: &mut [f32],
-        probs: &mut [f32],
-        softmax: &dyn Fn(&mut [f32]),
-    ) {
-        // SAFETY: forwarded.
-        unsafe { on_lanes::<Zmm>(ops, block, probs, softmax) }
+    /// Defines a pass's entry point for one instruction set: `$pass` on `$lanes`' vectors, compiled for `$features`.
+    macro_rules! entry {
+        ($name:ident, $features:literal, $lanes:ty, scores) => {
+            /// # Safety
+            /// The CPU runs the instruction set; the operands hold what they are read for; `probs` holds `rows`
+            /// rows of `n` scores.
+            #[target_feature(enable = $features)]
+            pub(super) unsafe fn $name(ops: &FewRows<'_>, rows: usize, probs: ScoreRows) {
+                // SAFETY: forwarded.
+                unsafe { scores_on_lanes::<$lanes>(ops, rows, probs) }
+            }
+        };
+        ($name:ident, $features:literal, $lanes:ty, values) => {
+            /// # Safety
+            /// The CPU runs the instruction set; the operands hold what they are read for; `probs` holds
+            /// `block`'s rows of `n` probabilities.
+            #[target_feature(enable = $features)]
+            pub(super) unsafe fn $name(ops: &FewRows<'_>, probs: ScoreRows, block: &mut [f32]) {
+                // SAFETY: forwarded.
+                unsafe { values_on_lanes::<$lanes>(ops, probs, block) }
+            }
+        };
     }
 
-    /// # Safety
-    /// The CPU has AVX2 and FMA; the operands hold what they are read for.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn few_rows_avx2(
-        ops: &FewRows<'_>,
-        block: &mut [f32],
-        probs: &mut [f32],
-        softmax: &dyn Fn(&mut [f32]),
-    ) {
-        // SAFETY: forwarded.
-        unsafe { on_lanes::<Ymm>(ops, block, probs, softmax) }
-    }
+    entry!(scores_avx512, "avx512f,avx512vl,avx2,fma", Zmm, scores);
+    entry!(values_avx512, "avx512f,avx512vl,avx2,fma", Zmm, values);
+    entry!(scores_avx2, "avx2,fma", Ymm, scores);
+    entry!(values_avx2, "avx2,fma", Ymm, values);
 
     /// Keys ahead of the one being multiplied that are asked into L1 (2 KiB at a head dim of 64).
     ///
@@ -188,79 +307,95 @@ mod x86 {
     /// context's) was read from L3 once per strip, four times for a head dim of 128.
     const VALUE_BLOCK: usize = 8192;
 
-    /// [`super::few_rows`] on `L`'s vectors: each score a fused multiply-add chain over the depth, its lanes summed
-    /// once; each output strip's sums in registers across every value row (the row count a constant, so they are
-    /// registers rather than an array indexed at run time).
+    /// The scores on `L`'s vectors: each a fused multiply-add chain over the depth, its lanes summed once (the row
+    /// count a constant, so the sums are registers rather than an array indexed at run time).
     ///
     /// # Safety
-    /// `L`'s instruction set runs here; the operands hold what they are read for; `probs` is rows × n.
+    /// `L`'s instruction set runs here; the operands hold what they are read for; `probs` holds `rows` rows of `n`.
     #[inline(always)]
-    unsafe fn on_lanes<L: Lanes>(
-        ops: &FewRows<'_>,
-        block: &mut [f32],
-        probs: &mut [f32],
-        softmax: &dyn Fn(&mut [f32]),
-    ) {
-        let rows = block.len() / ops.dv;
+    unsafe fn scores_on_lanes<L: Lanes>(ops: &FewRows<'_>, rows: usize, probs: ScoreRows) {
         // SAFETY (each): forwarded.
         match rows {
-            1 => unsafe { rows_on::<L, 1>(ops, block, probs, softmax) },
-            2 => unsafe { rows_on::<L, 2>(ops, block, probs, softmax) },
-            3 => unsafe { rows_on::<L, 3>(ops, block, probs, softmax) },
-            _ => unsafe { rows_on::<L, FEW_ROWS>(ops, block, probs, softmax) },
+            1 => unsafe { scores_rows::<L, 1>(ops, probs) },
+            2 => unsafe { scores_rows::<L, 2>(ops, probs) },
+            3 => unsafe { scores_rows::<L, 3>(ops, probs) },
+            _ => unsafe { scores_rows::<L, FEW_ROWS>(ops, probs) },
         }
     }
 
-    /// [`on_lanes`] for `R` rows.
+    /// [`scores_on_lanes`] for `R` rows.
     ///
     /// # Safety
-    /// As [`on_lanes`], with `block` holding `R` rows.
+    /// As [`scores_on_lanes`], with `R` rows.
     #[inline(always)]
-    unsafe fn rows_on<L: Lanes, const R: usize>(
-        ops: &FewRows<'_>,
-        block: &mut [f32],
-        probs: &mut [f32],
-        softmax: &dyn Fn(&mut [f32]),
-    ) {
+    unsafe fn scores_rows<L: Lanes, const R: usize>(ops: &FewRows<'_>, probs: ScoreRows) {
         let &FewRows { n, d, dv, .. } = ops;
-        if n > 0 {
-            let (whole, rest) = (d / L::LANES, d % L::LANES);
-            // SAFETY: the rows' queries and every key hold d elements (the caller's contract); a masked load
-            // reads only its lanes.
-            unsafe {
-                let rest_mask = L::first(rest);
-                for j in 0..n {
-                    // Formed without `add`: with d = 0 no key is read, and `k` may then be empty.
-                    let key = ops.k.as_ptr().wrapping_add(j * ops.k_cs);
-                    // While the keys are multiplied, value row j is asked into L2 (from which the second pass
-                    // reads it; a long context's, evicted from L2 by then, comes from L3) and a key a few rows
-                    // ahead into L1 (see `KEYS_AHEAD`).
-                    ask_for_row(ops.v.as_ptr().wrapping_add(j * ops.v_rs), dv, prefetch_l2);
-                    if j + KEYS_AHEAD < n {
-                        ask_for_row(key.wrapping_add(KEYS_AHEAD * ops.k_cs), d, prefetch);
-                    }
-                    let mut sums = [L::zero(); R];
-                    for i in 0..whole {
-                        let k = L::load(key.add(i * L::LANES));
-                        for (r, sum) in sums.iter_mut().enumerate() {
-                            let q = ops.q.as_ptr().add(r * ops.q_rs + i * L::LANES);
-                            *sum = L::fmadd(L::load(q), k, *sum);
-                        }
-                    }
-                    if rest > 0 {
-                        let k = L::load_masked(key.add(whole * L::LANES), rest_mask);
-                        for (r, sum) in sums.iter_mut().enumerate() {
-                            let q = ops.q.as_ptr().add(r * ops.q_rs + whole * L::LANES);
-                            *sum = L::fmadd(L::load_masked(q, rest_mask), k, *sum);
-                        }
-                    }
-                    for (r, &sum) in sums.iter().enumerate() {
-                        probs[r * n + j] = L::sum(sum);
+        let (whole, rest) = (d / L::LANES, d % L::LANES);
+        // SAFETY: the rows' queries and every key hold d elements (the caller's contract); a masked load reads only
+        // its lanes; (r, j) is one of the scores.
+        unsafe {
+            let rest_mask = L::first(rest);
+            for j in 0..n {
+                // Formed without `add`: with d = 0 no key is read, and `k` may then be empty.
+                let key = ops.k.as_ptr().wrapping_add(j * ops.k_cs);
+                // While the keys are multiplied, value row j is asked into L2 (from which the second pass reads
+                // it; a long context's, evicted from L2 by then, comes from L3) and a key a few rows ahead into
+                // L1 (see `KEYS_AHEAD`).
+                ask_for_row(ops.v.as_ptr().wrapping_add(j * ops.v_rs), dv, prefetch_l2);
+                if j + KEYS_AHEAD < n {
+                    ask_for_row(key.wrapping_add(KEYS_AHEAD * ops.k_cs), d, prefetch);
+                }
+                let mut sums = [L::zero(); R];
+                for i in 0..whole {
+                    let k = L::load(key.add(i * L::LANES));
+                    for (r, sum) in sums.iter_mut().enumerate() {
+                        let q = ops.q.as_ptr().add(r * ops.q_rs + i * L::LANES);
+                        *sum = L::fmadd(L::load(q), k, *sum);
                     }
                 }
+                if rest > 0 {
+                    let k = L::load_masked(key.add(whole * L::LANES), rest_mask);
+                    for (r, sum) in sums.iter_mut().enumerate() {
+                        let q = ops.q.as_ptr().add(r * ops.q_rs + whole * L::LANES);
+                        *sum = L::fmadd(L::load_masked(q, rest_mask), k, *sum);
+                    }
+                }
+                for (r, &sum) in sums.iter().enumerate() {
+                    probs.set(r, j, L::sum(sum));
+                }
             }
-            softmax(probs);
         }
+    }
+
+    /// `block` from the probabilities on `L`'s vectors: each output strip's sums in registers across every value
+    /// row.
+    ///
+    /// # Safety
+    /// `L`'s instruction set runs here; the operands hold what they are read for; `probs` holds `block`'s rows of
+    /// `n`.
+    #[inline(always)]
+    unsafe fn values_on_lanes<L: Lanes>(ops: &FewRows<'_>, probs: ScoreRows, block: &mut [f32]) {
+        let rows = block.len() / ops.dv;
+        // SAFETY (each): forwarded.
+        match rows {
+            1 => unsafe { values_rows::<L, 1>(ops, probs, block) },
+            2 => unsafe { values_rows::<L, 2>(ops, probs, block) },
+            3 => unsafe { values_rows::<L, 3>(ops, probs, block) },
+            _ => unsafe { values_rows::<L, FEW_ROWS>(ops, probs, block) },
+        }
+    }
+
+    /// [`values_on_lanes`] for `R` rows.
+    ///
+    /// # Safety
+    /// As [`values_on_lanes`], with `block` holding `R` rows.
+    #[inline(always)]
+    unsafe fn values_rows<L: Lanes, const R: usize>(
+        ops: &FewRows<'_>,
+        probs: ScoreRows,
+        block: &mut [f32],
+    ) {
+        let &FewRows { n, dv, .. } = ops;
         if n == 0 {
             // A sum over no value rows.
             block.fill(0.0);
@@ -282,7 +417,7 @@ mod x86 {
         }
     }
 
-    /// Output columns `c0..c0 + cols` (at most `STRIP` vectors) of `block`'s `R` rows: Σ_j `probs[r·n + j]` ·
+    /// Output columns `c0..c0 + cols` (at most `STRIP` vectors) of `block`'s `R` rows: Σ_j `probs(r, j)` ·
     /// value row j over `value_rows`, the sums in registers, added to what the earlier value rows left in `block`
     /// (nothing before the first). `WHOLE`: the strip is `STRIP` whole vectors, loaded and stored without masks (a
     /// constant, so the loop over the value rows has no branch).
@@ -292,12 +427,12 @@ mod x86 {
     #[inline(always)]
     unsafe fn strip<L: Lanes, const R: usize, const WHOLE: bool>(
         ops: &FewRows<'_>,
-        probs: &[f32],
+        probs: ScoreRows,
         block: &mut [f32],
         (c0, cols): (usize, usize),
         value_rows: std::ops::Range<usize>,
     ) {
-        let (n, dv) = (ops.n, ops.dv);
+        let dv = ops.dv;
         // Each vector's lanes inside the strip and their mask (an empty one is never read or written).
         let masks: [(usize, L::Mask); STRIP] = std::array::from_fn(|s| {
             let lanes = cols.saturating_sub(s * L::LANES).min(L::LANES);
@@ -320,7 +455,7 @@ mod x86 {
                 let v: [L::V; STRIP] =
                     std::array::from_fn(|s| load_part::<L, WHOLE>(value, s, masks[s]));
                 for (r, row_sums) in sums.iter_mut().enumerate() {
-                    let p = L::splat(probs[r * n + j]);
+                    let p = L::splat(probs.get(r, j));
                     for (sum, &x) in row_sums.iter_mut().zip(&v) {
                         *sum = L::fmadd(p, x, *sum);
                     }

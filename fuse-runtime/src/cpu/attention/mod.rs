@@ -10,6 +10,7 @@ use super::par::{batch_offsets, SharedOut, SimdTask};
 use super::scratch::{with_buffer, ATTENTION_ROWS, QUERIES, SCORES};
 
 mod few_rows;
+mod split;
 
 use few_rows::{few_rows, FewRows};
 
@@ -190,6 +191,20 @@ pub fn attention(
             block_attention(spec, q, k, v, b, row0, to, scores, probs)
         })
     };
+    // A step's few rows per block over a long cache, with fewer blocks than the threads want: each block's keys
+    // are split between threads too (`split.rs`).
+    let direct = m <= FEW_ROWS
+        && spec.k.rs == 1
+        && spec.v.cs == 1
+        && (matches!(q, Query::Computed(_)) || spec.q.cs == 1);
+    let parts = split::parts(batches, n, rayon::current_num_threads());
+    if direct && !serial && parts > 1 {
+        assert!(
+            last_output(spec) < out.len(),
+            "attention output placed out of bounds: planner bug"
+        );
+        return split::split_attention(spec, q, (k, v), out, scores, parts);
+    }
     if contiguous {
         let mut blocks: Vec<&mut [f32]> = Vec::with_capacity(batches * blocks_per_batch);
         for batch in out.chunks_mut(m * dv).take(batches) {
@@ -206,15 +221,9 @@ pub fn attention(
         }
         return;
     }
-    // The last element any row is placed at, so every row written below is inside `out`.
-    let last = (0..spec.batch.len())
-        .map(|i| (spec.batch[i] - 1) * spec.out.batch[i])
-        .sum::<usize>()
-        + (m - 1) * spec.out.rs
-        + dv
-        - 1;
+    // Every row written below is inside `out`.
     assert!(
-        last < out.len(),
+        last_output(spec) < out.len(),
         "attention output placed out of bounds: planner bug"
     );
     let placed = SharedOut(out.as_mut_ptr());
@@ -248,6 +257,16 @@ pub fn attention(
     } else {
         (0..blocks).into_par_iter().for_each(run_placed);
     }
+}
+
+/// The last element any output row is placed at (the spec has at least one batch, row and column).
+fn last_output(spec: &AttentionSpec<'_>) -> usize {
+    (0..spec.batch.len())
+        .map(|i| (spec.batch[i] - 1) * spec.out.batch[i])
+        .sum::<usize>()
+        + (spec.m - 1) * spec.out.rs
+        + spec.dv
+        - 1
 }
 
 /// A decoding step's grouped-query attention as one block per group: when each head has one query row and the last
@@ -588,14 +607,21 @@ mod tests {
 
     /// Grouped-query attention as a decoding step has it: `[kv_heads, group]` heads, K and V broadcast over the
     /// group, against an f64 attention. One query row per head takes the grouped path (a group of 3 on the direct
-    /// path, of 8 through the GEMMs); two rows per head do not, and must agree too.
+    /// path, of 8 through the GEMMs); two rows per head do not, and must agree too. On four threads, the long caches
+    /// (1100 and 700 keys) are split between threads (`split.rs`: 4 parts of 275 keys, 2 of 350).
     #[test]
     fn grouped_heads_match_f64_attention() {
+        let four = rayon::ThreadPoolBuilder::new()
+            .num_threads(4)
+            .build()
+            .expect("a pool");
         for (((kv_heads, group, m, n, d, dv), computed, placed), products) in [
             (2, 3, 1, 129, 64, 64),
             (3, 8, 1, 40, 16, 8),
             (2, 3, 2, 33, 8, 8),
             (1, 4, 1, 1, 4, 4),
+            (3, 3, 1, 1100, 64, 64),
+            (1, 4, 1, 700, 20, 13),
         ]
         .into_iter()
         .flat_map(|case| [(false, false), (true, false), (false, true)].map(|(q, o)| (case, q, o)))
@@ -657,14 +683,16 @@ mod tests {
                 Query::Memory(&q_mem)
             };
             let scale = 0.25f32;
-            attention(
-                &spec,
-                query,
-                &kv,
-                &vv,
-                &mut out,
-                &ScaledSoftmax { n, scale },
-            );
+            four.install(|| {
+                attention(
+                    &spec,
+                    query,
+                    &kv,
+                    &vv,
+                    &mut out,
+                    &ScaledSoftmax { n, scale },
+                )
+            });
             for h in 0..heads {
                 let kvh = h / group;
                 for i in 0..m {

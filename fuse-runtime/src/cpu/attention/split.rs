@@ -1,0 +1,146 @@
+//! A decoding step's attention over a long cache with fewer blocks than threads want: each block's keys and values
+//! cut into parts that threads take in turn (as "flash decoding" does on a GPU). A step has one block per sequence
+//! and key-value head, so a batch of one has as many blocks as the model has key-value heads (3 in SmolLM, 8 in
+//! Llama-3-8B): with more threads than that, or a count that does not divide among them, threads waited while the
+//! others read their heads' caches, which a long context's are (134 MB of keys and values at 8192 positions in
+//! Llama-3-8B per step, against 16 MB of its weights' layer).
+//!
+//! Four passes: each part's scores into one buffer of the step's rows; each block's task (scaling, mask, softmax)
+//! over its whole rows; each part's sums of its value rows weighted by their probabilities; each block's parts
+//! added into its output rows. Each pass is split between threads; the probabilities are the same as unsplit, and
+//! the output rows are sums over the parts in a fixed order, so a result does not depend on the threads.
+
+use rayon::prelude::*;
+
+use super::few_rows::{scores, values, FewRows};
+use super::{AttentionSpec, Query};
+use crate::cpu::par::{batch_offsets, SharedOut, SimdTask};
+use crate::cpu::scratch::{put, take, with_buffer, ATTENTION_ROWS, QUERIES, SCORES};
+
+/// Keys a part holds at the least: a part's work (16 KiB of keys and as much of values at a head dim of 64) must
+/// outweigh the passes' extra fork and join.
+const MIN_PART_KEYS: usize = 256;
+
+/// Tasks per thread a split aims at, so that blocks that do not divide among the threads still balance.
+const TASKS_PER_THREAD: usize = 4;
+
+/// Parts to cut each of `blocks` blocks of `n` keys into for `threads` threads; 1 where splitting would not pay
+/// (as many blocks as threads want already, or too few keys).
+pub(super) fn parts(blocks: usize, n: usize, threads: usize) -> usize {
+    let wanted = (TASKS_PER_THREAD * threads).div_ceil(blocks.max(1));
+    wanted.min(n / MIN_PART_KEYS).max(1)
+}
+
+/// The step's attention in `parts` parts per block: one block per batch (its `spec.m` rows, at most a few), each
+/// of whose keys and values is contiguous (`spec.k.rs == 1`, `spec.v.cs == 1`, Q's rows contiguous too), and the
+/// output rows placed where `spec.out` says, inside `out` (the caller checked).
+pub(super) fn split_attention(
+    spec: &AttentionSpec<'_>,
+    q: Query<'_>,
+    (k, v): (&[f32], &[f32]),
+    out: &mut [f32],
+    task: &dyn SimdTask,
+    parts: usize,
+) {
+    let batches: usize = spec.batch.iter().product();
+    let (m, n, dv) = (spec.m, spec.n, spec.dv);
+    let per_part = n.div_ceil(parts);
+    let tasks = batches * parts;
+    // The step's scores, `[batches, m, n]`, and each part's sums, `[batches, parts, m, dv]`, shared by the passes.
+    let mut probs = take(&SCORES, batches * m * n);
+    let mut sums = take(&ATTENTION_ROWS, tasks * m * dv);
+    let (probs_at, sums_at) = (SharedOut(probs.as_mut_ptr()), SharedOut(sums.as_mut_ptr()));
+    let keys = |p: usize| p * per_part..((p + 1) * per_part).min(n);
+    (0..tasks).into_par_iter().for_each(|t| {
+        let (b, p) = (t / parts, t % parts);
+        with_operands(spec, q, (k, v), b, keys(p), |ops| {
+            // SAFETY: block b's rows of scores, at the part's keys, lie inside `probs` and are this task's alone.
+            unsafe { scores(ops, m, probs_at.at(b * m * n + keys(p).start), n) }
+        });
+    });
+    (0..batches).into_par_iter().for_each(|b| {
+        // SAFETY: block b's m rows of n scores lie inside `probs` and are this task's alone.
+        let rows = unsafe { std::slice::from_raw_parts_mut(probs_at.at(b * m * n), m * n) };
+        task.run_simd(b * m, rows);
+    });
+    (0..tasks).into_par_iter().for_each(|t| {
+        let (b, p) = (t / parts, t % parts);
+        with_operands(spec, q, (k, v), b, keys(p), |ops| {
+            // SAFETY: task t's m rows of sums lie inside `sums` and are its alone; the probabilities at the part's
+            // keys are block b's, written by the passes before.
+            unsafe {
+                let block = std::slice::from_raw_parts_mut(sums_at.at(t * m * dv), m * dv);
+                values(ops, probs_at.at(b * m * n + keys(p).start), n, block);
+            }
+        });
+    });
+    let out_at = SharedOut(out.as_mut_ptr());
+    (0..batches).into_par_iter().for_each(|b| {
+        let [base] = batch_offsets(spec.batch, [spec.out.batch], b);
+        for r in 0..m {
+            // SAFETY: the caller checked that every output row lies inside `out`; blocks own disjoint rows.
+            let row =
+                unsafe { std::slice::from_raw_parts_mut(out_at.at(base + r * spec.out.rs), dv) };
+            let part_row = |p: usize| &sums[((b * parts + p) * m + r) * dv..][..dv];
+            row.copy_from_slice(part_row(0));
+            for p in 1..parts {
+                for (o, &x) in row.iter_mut().zip(part_row(p)) {
+                    *o += x;
+                }
+            }
+        }
+    });
+    put(&SCORES, probs);
+    put(&ATTENTION_ROWS, sums);
+}
+
+/// Runs `f` on block `b`'s operands over `keys`: its query rows (in memory, or computed into this thread's scratch),
+/// and the keys' and values' rows from `keys.start` on.
+fn with_operands(
+    spec: &AttentionSpec<'_>,
+    q: Query<'_>,
+    (k, v): (&[f32], &[f32]),
+    b: usize,
+    keys: std::ops::Range<usize>,
+    f: impl FnOnce(&FewRows<'_>),
+) {
+    let (m, d, dv) = (spec.m, spec.d, spec.dv);
+    let [kb, vb] = batch_offsets(spec.batch, [spec.k_batch, spec.v_batch], b);
+    let (ko, vo) = (
+        spec.k.offset + kb + keys.start * spec.k.cs,
+        spec.v.offset + vb + keys.start * spec.v.rs,
+    );
+    // Q's rows are set per arm below.
+    let base = FewRows {
+        n: keys.len(),
+        d,
+        dv,
+        q: &[],
+        q_rs: 0,
+        // Empty where nothing is read from it (no keys or no depth).
+        k: k.get(ko..).unwrap_or(&[]),
+        k_cs: spec.k.cs,
+        v: v.get(vo..).unwrap_or(&[]),
+        v_rs: spec.v.rs,
+    };
+    match q {
+        Query::Memory(q) => {
+            let [qb] = batch_offsets(spec.batch, [spec.q_batch], b);
+            f(&FewRows {
+                q: q.get(spec.q.offset + qb..).unwrap_or(&[]),
+                q_rs: spec.q.rs,
+                ..base
+            });
+        }
+        Query::Computed(rows_of_q) => with_buffer(&QUERIES, m * d, |rows| {
+            if d > 0 {
+                rows_of_q.run_simd(b * m, rows);
+            }
+            f(&FewRows {
+                q: rows,
+                q_rs: d,
+                ..base
+            });
+        }),
+    }
+}
