@@ -2,13 +2,17 @@
 //! cut into parts that threads take in turn (as "flash decoding" does on a GPU). A step has one block per sequence
 //! and key-value head, so a batch of one has as many blocks as the model has key-value heads (3 in SmolLM, 8 in
 //! Llama-3-8B): with more threads than that, or a count that does not divide among them, threads waited while the
-//! others read their heads' caches, which a long context's are (134 MB of keys and values at 8192 positions in
-//! Llama-3-8B per step, against 16 MB of its weights' layer).
+//! others read their heads' caches, which are large in a long context (a Llama-3-8B layer's keys and values at 8192
+//! positions are 67 MB in f32, a third of the layer's int8 weights). On two threads, one key-value head's block of
+//! four heads at 8192 positions ran 1.4-1.5× as fast split (`gemm_bench --attention`, BENCHMARKS.md, forty-seventh
+//! run).
 //!
 //! Four passes: each part's scores into one buffer of the step's rows; each block's task (scaling, mask, softmax)
 //! over its whole rows; each part's sums of its value rows weighted by their probabilities; each block's parts
 //! added into its output rows. Each pass is split between threads; the probabilities are the same as unsplit, and
-//! the output rows are sums over the parts in a fixed order, so a result does not depend on the threads.
+//! the output rows are sums over the parts in a fixed order, so a result does not depend on which thread took which
+//! part; the count of parts follows the pool's threads, so between pools of different sizes a result may differ in
+//! its last bits (the sums' rounding), as PyTorch's reductions on the CPU do.
 
 use rayon::prelude::*;
 
@@ -17,8 +21,8 @@ use super::{AttentionSpec, Query};
 use crate::cpu::par::{batch_offsets, SharedOut, SimdTask};
 use crate::cpu::scratch::{put, take, with_buffer, ATTENTION_ROWS, QUERIES, SCORES};
 
-/// Keys a part holds at the least: a part's work (16 KiB of keys and as much of values at a head dim of 64) must
-/// outweigh the passes' extra fork and join.
+/// Keys a part holds at the least: a part's work (64 KiB of keys and as much of values at a head dim of 64) must
+/// outweigh the passes' extra forks and joins.
 const MIN_PART_KEYS: usize = 256;
 
 /// Tasks per thread a split aims at, so that blocks that do not divide among the threads still balance.
