@@ -1,6 +1,7 @@
 //! The example ViT (`examples/src/models/vit.rs`: an image cut into patches and projected, a `[CLS]` row broadcast
 //! over the batch before them, learned positions, pre-norm layers) in its `tiny` configuration, against
-//! transformers' `ViTModel` on the same weights: the last hidden state of every row of two images.
+//! transformers' `ViTModel` on the same weights: the last hidden state of every row of two images; and in int8,
+//! bf16 and f16, each image's `[CLS]` row against the f32 model's.
 //!
 //! The reference is `tests/data/vit_hidden.json`, made by `scripts/vit_reference.py`, which draws the weights and
 //! the images by the generator this test draws them by, under the names of Hugging Face's ViT checkpoints.
@@ -28,6 +29,59 @@ fn vit_weight(name: &str, shape: &[usize]) -> Tensor {
     named_weight(name, shape, scale, offset)
 }
 
+/// The model with the reference's weights.
+fn model() -> Vit {
+    let weights = Vit::spec()
+        .params
+        .iter()
+        .map(|p| vit_weight(p.name, p.shape))
+        .collect();
+    Vit::from_weights(weights).expect("weights fit the model")
+}
+
+/// In int8, bf16 and f16 (the patch projection's weight packed from its 4-D tensor, seen as a matrix, like the
+/// layers'), each image's `[CLS]` row, what a classifier reads, against the f32 model's: cosine at least
+/// `min_cosine` of each precision (int8 quantises each product's activations too).
+#[test]
+fn reduced_precisions_stay_close_to_f32() {
+    use fuse_runtime::CpuPrecision;
+    let pixels = named_weight("pixel_values", &[3, 3, 32, 32], 1.0, 0.0);
+    let rows = |m: &Vit| -> Vec<Vec<f64>> {
+        let out = m.forward(&pixels).expect("the model runs").to_f32_vec();
+        (0..3)
+            .map(|b| {
+                let start = b * (PATCHES + 1) * HIDDEN;
+                out[start..start + HIDDEN]
+                    .iter()
+                    .map(|&v| f64::from(v))
+                    .collect()
+            })
+            .collect()
+    };
+    let exact = rows(&model());
+    for (precision, min_cosine) in [
+        (CpuPrecision::Int8, 0.9995),
+        (CpuPrecision::Bf16, 0.99995),
+        (CpuPrecision::F16, 0.999999),
+    ] {
+        let reduced = model()
+            .with_cpu_precision(precision)
+            .expect("packs in the precision");
+        let report = reduced.compiled().device_report();
+        assert!(report.contains(&format!("{precision} GEMMs")), "{report}");
+        for (b, (got, want)) in rows(&reduced).iter().zip(&exact).enumerate() {
+            let dot: f64 = got.iter().zip(want).map(|(x, y)| x * y).sum();
+            let norm = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
+            let cosine = dot / (norm(got) * norm(want));
+            assert!(
+                cosine >= min_cosine,
+                "{precision}, image {b}: cosine {cosine} to f32"
+            );
+            eprintln!("{precision}, image {b}: cosine {cosine:.7} to f32");
+        }
+    }
+}
+
 #[test]
 fn hidden_states_match_transformers() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/vit_hidden.json");
@@ -40,12 +94,7 @@ fn hidden_states_match_transformers() {
         .map(|d| d.as_u64().expect("a dim") as usize)
         .collect();
     let pixels = named_weight("pixel_values", &shape, 1.0, 0.0);
-    let weights = Vit::spec()
-        .params
-        .iter()
-        .map(|p| vit_weight(p.name, p.shape))
-        .collect();
-    let model = Vit::from_weights(weights).expect("weights fit the model");
+    let model = model();
     let rows_per_image = PATCHES + 1;
     let mut rows = Vec::new();
     for (b, image) in doc["hidden"].as_array().expect("hidden").iter().enumerate() {
