@@ -35,6 +35,13 @@ pub(super) fn parts(blocks: usize, n: usize, threads: usize) -> usize {
     wanted.min(n / MIN_PART_KEYS).max(1)
 }
 
+/// Part `p`'s keys of `n` cut into `parts`: equal runs in order, the last shorter, or empty where rounding left the
+/// last parts none (a part of `n.div_ceil(parts)` keys each can cover `n` in fewer).
+fn part_keys(p: usize, parts: usize, n: usize) -> std::ops::Range<usize> {
+    let per_part = n.div_ceil(parts.max(1));
+    (p * per_part).min(n)..((p + 1) * per_part).min(n)
+}
+
 /// The step's attention in `parts` parts per block: one block per batch (its `spec.m` rows, at most a few), each
 /// of whose keys and values is contiguous (`spec.k.rs == 1`, `spec.v.cs == 1`, Q's rows contiguous too), and the
 /// output rows placed where `spec.out` says, inside `out` (the caller checked).
@@ -48,13 +55,12 @@ pub(super) fn split_attention(
 ) {
     let batches: usize = spec.batch.iter().product();
     let (m, n, dv) = (spec.m, spec.n, spec.dv);
-    let per_part = n.div_ceil(parts);
     let tasks = batches * parts;
     // The step's scores, `[batches, m, n]`, and each part's sums, `[batches, parts, m, dv]`, shared by the passes.
     let mut probs = take(&SCORES, batches * m * n);
     let mut sums = take(&ATTENTION_ROWS, tasks * m * dv);
     let (probs_at, sums_at) = (SharedOut(probs.as_mut_ptr()), SharedOut(sums.as_mut_ptr()));
-    let keys = |p: usize| p * per_part..((p + 1) * per_part).min(n);
+    let keys = |p: usize| part_keys(p, parts, n);
     (0..tasks).into_par_iter().for_each(|t| {
         let (b, p) = (t / parts, t % parts);
         with_operands(spec, q, (k, v), b, keys(p), |ops| {
@@ -146,5 +152,47 @@ fn with_operands(
                 ..base
             });
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_are_split_only_where_threads_would_wait_and_the_cache_is_long() {
+        // W5 at past 128 (too few keys), Llama-3-8B's 8 blocks on 2 threads (enough blocks): not split.
+        assert_eq!(parts(3, 129, 2), 1);
+        assert_eq!(parts(8, 8193, 2), 1);
+        // W5's 3 blocks on 2 threads at past 1024; one block on 2 threads; 8 blocks on 32 threads.
+        assert_eq!(parts(3, 1025, 2), 3);
+        assert_eq!(parts(1, 8193, 2), 8);
+        assert_eq!(parts(8, 8193, 32), 16);
+        // As many parts as the keys allow at the least per part.
+        assert_eq!(parts(1, 700, 64), 2);
+    }
+
+    #[test]
+    fn parts_cover_the_keys_once_in_order() {
+        for (n, parts) in [
+            (1100, 4),
+            (700, 2),
+            (513, 2),
+            (70_000, 273),
+            (10, 4),
+            (10, 6),
+            (9, 6),
+        ] {
+            let mut next = 0;
+            for p in 0..parts {
+                let keys = part_keys(p, parts, n);
+                assert_eq!(keys.start, next, "{n} keys in {parts} parts: part {p}");
+                assert!(keys.end >= keys.start && keys.end <= n);
+                next = keys.end;
+            }
+            assert_eq!(next, n, "{n} keys in {parts} parts");
+        }
+        // 10 keys in 6 parts of 2: five cover them, the last is empty.
+        assert!(part_keys(5, 6, 10).is_empty());
     }
 }
