@@ -119,9 +119,10 @@ const SHAPES: [(&str, usize, usize, usize, usize, usize); 9] = [
 ];
 
 /// Each shape's step: "hot" on one thread over one layer's cache again and again (it stays in L2 or L3, so the
-/// kernel's own rate shows); "cold" over as many layers' caches as make [`COLD_BYTES`] (a step's 30 layers of cache and
-/// its weights are beyond L3 too), read in turn, so each comes from memory as in a model's step, on one thread and on the pool's threads (from inside the pool, as a model's
-/// call runs, so the heads are split between them). µs per layer and GB/s of K and V read.
+/// kernel's own rate shows); "cold" over as many layers' caches as make [`COLD_BYTES`] (a step's 30 layers of cache
+/// and its weights are beyond L3 too), read in turn, so each comes from memory as in a model's step, on one thread
+/// and on the pool's threads (from inside the pool, as a model's call runs, so the heads are split between them).
+/// µs per layer and GB/s of K and V read.
 pub fn report() {
     let Some((one, all)) = one_and_all_threads() else {
         return;
