@@ -63,7 +63,8 @@ pub(super) fn split_attention(
     let keys = |p: usize| part_keys(p, parts, n);
     (0..tasks).into_par_iter().for_each(|t| {
         let (b, p) = (t / parts, t % parts);
-        with_operands(spec, q, (k, v), b, keys(p), |ops| {
+        let ops = keys_and_values(spec, (k, v), b, keys(p));
+        with_query(spec, q, b, ops, |ops| {
             // SAFETY: block b's rows of scores, at the part's keys, lie inside `probs` and are this task's alone.
             unsafe { scores(ops, m, probs_at.at(b * m * n + keys(p).start), n) }
         });
@@ -75,14 +76,18 @@ pub(super) fn split_attention(
     });
     (0..tasks).into_par_iter().for_each(|t| {
         let (b, p) = (t / parts, t % parts);
-        with_operands(spec, q, (k, v), b, keys(p), |ops| {
-            // SAFETY: task t's m rows of sums lie inside `sums` and are its alone; the probabilities at the part's
-            // keys are block b's, written by the passes before.
-            unsafe {
-                let block = std::slice::from_raw_parts_mut(sums_at.at(t * m * dv), m * dv);
-                values(ops, probs_at.at(b * m * n + keys(p).start), n, block);
-            }
-        });
+        // The values' pass reads neither Q nor K: no query rows are computed for it, and a depth of 0 says so.
+        let ops = FewRows {
+            d: 0,
+            k: &[],
+            ..keys_and_values(spec, (k, v), b, keys(p))
+        };
+        // SAFETY: task t's m rows of sums lie inside `sums` and are its alone; the probabilities at the part's keys
+        // are block b's, written by the passes before.
+        unsafe {
+            let block = std::slice::from_raw_parts_mut(sums_at.at(t * m * dv), m * dv);
+            values(&ops, probs_at.at(b * m * n + keys(p).start), n, block);
+        }
     });
     let out_at = SharedOut(out.as_mut_ptr());
     (0..batches).into_par_iter().for_each(|b| {
@@ -104,27 +109,23 @@ pub(super) fn split_attention(
     put(&ATTENTION_ROWS, sums);
 }
 
-/// Runs `f` on block `b`'s operands over `keys`: its query rows (in memory, or computed into this thread's scratch),
-/// and the keys' and values' rows from `keys.start` on.
-fn with_operands(
+/// Block `b`'s keys' and values' rows over `keys` (from `keys.start` on), without its query rows (see
+/// [`with_query`]).
+fn keys_and_values<'a>(
     spec: &AttentionSpec<'_>,
-    q: Query<'_>,
-    (k, v): (&[f32], &[f32]),
+    (k, v): (&'a [f32], &'a [f32]),
     b: usize,
     keys: std::ops::Range<usize>,
-    f: impl FnOnce(&FewRows<'_>),
-) {
-    let (m, d, dv) = (spec.m, spec.d, spec.dv);
+) -> FewRows<'a> {
     let [kb, vb] = batch_offsets(spec.batch, [spec.k_batch, spec.v_batch], b);
     let (ko, vo) = (
         spec.k.offset + kb + keys.start * spec.k.cs,
         spec.v.offset + vb + keys.start * spec.v.rs,
     );
-    // Q's rows are set per arm below.
-    let base = FewRows {
+    FewRows {
         n: keys.len(),
-        d,
-        dv,
+        d: spec.d,
+        dv: spec.dv,
         q: &[],
         q_rs: 0,
         // Empty where nothing is read from it (no keys or no depth).
@@ -132,14 +133,25 @@ fn with_operands(
         k_cs: spec.k.cs,
         v: v.get(vo..).unwrap_or(&[]),
         v_rs: spec.v.rs,
-    };
+    }
+}
+
+/// Runs `f` on `ops` with block `b`'s query rows: in memory, or computed into this thread's scratch.
+fn with_query(
+    spec: &AttentionSpec<'_>,
+    q: Query<'_>,
+    b: usize,
+    ops: FewRows<'_>,
+    f: impl FnOnce(&FewRows<'_>),
+) {
+    let (m, d) = (spec.m, spec.d);
     match q {
         Query::Memory(q) => {
             let [qb] = batch_offsets(spec.batch, [spec.q_batch], b);
             f(&FewRows {
                 q: q.get(spec.q.offset + qb..).unwrap_or(&[]),
                 q_rs: spec.q.rs,
-                ..base
+                ..ops
             });
         }
         Query::Computed(rows_of_q) => with_buffer(&QUERIES, m * d, |rows| {
@@ -149,7 +161,7 @@ fn with_operands(
             f(&FewRows {
                 q: rows,
                 q_rs: d,
-                ..base
+                ..ops
             });
         }),
     }
