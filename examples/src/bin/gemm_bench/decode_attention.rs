@@ -105,7 +105,7 @@ impl Step {
 }
 
 /// (what, kv heads, heads per kv head, head dim, cached positions, sequences).
-const SHAPES: [(&str, usize, usize, usize, usize, usize); 9] = [
+const SHAPES: [(&str, usize, usize, usize, usize, usize); 10] = [
     ("W5 (SmolLM-135M) layer, past 128", 3, 3, 64, 129, 1),
     ("W5 layer, past 1024", 3, 3, 64, 1025, 1),
     ("W5 layer, past 8192", 3, 3, 64, 8193, 1),
@@ -113,6 +113,8 @@ const SHAPES: [(&str, usize, usize, usize, usize, usize); 9] = [
     ("one kv head of 4 heads, past 8192", 1, 4, 128, 8193, 1),
     ("W5 layer, past 128, batch 8", 3, 3, 64, 129, 8),
     ("W5 layer, past 1024, batch 8", 3, 3, 64, 1025, 8),
+    // Every head its own keys: one query row a block.
+    ("GPT-2 layer, past 1024", 12, 1, 64, 1025, 1),
     ("Llama-3-8B layer, past 512", 8, 4, 128, 513, 1),
     ("Llama-3-8B layer, past 2048", 8, 4, 128, 2049, 1),
     ("Llama-3-8B layer, past 8192", 8, 4, 128, 8193, 1),

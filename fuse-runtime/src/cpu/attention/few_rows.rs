@@ -191,7 +191,7 @@ impl ScoreRows {
     #[inline(always)]
     unsafe fn get(self, r: usize, j: usize) -> f32 {
         // SAFETY: the caller's contract.
-        unsafe { *self.at.add(r * self.rs + j) }
+        unsafe { *self.ptr(r, j) }
     }
 
     /// # Safety
@@ -199,7 +199,17 @@ impl ScoreRows {
     #[inline(always)]
     unsafe fn set(self, r: usize, j: usize, value: f32) {
         // SAFETY: the caller's contract.
-        unsafe { *self.at.add(r * self.rs + j) = value }
+        unsafe { *self.ptr(r, j) = value }
+    }
+
+    /// The address of (r, j).
+    ///
+    /// # Safety
+    /// As [`Self::get`].
+    #[inline(always)]
+    unsafe fn ptr(self, r: usize, j: usize) -> *mut f32 {
+        // SAFETY: the caller's contract.
+        unsafe { self.at.add(r * self.rs + j) }
     }
 }
 
@@ -292,23 +302,37 @@ mod x86 {
         for c in (0..len).step_by(16) {
             hint(p.wrapping_add(c));
         }
-        // The row's last line, where the row does not start on a line.
-        if len > 0 {
+        // The row's last line, where the row does not start on a line (one that does has every line asked for).
+        if len > 0 && !(p as usize).is_multiple_of(64) {
             hint(p.wrapping_add(len - 1));
         }
     }
 
-    /// Vectors of a strip of output columns per row: with [`FEW_ROWS`] rows, eight sums in registers, which leaves
-    /// AVX2's sixteen room for the value row and the splat probability.
-    const STRIP: usize = 2;
+    /// Vectors of a strip of output columns per row, by rows (`S` below): eight sums in registers at most, which
+    /// leaves AVX2's sixteen room for the value row and the splat probability. Each sum is a chain of fused
+    /// multiply-adds, one a value row, so one or two rows need the wider strip to keep enough chains in flight (a
+    /// block of one row: a model whose every head has its own keys, as GPT-2's).
+    const fn strip_vectors(rows: usize) -> usize {
+        if rows <= 2 {
+            4
+        } else {
+            2
+        }
+    }
 
     /// Floats of value rows (32 KiB) that every strip of output columns passes over before the next rows: they stay
     /// in L1 from the first strip to the last. With the strips outermost, a cache larger than L2 (a long
     /// context's) was read from L3 once per strip, four times for a head dim of 128.
     const VALUE_BLOCK: usize = 8192;
 
-    /// The scores on `L`'s vectors: each a fused multiply-add chain over the depth, its lanes summed once (the row
-    /// count a constant, so the sums are registers rather than an array indexed at run time).
+    /// Keys whose dot products are formed together: each query vector is loaded once for the four, and their
+    /// sums' lanes are added in one tree ([`Lanes::store_sums4`]), a third of the shuffles and adds of a tree per
+    /// key.
+    const KEY_GROUP: usize = 4;
+
+    /// The scores on `L`'s vectors: each a fused multiply-add chain over the depth, the lanes of a group of keys'
+    /// sums added together (the row count a constant, so the sums are registers rather than an array indexed at
+    /// run time).
     ///
     /// # Safety
     /// `L`'s instruction set runs here; the operands hold what they are read for; `probs` holds `rows` rows of `n`.
@@ -329,42 +353,84 @@ mod x86 {
     /// As [`scores_on_lanes`], with `R` rows.
     #[inline(always)]
     unsafe fn scores_rows<L: Lanes, const R: usize>(ops: &FewRows<'_>, probs: ScoreRows) {
-        let &FewRows { n, d, dv, .. } = ops;
-        let (whole, rest) = (d / L::LANES, d % L::LANES);
-        // SAFETY: the rows' queries and every key hold d elements (the caller's contract); a masked load reads only
-        // its lanes; (r, j) is one of the scores.
+        let n = ops.n;
+        let grouped = n - n % KEY_GROUP;
+        // SAFETY: every key and the rows' queries hold d elements (the caller's contract); the groups' keys and
+        // the keys after them are below n; (r, j) is one of the scores for every r < R and j < n.
         unsafe {
-            let rest_mask = L::first(rest);
-            for j in 0..n {
-                // Formed without `add`: with d = 0 no key is read, and `k` may then be empty.
-                let key = ops.k.as_ptr().wrapping_add(j * ops.k_cs);
-                // While the keys are multiplied, value row j is asked into L2 (from which the second pass reads
-                // it; a long context's, evicted from L2 by then, comes from L3) and a key a few rows ahead into
-                // L1 (see `KEYS_AHEAD`).
-                ask_for_row(ops.v.as_ptr().wrapping_add(j * ops.v_rs), dv, prefetch_l2);
-                if j + KEYS_AHEAD < n {
-                    ask_for_row(key.wrapping_add(KEYS_AHEAD * ops.k_cs), d, prefetch);
+            for j0 in (0..grouped).step_by(KEY_GROUP) {
+                for j in j0..j0 + KEY_GROUP {
+                    ask_ahead(ops, j);
                 }
-                let mut sums = [L::zero(); R];
-                for i in 0..whole {
-                    let k = L::load(key.add(i * L::LANES));
-                    for (r, sum) in sums.iter_mut().enumerate() {
-                        let q = ops.q.as_ptr().add(r * ops.q_rs + i * L::LANES);
-                        *sum = L::fmadd(L::load(q), k, *sum);
-                    }
+                let sums = dots::<L, R, KEY_GROUP>(ops, j0);
+                for (r, &sums) in sums.iter().enumerate() {
+                    L::store_sums4(probs.ptr(r, j0), sums);
                 }
-                if rest > 0 {
-                    let k = L::load_masked(key.add(whole * L::LANES), rest_mask);
-                    for (r, sum) in sums.iter_mut().enumerate() {
-                        let q = ops.q.as_ptr().add(r * ops.q_rs + whole * L::LANES);
-                        *sum = L::fmadd(L::load_masked(q, rest_mask), k, *sum);
-                    }
-                }
-                for (r, &sum) in sums.iter().enumerate() {
+            }
+            for j in grouped..n {
+                ask_ahead(ops, j);
+                let sums = dots::<L, R, 1>(ops, j);
+                for (r, &[sum]) in sums.iter().enumerate() {
                     probs.set(r, j, L::sum(sum));
                 }
             }
         }
+    }
+
+    /// While key `j` is multiplied, its value row asked into L2 (from which the second pass reads it; a long
+    /// context's, evicted from L2 by then, comes from L3) and a key a few rows ahead into L1 (see `KEYS_AHEAD`).
+    #[inline(always)]
+    fn ask_ahead(ops: &FewRows<'_>, j: usize) {
+        ask_for_row(
+            ops.v.as_ptr().wrapping_add(j * ops.v_rs),
+            ops.dv,
+            prefetch_l2,
+        );
+        if j + KEYS_AHEAD < ops.n {
+            let key = ops.k.as_ptr().wrapping_add((j + KEYS_AHEAD) * ops.k_cs);
+            ask_for_row(key, ops.d, prefetch);
+        }
+    }
+
+    /// The `R` query rows' dot products with keys `j0..j0 + G`, each still in `L`'s lanes.
+    ///
+    /// # Safety
+    /// `L`'s instruction set runs here; the keys are below n; the operands hold what they are read for.
+    #[inline(always)]
+    unsafe fn dots<L: Lanes, const R: usize, const G: usize>(
+        ops: &FewRows<'_>,
+        j0: usize,
+    ) -> [[L::V; G]; R] {
+        let d = ops.d;
+        let (whole, rest) = (d / L::LANES, d % L::LANES);
+        // Formed without `add`: with d = 0 no key is read, and `k` may then be empty.
+        let key = |g: usize| ops.k.as_ptr().wrapping_add((j0 + g) * ops.k_cs);
+        let query = |r: usize| ops.q.as_ptr().wrapping_add(r * ops.q_rs);
+        let mut sums = [[L::zero(); G]; R];
+        // SAFETY: the keys and queries hold d elements (the caller's contract); a masked load reads only its lanes.
+        unsafe {
+            for i in 0..whole {
+                let k: [L::V; G] = std::array::from_fn(|g| L::load(key(g).add(i * L::LANES)));
+                for (r, row) in sums.iter_mut().enumerate() {
+                    let q = L::load(query(r).add(i * L::LANES));
+                    for (sum, &k) in row.iter_mut().zip(&k) {
+                        *sum = L::fmadd(q, k, *sum);
+                    }
+                }
+            }
+            if rest > 0 {
+                let mask = L::first(rest);
+                let at = whole * L::LANES;
+                let k: [L::V; G] = std::array::from_fn(|g| L::load_masked(key(g).add(at), mask));
+                for (r, row) in sums.iter_mut().enumerate() {
+                    let q = L::load_masked(query(r).add(at), mask);
+                    for (sum, &k) in row.iter_mut().zip(&k) {
+                        *sum = L::fmadd(q, k, *sum);
+                    }
+                }
+            }
+        }
+        sums
     }
 
     /// `block` from the probabilities on `L`'s vectors: each output strip's sums in registers across every value
@@ -376,21 +442,25 @@ mod x86 {
     #[inline(always)]
     unsafe fn values_on_lanes<L: Lanes>(ops: &FewRows<'_>, probs: ScoreRows, block: &mut [f32]) {
         let rows = block.len() / ops.dv;
+        const S1: usize = strip_vectors(1);
+        const S2: usize = strip_vectors(2);
+        const S3: usize = strip_vectors(3);
+        const S4: usize = strip_vectors(FEW_ROWS);
         // SAFETY (each): forwarded.
         match rows {
-            1 => unsafe { values_rows::<L, 1>(ops, probs, block) },
-            2 => unsafe { values_rows::<L, 2>(ops, probs, block) },
-            3 => unsafe { values_rows::<L, 3>(ops, probs, block) },
-            _ => unsafe { values_rows::<L, FEW_ROWS>(ops, probs, block) },
+            1 => unsafe { values_rows::<L, 1, S1>(ops, probs, block) },
+            2 => unsafe { values_rows::<L, 2, S2>(ops, probs, block) },
+            3 => unsafe { values_rows::<L, 3, S3>(ops, probs, block) },
+            _ => unsafe { values_rows::<L, FEW_ROWS, S4>(ops, probs, block) },
         }
     }
 
-    /// [`values_on_lanes`] for `R` rows.
+    /// [`values_on_lanes`] for `R` rows, in strips of `S` vectors.
     ///
     /// # Safety
     /// As [`values_on_lanes`], with `block` holding `R` rows.
     #[inline(always)]
-    unsafe fn values_rows<L: Lanes, const R: usize>(
+    unsafe fn values_rows<L: Lanes, const R: usize, const S: usize>(
         ops: &FewRows<'_>,
         probs: ScoreRows,
         block: &mut [f32],
@@ -400,7 +470,7 @@ mod x86 {
             // A sum over no value rows.
             block.fill(0.0);
         }
-        let (width, keys) = (STRIP * L::LANES, (VALUE_BLOCK / dv).max(1));
+        let (width, keys) = (S * L::LANES, (VALUE_BLOCK / dv).max(1));
         for j0 in (0..n).step_by(keys) {
             let value_rows = j0..(j0 + keys).min(n);
             for c0 in (0..dv).step_by(width) {
@@ -408,24 +478,24 @@ mod x86 {
                 // SAFETY: forwarded; the strip's columns lie inside every value row and every row of `block`.
                 unsafe {
                     if cols == width {
-                        strip::<L, R, true>(ops, probs, block, (c0, cols), value_rows.clone())
+                        strip::<L, R, S, true>(ops, probs, block, (c0, cols), value_rows.clone())
                     } else {
-                        strip::<L, R, false>(ops, probs, block, (c0, cols), value_rows.clone())
+                        strip::<L, R, S, false>(ops, probs, block, (c0, cols), value_rows.clone())
                     }
                 }
             }
         }
     }
 
-    /// Output columns `c0..c0 + cols` (at most `STRIP` vectors) of `block`'s `R` rows: Σ_j `probs(r, j)` ·
+    /// Output columns `c0..c0 + cols` (at most `S` vectors) of `block`'s `R` rows: Σ_j `probs(r, j)` ·
     /// value row j over `value_rows`, the sums in registers, added to what the earlier value rows left in `block`
-    /// (nothing before the first). `WHOLE`: the strip is `STRIP` whole vectors, loaded and stored without masks (a
+    /// (nothing before the first). `WHOLE`: the strip is `S` whole vectors, loaded and stored without masks (a
     /// constant, so the loop over the value rows has no branch).
     ///
     /// # Safety
     /// As [`on_lanes`]; the columns lie inside every value row and every row of `block` (R rows of dv).
     #[inline(always)]
-    unsafe fn strip<L: Lanes, const R: usize, const WHOLE: bool>(
+    unsafe fn strip<L: Lanes, const R: usize, const S: usize, const WHOLE: bool>(
         ops: &FewRows<'_>,
         probs: ScoreRows,
         block: &mut [f32],
@@ -434,7 +504,7 @@ mod x86 {
     ) {
         let dv = ops.dv;
         // Each vector's lanes inside the strip and their mask (an empty one is never read or written).
-        let masks: [(usize, L::Mask); STRIP] = std::array::from_fn(|s| {
+        let masks: [(usize, L::Mask); S] = std::array::from_fn(|s| {
             let lanes = cols.saturating_sub(s * L::LANES).min(L::LANES);
             // SAFETY: `lanes` ≤ L::LANES.
             (lanes, unsafe { L::first(lanes) })
@@ -443,7 +513,7 @@ mod x86 {
         // stored whole only where all its lanes lie inside the strip, otherwise under its mask, and not at all
         // where it has none.
         unsafe {
-            let mut sums = [[L::zero(); STRIP]; R];
+            let mut sums = [[L::zero(); S]; R];
             if value_rows.start > 0 {
                 for (r, row_sums) in sums.iter_mut().enumerate() {
                     let out = block.as_ptr().add(r * dv + c0);
@@ -452,7 +522,7 @@ mod x86 {
             }
             for j in value_rows {
                 let value = ops.v.as_ptr().add(j * ops.v_rs + c0);
-                let v: [L::V; STRIP] =
+                let v: [L::V; S] =
                     std::array::from_fn(|s| load_part::<L, WHOLE>(value, s, masks[s]));
                 for (r, row_sums) in sums.iter_mut().enumerate() {
                     let p = L::splat(probs.get(r, j));

@@ -151,6 +151,23 @@ impl Lanes for Ymm {
         }
     }
     #[inline(always)]
+    unsafe fn store_sums4(p: *mut f32, [a, b, c, d]: [__m256; 4]) {
+        unsafe {
+            // As `Zmm`'s: each 128-bit lane [a, b, c, d] of its lanes, then the two lanes added.
+            let ab = _mm256_add_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b));
+            let cd = _mm256_add_ps(_mm256_unpacklo_ps(c, d), _mm256_unpackhi_ps(c, d));
+            let abcd = _mm256_add_ps(
+                _mm256_shuffle_ps::<0b01_00_01_00>(ab, cd),
+                _mm256_shuffle_ps::<0b11_10_11_10>(ab, cd),
+            );
+            let sums = _mm_add_ps(
+                _mm256_castps256_ps128(abcd),
+                _mm256_extractf128_ps::<1>(abcd),
+            );
+            _mm_storeu_ps(p, sums)
+        }
+    }
+    #[inline(always)]
     unsafe fn first(n: usize) -> __m256i {
         unsafe {
             _mm256_cmpgt_epi32(

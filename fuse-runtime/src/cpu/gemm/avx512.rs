@@ -212,6 +212,26 @@ impl Lanes for Zmm {
         unsafe { _mm512_reduce_add_ps(v) }
     }
     #[inline(always)]
+    unsafe fn store_sums4(p: *mut f32, [a, b, c, d]: [__m512; 4]) {
+        unsafe {
+            // Each 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3], and the same of c and d.
+            let ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+            let cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+            // Each 128-bit lane: [a, b, c, d] of its lanes.
+            let abcd = _mm512_add_ps(
+                _mm512_shuffle_ps::<0b01_00_01_00>(ab, cd),
+                _mm512_shuffle_ps::<0b11_10_11_10>(ab, cd),
+            );
+            let high = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(abcd)));
+            let half = _mm256_add_ps(_mm512_castps512_ps256(abcd), high);
+            let quarter = _mm_add_ps(
+                _mm256_castps256_ps128(half),
+                _mm256_extractf128_ps::<1>(half),
+            );
+            _mm_storeu_ps(p, quarter)
+        }
+    }
+    #[inline(always)]
     unsafe fn first(n: usize) -> __mmask16 {
         ((1u32 << n) - 1) as __mmask16
     }

@@ -28,6 +28,9 @@ pub trait Lanes {
     unsafe fn add(a: Self::V, b: Self::V) -> Self::V;
     /// The sum of the lanes (in a tree: the order is the implementation's).
     unsafe fn sum(v: Self::V) -> f32;
+    /// Stores the sums of the lanes of four vectors at `p[0..4]`: one transposing tree for the four, a third of
+    /// the shuffles and adds of four [`Self::sum`]s (in their own order).
+    unsafe fn store_sums4(p: *mut f32, v: [Self::V; 4]);
     /// The mask of the first `n` lanes (`n` ≤ LANES).
     unsafe fn first(n: usize) -> Self::Mask;
 }
