@@ -1,4 +1,4 @@
-//! A decoding step's products: one row of A times a weight packed at load, on SmolLM-135M's shapes, in each
+//! A decoding step's products: one row of A (or one per sequence of a batch, `--rows`) times a weight packed at load, on SmolLM-135M's shapes, in each
 //! precision's pack, in GB/s of the pack read. "hot": one thread, the same pack again and again (it stays in L2 or
 //! L3, so the kernel's own rate shows); "cold": as many copies of the pack as make 96 MiB, read in turn, so each
 //! comes from memory as in a decoding step, on one thread and on the pool's threads (through `gemm_with`, from
@@ -47,7 +47,8 @@ pub fn one_and_all_threads() -> Option<(ThreadPool, ThreadPool)> {
     Some((pool(1)?, pool(rayon::current_num_threads())?))
 }
 
-pub fn report() {
+/// The report for a step of `rows` sequences.
+pub fn report(rows: usize) {
     let Some((one, all)) = one_and_all_threads() else {
         return;
     };
@@ -59,7 +60,8 @@ pub fn report() {
     };
     let threads = all.current_num_threads();
     println!(
-        "decoding step's products, one row, GB/s of the pack (memory read at {:.1} by one thread, {:.1} by {threads})",
+        "decoding step's products, {rows} row(s), GB/s of the pack (memory read at {:.1} by one thread, {:.1} by \
+         {threads})",
         floor(one),
         floor(all)
     );
@@ -86,7 +88,7 @@ pub fn report() {
             batch: &[],
             a_batch: &[],
             b_batch: &[],
-            m: 1,
+            m: rows,
             k,
             n,
             a_offset: 0,
@@ -96,8 +98,8 @@ pub fn report() {
             b_rs: 1,
             b_cs: k,
         };
-        let a: Vec<f32> = (0..k).map(|i| (i % 7) as f32 * 0.1 - 0.3).collect();
-        let mut c = vec![0.0f32; n];
+        let a: Vec<f32> = (0..rows * k).map(|i| (i % 7) as f32 * 0.1 - 0.3).collect();
+        let mut c = vec![0.0f32; rows * n];
         for precision in ["f32", "bf16", "int8"] {
             let Some(first) = pack(precision, &b, view) else {
                 continue;

@@ -201,7 +201,14 @@ fn main() {
         return bandwidth::report();
     }
     if std::env::args().any(|a| a == "--decode") {
-        return decode::report();
+        // `--rows M`: a step of M sequences (one row each), 1 unless given.
+        let args: Vec<String> = std::env::args().collect();
+        let rows = args
+            .iter()
+            .position(|a| a == "--rows")
+            .and_then(|i| args.get(i + 1)?.parse().ok())
+            .unwrap_or(1);
+        return decode::report(rows);
     }
     if std::env::args().any(|a| a == "--attention") {
         // Timed in the calling thread's CPU seconds, so on one thread whatever the pool has (the pool's other

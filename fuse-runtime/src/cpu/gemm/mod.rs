@@ -492,16 +492,28 @@ mod tests {
     use crate::tensor::Tensor;
 
     /// The int8 and bf16 tiles ask for B's lines ahead only where the processor says its L2 hints do not keep B
-    /// streaming, only a tile that can, and never in a block of one tile; and asking is a hint: past a buffer's
-    /// end, or from a null pointer, it reads nothing and cannot fault.
+    /// streaming, only a tile that can, and never in a block of one tile of fewer than four rows; and asking is a
+    /// hint: past a buffer's end, or from a null pointer, it reads nothing and cannot fault.
     #[test]
     fn b_is_asked_ahead_only_where_the_processor_says_and_never_faults() {
-        let ahead = tile::b_ahead(true, 2);
         let into_l1 = crate::cpu::processor::Processor::get().prefetch_b_into_l1;
-        assert_eq!(ahead > 0, into_l1, "{ahead} bytes ahead");
-        assert_eq!(tile::b_ahead(true, 1), 0, "a lone tile asks for nothing");
+        for (tiles, rows) in [(2, 24), (1, 4), (1, 8)] {
+            let ahead = tile::b_ahead(true, tiles, rows);
+            assert_eq!(
+                ahead > 0,
+                into_l1,
+                "{ahead} bytes ahead, {tiles} tiles of {rows} rows"
+            );
+        }
+        for rows in 1..4 {
+            assert_eq!(
+                tile::b_ahead(true, 1, rows),
+                0,
+                "a lone tile of {rows} rows asks for nothing"
+            );
+        }
         assert_eq!(
-            tile::b_ahead(false, 6),
+            tile::b_ahead(false, 6, 72),
             0,
             "a tile that cannot ask is given nothing"
         );
@@ -511,7 +523,7 @@ mod tests {
             b.as_ptr().wrapping_add(b.len()),
             std::ptr::null(),
         ] {
-            tile::ask_b_ahead(at, ahead.max(16 << 10));
+            tile::ask_b_ahead(at, tile::b_ahead(true, 2, 24).max(16 << 10));
             tile::ask_b_ahead(at, usize::MAX - 64);
             tile::ask_b_ahead(at, 0);
         }

@@ -215,20 +215,29 @@ const UNROLL: usize = 4;
 const B_AHEAD_BYTES: usize = 16 << 10;
 
 /// The distance in bytes at which a tile that can (`asks`) asks for B's lines as it goes ([`ask_b_ahead`]) in a
-/// block of `tiles` row tiles, on a core whose L2 hints do not keep B streaming
+/// block of `tiles` row tiles over `rows` rows, on a core whose L2 hints do not keep B streaming
 /// ([`Processor::prefetch_b_into_l1`]); 0 elsewhere, where the drivers ask for each next block into L2
-/// ([`Prefetch`]) instead, and for a block of one tile (a decoding step), which asks for nothing, as
-/// [`Prefetch::share`] does not.
+/// ([`Prefetch`]) instead, and for a lone tile of fewer than [`LONE_TILE_ASKS_FROM`] rows (a decoding step of one
+/// to three sequences), which asks for nothing, as [`Prefetch::share`] does not.
 ///
 /// [`Processor::prefetch_b_into_l1`]: crate::cpu::processor::Processor::prefetch_b_into_l1
 #[inline(always)]
-pub fn b_ahead(asks: bool, tiles: usize) -> usize {
-    if asks && tiles > 1 && crate::cpu::processor::Processor::get().prefetch_b_into_l1 {
+pub fn b_ahead(asks: bool, tiles: usize, rows: usize) -> usize {
+    let many_rows = tiles > 1 || rows >= LONE_TILE_ASKS_FROM;
+    if asks && many_rows && crate::cpu::processor::Processor::get().prefetch_b_into_l1 {
         B_AHEAD_BYTES
     } else {
         0
     }
 }
+
+/// Rows from which a lone row tile asks for B ahead (a decoding step of that many sequences). A tile of one row
+/// streams B at about the memory's rate, and the hardware's prefetcher follows it; asking made W5's int8 batch-1
+/// step slower. A tile of several rows does enough arithmetic per line of B that, unasked, it waits on each line
+/// and then computes: on a Zen 5 core W5's int8 products of 8 rows read their weights from memory at 12–18 GB/s
+/// on one thread (34 from memory, 40–51 from cache), and at 20–33 asking (`gemm_bench --decode --rows 8`,
+/// BENCHMARKS.md, forty-eighth run); at 4 rows 24–28 against 27–36, at 2 rows no faster and slower in cache.
+const LONE_TILE_ASKS_FROM: usize = 4;
 
 /// Asks L1 for the two lines `ahead` bytes past `step` (a step's 128 bytes of B); nothing when `ahead` is 0.
 #[inline(always)]

@@ -346,7 +346,7 @@ unsafe fn row_block<T: Tile>(
     let pairs = k2 / 2;
     let stride = k2 * T::A_BYTES;
     let tiles = rows.div_ceil(T::MR);
-    let b_ahead = super::super::tile::b_ahead(T::ASKS_B_AHEAD, tiles);
+    let b_ahead = super::super::tile::b_ahead(T::ASKS_B_AHEAD, tiles, rows);
     for r in 0..rows {
         // SAFETY: row ic + r of A is readable over k elements (the caller's contract).
         let x = unsafe { super::super::strided_row(a, ic + r, k, row) };

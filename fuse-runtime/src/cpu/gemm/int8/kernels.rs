@@ -518,7 +518,7 @@ unsafe fn panels<T: Tile>(
     let block_groups = KC_QUADS / group_quads;
     let quads = k4 / 4;
     let tiles = rows.div_ceil(T::MR);
-    let b_ahead = b_ahead(T::ASKS_B_AHEAD, tiles);
+    let b_ahead = b_ahead(T::ASKS_B_AHEAD, tiles, rows);
     for p0 in (0..n).step_by(NR) {
         let cols = NR.min(n - p0);
         let first = col0 + p0;
