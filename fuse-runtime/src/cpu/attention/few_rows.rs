@@ -327,8 +327,16 @@ mod x86 {
 
     /// Keys whose dot products are formed together: each query vector is loaded once for the four, and their
     /// sums' lanes are added in one tree ([`Lanes::store_sums4`]), a third of the shuffles and adds of a tree per
-    /// key.
+    /// key. Only where the sums leave a register of `L`'s free (every row count on AVX-512; up to three rows on
+    /// AVX2), otherwise one key at a time: four rows' sixteen sums took all of AVX2's registers, and spilled to the
+    /// stack in the depth loop they ran a Llama-3-8B layer (four rows a block) at 0.6–0.9× the rate of one key at a
+    /// time from cache, and from memory at 0.7× and, in one sitting, 0.07–0.15× (BENCHMARKS.md, forty-eighth run).
     const KEY_GROUP: usize = 4;
+
+    /// Whether `R` rows form [`KEY_GROUP`] keys' dot products together on `L`'s registers.
+    const fn keys_grouped<L: Lanes, const R: usize>() -> bool {
+        R * KEY_GROUP < L::REGISTERS
+    }
 
     /// The scores on `L`'s vectors: each a fused multiply-add chain over the depth, the lanes of a group of keys'
     /// sums added together (the row count a constant, so the sums are registers rather than an array indexed at
@@ -354,7 +362,11 @@ mod x86 {
     #[inline(always)]
     unsafe fn scores_rows<L: Lanes, const R: usize>(ops: &FewRows<'_>, probs: ScoreRows) {
         let n = ops.n;
-        let grouped = n - n % KEY_GROUP;
+        let grouped = if keys_grouped::<L, R>() {
+            n - n % KEY_GROUP
+        } else {
+            0
+        };
         // SAFETY: every key and the rows' queries hold d elements (the caller's contract); the groups' keys and
         // the keys after them are below n; (r, j) is one of the scores for every r < R and j < n.
         unsafe {

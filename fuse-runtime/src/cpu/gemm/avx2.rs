@@ -105,6 +105,7 @@ impl Lanes for Ymm {
     type V = __m256;
     type Mask = __m256i;
     const LANES: usize = 8;
+    const REGISTERS: usize = 16;
 
     #[inline(always)]
     unsafe fn zero() -> __m256 {

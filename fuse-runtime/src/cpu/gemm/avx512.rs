@@ -170,6 +170,7 @@ impl Lanes for Zmm {
     type V = __m512;
     type Mask = __mmask16;
     const LANES: usize = 16;
+    const REGISTERS: usize = 32;
 
     #[inline(always)]
     unsafe fn zero() -> __m512 {

@@ -13,6 +13,8 @@ pub trait Lanes {
     type Mask: Copy;
     /// f32 lanes per vector.
     const LANES: usize;
+    /// Vector registers the instruction set has.
+    const REGISTERS: usize;
 
     unsafe fn zero() -> Self::V;
     unsafe fn splat(x: f32) -> Self::V;
