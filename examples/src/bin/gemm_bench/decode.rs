@@ -1,9 +1,9 @@
-//! A decoding step's products: one row of A (or one per sequence of a batch, `--rows`) times a weight packed at load, on SmolLM-135M's shapes, in each
-//! precision's pack, in GB/s of the pack read. "hot": one thread, the same pack again and again (it stays in L2 or
-//! L3, so the kernel's own rate shows); "cold": as many copies of the pack as make 96 MiB, read in turn, so each
-//! comes from memory as in a decoding step, on one thread and on the pool's threads (through `gemm_with`, from
-//! inside the pool as a model's call runs, so it splits B's columns between them where it would in a model).
-//! Beside them, what memory gives one thread and the pool ([`StreamFloor`]).
+//! A decoding step's products: one row of A (or one per sequence of a batch, `--rows`) times a weight packed at
+//! load, on SmolLM-135M's shapes, in each precision's pack, in GB/s of the pack read. "hot": one thread, the same
+//! pack again and again (it stays in L2 or L3, so the kernel's own rate shows); "cold": as many copies of the pack
+//! as make 96 MiB, read in turn, so each comes from memory as in a decoding step, on one thread and on the pool's
+//! threads (through `gemm_with`, from inside the pool as a model's call runs, so it splits B's columns between them
+//! where it would in a model). Beside them, what memory gives one thread and the pool ([`StreamFloor`]).
 
 use std::time::Instant;
 
