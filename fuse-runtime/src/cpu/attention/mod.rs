@@ -566,23 +566,7 @@ mod tests {
             };
             let scale = 0.5f32;
             let mut out = vec![f32::NAN; heads * m * dv];
-            // Q in memory, or written a block of rows at a time by a task, as a kernel computing it does.
-            let rows_of_q = FnTask(|first: usize, rows: &mut [f32]| {
-                rows.copy_from_slice(&qv[first * d..first * d + rows.len()])
-            });
-            let query = if computed {
-                Query::Computed(&rows_of_q)
-            } else {
-                Query::Memory(&qv)
-            };
-            attention(
-                &spec,
-                query,
-                &kv,
-                &vv,
-                &mut out,
-                &ScaledSoftmax { n, scale },
-            );
+            attend(&spec, (&qv, &qv, computed), (&kv, &vv), &mut out, scale);
             for h in 0..heads {
                 for i in 0..m {
                     let want = f64_attention_row(
@@ -603,6 +587,28 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// `out` ← `spec`'s attention with a scaled softmax, Q read from `q_mem` or, when `computed`, written a block
+    /// of rows at a time by a task from `q_rows` (by head and row), as a kernel computing Q does.
+    fn attend(
+        spec: &AttentionSpec<'_>,
+        (q_rows, q_mem, computed): (&[f32], &[f32], bool),
+        (k, v): (&[f32], &[f32]),
+        out: &mut [f32],
+        scale: f32,
+    ) {
+        let d = spec.d;
+        let rows_of_q = FnTask(|first: usize, rows: &mut [f32]| {
+            rows.copy_from_slice(&q_rows[first * d..first * d + rows.len()])
+        });
+        let query = if computed {
+            Query::Computed(&rows_of_q)
+        } else {
+            Query::Memory(q_mem)
+        };
+        let n = spec.n;
+        attention(spec, query, k, v, out, &ScaledSoftmax { n, scale });
     }
 
     /// Grouped-query attention as a decoding step has it: `[kv_heads, group]` heads, K and V broadcast over the
@@ -674,25 +680,8 @@ mod tests {
                 products,
             };
             let mut out = vec![f32::NAN; heads * m * dv];
-            let rows_of_q = FnTask(|first: usize, rows: &mut [f32]| {
-                rows.copy_from_slice(&qv[first * d..first * d + rows.len()])
-            });
-            let query = if computed {
-                Query::Computed(&rows_of_q)
-            } else {
-                Query::Memory(&q_mem)
-            };
             let scale = 0.25f32;
-            four.install(|| {
-                attention(
-                    &spec,
-                    query,
-                    &kv,
-                    &vv,
-                    &mut out,
-                    &ScaledSoftmax { n, scale },
-                )
-            });
+            four.install(|| attend(&spec, (&qv, &q_mem, computed), (&kv, &vv), &mut out, scale));
             for h in 0..heads {
                 let kvh = h / group;
                 for i in 0..m {
