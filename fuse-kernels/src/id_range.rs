@@ -3,12 +3,13 @@
 //! accepted as ids when this analysis bounds it, as RoBERTa's positions are, `tokens.cumsum(1) * tokens + 1.0`
 //! with `tokens` a padding mask: from 1 to `seq + 1`. Its building blocks are masks (comparisons, in 0..=1),
 //! non-negative integer constants, `arange` positions, and `+`, `*`, `-` of a constant, `max`, `min` (so `clamp`),
-//! `cumsum` and views of them, so a bounded value is a whole number: the bound is proved, not assumed, and a value
-//! fuse cannot bound is refused at the user's line. (A `clamp` of a value that is not bounded stays refused: an
-//! activation may be NaN, which no clamp removes.) The upper bound is a constant plus one monomial of the dims
-//! (`seq + 1`), which the runtime checks against the table's rows when it binds the dims, as it checks a slice.
+//! `cumsum`, the largest or least along an axis (so `argmax` and `argmin`) and views of them, so a bounded value is
+//! a whole number: the bound is proved, not assumed, and a value fuse cannot bound is refused at the user's line.
+//! (A `clamp` of a value that is not bounded stays refused: an activation may be NaN, which no clamp removes.) The
+//! upper bound is a constant plus one monomial of the dims (`seq + 1`), which the runtime checks against the
+//! table's rows when it binds the dims, as it checks a slice.
 
-use crate::ir::{BinaryOp, DType, Dim, Graph, NodeId, Op, UnaryOp};
+use crate::ir::{BinaryOp, DType, Dim, Graph, NodeId, Op, ReduceOp, UnaryOp};
 
 /// f32 holds every whole number below this exactly (2²⁴): a computed id is one of them.
 pub const F32_WHOLE_NUMBERS: usize = 1 << 24;
@@ -105,6 +106,24 @@ pub fn of(g: &Graph, node: NodeId) -> Option<IdRange> {
         Op::Permute { input, .. } | Op::Reshape { input, .. } | Op::Slice { input, .. } => {
             r(*input)
         }
+        // The largest of values in a range lies in it (a reduction over an empty axis makes no values), and so
+        // does the least, made as `min(axis, ..)` is: the negated largest of the negated.
+        Op::Reduce {
+            op: ReduceOp::Max,
+            input,
+            ..
+        } => r(*input),
+        Op::Unary(UnaryOp::Neg, a) => match &g.node(*a).op {
+            Op::Reduce {
+                op: ReduceOp::Max,
+                input,
+                ..
+            } => match g.node(*input).op {
+                Op::Unary(UnaryOp::Neg, values) => r(values),
+                _ => None,
+            },
+            _ => None,
+        },
         // Whole numbers stay what they are.
         Op::Unary(
             UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc | UnaryOp::Relu,

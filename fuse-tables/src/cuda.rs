@@ -12,6 +12,9 @@ pub struct CudaTables {
     pub launches: Vec<CudaLaunch>,
     /// One entry per plan kernel.
     pub kernels: Vec<CudaKernel>,
+    /// The output buffers that hold f32 in every storage type: whole numbers a half type could round
+    /// (`fuse_kernels::back::cuda::f32_outputs`).
+    pub f32_outputs: Vec<usize>,
 }
 
 /// What a generated function does for its plan kernel (mirrors `fuse_kernels::back::cuda::Role`).

@@ -152,6 +152,31 @@ pub mod ops {
         }
     }
 
+    /// Logits' length for [`FirstExtremes`]: past the whole numbers bf16 (256) and f16 (2048) hold exactly.
+    pub const VOCAB: usize = 2100;
+
+    /// `argmax` and `argmin`, PyTorch's (the first position of the largest or smallest value, or of the first NaN):
+    /// along the last axis of `VOCAB` values, as greedy decoding picks a token from its logits; along `seq`, an axis
+    /// before the last, keeping it; and the picked positions read as ids (the picked tokens' embedding rows).
+    pub struct FirstExtremes {
+        #[shape(VOCAB, D)]
+        embed: Tensor,
+    }
+    impl FirstExtremes {
+        pub fn forward(
+            &self,
+            #[shape(batch, seq, VOCAB)] x: Tensor,
+        ) -> (Tensor, Tensor, Tensor, Tensor) {
+            let token = x.argmax(2, false);
+            (
+                token,
+                x.argmin(-1, true),
+                x.argmax(1, true),
+                embedding(&self.embed, &token.to_i64()),
+            )
+        }
+    }
+
     /// RoBERTa's position ids clamped to a table of 8 rows: the clamp bounds them whatever `seq`, so any length
     /// runs, positions past the table reading its last row.
     pub struct ClampedIds {
@@ -978,4 +1003,36 @@ pub fn rounding_inputs(batch: usize, seed: u64) -> Tensor {
         v[at(2)] = f32::NEG_INFINITY;
     }
     Tensor::from_f32(&[batch, ops::D], v).expect("a [batch, D] tensor")
+}
+
+/// [`ops::FirstExtremes`]'s input, `[batch, seq, VOCAB]`: whole numbers from -3 to 3 (exact in every storage type,
+/// and each row's largest and smallest many times over, so the first one is what is asked for), and, row by row in
+/// turn, a NaN, +∞ twice, only -∞, and +0.0 and -0.0 as the only largest.
+pub fn extremes_inputs(batch: usize, seq: usize, seed: u64) -> Tensor {
+    let n = ops::VOCAB;
+    let mut v: Vec<f32> = Tensor::randn(&[batch, seq, n], seed)
+        .to_f32_vec()
+        .iter()
+        .map(|x| (x * 2.0).round().clamp(-3.0, 3.0))
+        .collect();
+    for (r, row) in v.chunks_mut(n).enumerate() {
+        let at = (r * 389 + seed as usize * 97) % n;
+        match r % 5 {
+            1 => row[at] = f32::NAN,
+            2 => {
+                row[at] = f32::INFINITY;
+                row[(at + 700) % n] = f32::INFINITY;
+            }
+            3 => row.fill(f32::NEG_INFINITY),
+            4 => {
+                for x in row.iter_mut() {
+                    *x = x.min(-1.0);
+                }
+                row[at] = -0.0;
+                row[(at + 300) % n] = 0.0;
+            }
+            _ => {}
+        }
+    }
+    Tensor::from_f32(&[batch, seq, n], v).expect("a [batch, seq, VOCAB] tensor")
 }

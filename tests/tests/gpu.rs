@@ -35,7 +35,7 @@ use fuse_runtime::{
 };
 use fuse_tests::harness::{assert_close, graph_of, rel_l2_floored, to_ref};
 use fuse_tests::op_models::ops::*;
-use fuse_tests::op_models::{cumsum_inputs, non_finite_inputs, rounding_inputs};
+use fuse_tests::op_models::{cumsum_inputs, extremes_inputs, non_finite_inputs, rounding_inputs};
 
 const BF16_REL_L2: f64 = 2e-2;
 const F16_REL_L2: f64 = 2.5e-3;
@@ -296,6 +296,7 @@ fn specs() -> Vec<&'static ModelSpec> {
         Cumsum::spec(),
         ComputedIds::spec(),
         ClampedIds::spec(),
+        FirstExtremes::spec(),
         LongPositions::spec(),
         Broadcasts::spec(),
         Masks::spec(),
@@ -878,6 +879,44 @@ fn computed_ids_past_a_half_types_whole_numbers_are_exact_in_every_storage() {
             0.0,
             rtol,
         );
+    }
+}
+
+/// `argmax` and `argmin` on every path, and exact in every storage: their picks pass 256 and 2048, past which bf16
+/// and f16 no longer hold every whole number, so they are written as f32 in every storage, as outputs and as the
+/// ids a gather reads (stored in bf16, pick 2099 would come back as 2096). The inputs are whole numbers every
+/// storage holds, so each sees the CPU's rows; only the table's rounding separates the embedding rows read.
+#[test]
+fn argmax_and_argmin_on_gpu_are_exact_in_every_storage() {
+    let cpu = || FirstExtremes::random(30).into_compiled();
+    ops_on_gpu(cpu(), "first extremes", 0.0, 0.0, |b, q, s| {
+        vec![extremes_inputs(b, q, s)]
+    });
+    let Some(device) = gpu() else { return };
+    let cpu = cpu();
+    for (batch, seq, seed) in CASES {
+        let x = extremes_inputs(batch, seq, seed);
+        let want = cpu.run(PlanMode::Fused, &[&x]).expect("CPU run");
+        for (precision, rtol) in [
+            (Precision::F32, 0.0),
+            (Precision::F16, 1e-3),
+            (Precision::Bf16, 4e-3),
+        ] {
+            let options = GpuOptions {
+                precision,
+                ..GpuOptions::default()
+            };
+            let gpu = moved(&cpu, &device, options);
+            for mode in [PlanMode::Fused, PlanMode::Eager] {
+                let got = gpu.run(mode, &[&x]).expect("GPU run");
+                let what = format!("{precision:?} {mode:?} {batch}x{seq}");
+                for i in 0..3 {
+                    let (g, w) = (got[i].to_f32_vec(), want[i].to_f32_vec());
+                    assert_eq!(g, w, "{what} output {i}");
+                }
+                assert_close(&what, &got[3], &to_ref(&want[3]), 0.0, rtol);
+            }
+        }
     }
 }
 

@@ -6,7 +6,9 @@ use fuse_runtime::Tensor;
 use fuse_tests::check::check_model;
 use rand::{Rng, SeedableRng};
 
-use fuse_tests::op_models::{cumsum_inputs, non_finite_inputs, ops, rounding_inputs};
+use fuse_tests::op_models::{
+    cumsum_inputs, extremes_inputs, non_finite_inputs, ops, rounding_inputs,
+};
 
 use ops::*;
 
@@ -69,6 +71,59 @@ fn cumsum_along_any_axis() {
         }
         let outputs = m.forward(&inputs[0], &inputs[1]).expect("the model runs");
         assert_eq!(outputs.4.to_f32_vec(), want, "position ids {batch}x{seq}");
+    }
+}
+
+/// PyTorch's `argmax` and `argmin` of a row, written out: the first position of its largest (smallest) value, or
+/// of its first NaN; `+0.0` and `-0.0` are equal.
+fn first_extreme(row: impl Iterator<Item = f32>, smallest: bool) -> f32 {
+    let mut best: Option<(usize, f32)> = None;
+    for (i, x) in row.enumerate() {
+        if x.is_nan() {
+            return i as f32;
+        }
+        let better = match best {
+            None => true,
+            Some((_, b)) if smallest => x < b,
+            Some((_, b)) => x > b,
+        };
+        if better {
+            best = Some((i, x));
+        }
+    }
+    best.map_or(0.0, |(i, _)| i as f32)
+}
+
+/// `argmax` and `argmin` against the reference, and against PyTorch's rule written out above (the reference
+/// interprets the graph the front end made, so it cannot tell a wrong lowering), on rows with ties, a NaN, ±∞ and
+/// signed zeros; the picked tokens' rows of the table match the reference's.
+#[test]
+fn argmax_and_argmin_pick_the_first_extreme() {
+    let m = FirstExtremes::random(30);
+    for (batch, seq, seed) in cases(30) {
+        let x = extremes_inputs(batch, seq, seed);
+        check_model("first extremes", m.compiled(), &[&x], 0.0, 0.0);
+        let v = x.to_f32_vec();
+        let along_last = |smallest| -> Vec<f32> {
+            v.chunks(VOCAB)
+                .map(|row| first_extreme(row.iter().copied(), smallest))
+                .collect()
+        };
+        let mut along_seq = Vec::new();
+        for b in 0..batch {
+            for j in 0..VOCAB {
+                let column = (0..seq).map(|s| v[(b * seq + s) * VOCAB + j]);
+                along_seq.push(first_extreme(column, false));
+            }
+        }
+        let (token, smallest, over_seq, _) = m.forward(&x).expect("the model runs");
+        let shape = format!("{batch}x{seq}");
+        assert_eq!(token.shape(), &[batch, seq], "{shape}");
+        assert_eq!(token.to_f32_vec(), along_last(false), "argmax {shape}");
+        assert_eq!(smallest.shape(), &[batch, seq, 1], "{shape}");
+        assert_eq!(smallest.to_f32_vec(), along_last(true), "argmin {shape}");
+        assert_eq!(over_seq.shape(), &[batch, 1, VOCAB], "{shape}");
+        assert_eq!(over_seq.to_f32_vec(), along_seq, "argmax over seq {shape}");
     }
 }
 

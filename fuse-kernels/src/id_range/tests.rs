@@ -123,3 +123,39 @@ fn values_without_a_provable_range_are_not_bounded() {
         assert_eq!(range(body), None, "{body}");
     }
 }
+
+/// `argmax` and `argmin` give positions along their axis, `0..=s - 1`; so does the least of bounded ids along an
+/// axis (`min(axis, ..)`), while the least of a value that is not bounded stays unbounded.
+#[test]
+fn first_extremes_lie_along_their_axis() {
+    let along_seq = Some(IdRange {
+        lo: 0,
+        c: -1,
+        m: seq(1),
+    });
+    assert_eq!(range("x.argmax(1, false)"), along_seq);
+    assert_eq!(range("x.argmin(-1, true)"), along_seq);
+    let along_batch = Dim {
+        coeff: 1,
+        syms: vec![0],
+    };
+    assert_eq!(
+        range("x.argmax(0, false)"),
+        Some(IdRange {
+            lo: 0,
+            c: -1,
+            m: Some(along_batch)
+        })
+    );
+    let tokens = "let t = ids.to_f32().ne(1.0).to_f32();";
+    assert_eq!(
+        range(&format!("{tokens} (t.cumsum(1) * t + 1.0).min(1, true)")),
+        Some(IdRange {
+            lo: 1,
+            c: 1,
+            m: seq(1)
+        })
+    );
+    assert_eq!(range("x.min(1, true)"), None);
+    assert_eq!(range("x.max(1, true)"), None);
+}

@@ -63,7 +63,11 @@ fn tables(plan: &Plan, launches: Vec<cuda::Launch>) -> CudaTables {
         })
         .collect();
     let kernels = plan.kernels.iter().map(|k| kernel(plan, k)).collect();
-    CudaTables { launches, kernels }
+    CudaTables {
+        launches,
+        kernels,
+        f32_outputs: cuda::f32_outputs(plan),
+    }
 }
 
 fn access(a: &Access) -> CudaAccess {

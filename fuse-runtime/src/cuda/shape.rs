@@ -65,11 +65,16 @@ impl ShapeState {
         let arena_ptr = arena.ptr(stream);
         let mut owned = Vec::with_capacity(p.buffers.len());
         let mut ptrs = Vec::with_capacity(p.buffers.len());
-        for spec in &p.buffers {
+        for (b, spec) in p.buffers.iter().enumerate() {
             let ptr = match spec.kind {
                 BufferKind::Input(_) | BufferKind::Output(_) => {
                     let numel = spec.numel.eval(dims);
                     let buffer = match spec.kind {
+                        // Whole numbers a half type could round are written as f32 in every storage, and come
+                        // back as they are.
+                        BufferKind::Output(_) if plan.code.f32_outputs.contains(&b) => {
+                            DeviceBuffer::uninit(stream, spec.dtype, Precision::F32, numel)?
+                        }
                         BufferKind::Output(_) => {
                             DeviceBuffer::uninit(stream, spec.dtype, precision, numel)?
                         }

@@ -70,6 +70,7 @@ impl EmbeddedCuda {
                 source_f16: self.source_f16,
                 launches: tables.launches,
                 kernels: tables.kernels,
+                f32_outputs: tables.f32_outputs,
                 aot: self.aot,
             })
         });
@@ -93,6 +94,8 @@ pub struct CudaProgram {
     pub launches: Vec<CudaLaunch>,
     /// One entry per plan kernel.
     pub kernels: Vec<CudaKernel>,
+    /// The output buffers that hold f32 whatever the storage type (whole numbers a half type could round).
+    pub f32_outputs: Vec<usize>,
     pub aot: Option<AotCode>,
 }
 

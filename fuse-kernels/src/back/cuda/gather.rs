@@ -64,9 +64,9 @@ pub fn write_gather(w: &mut String, cx: &Ctx, symbol: &str, node: NodeId) -> fmt
         writeln!(w, "{ind}const long long id = in{r}[{ids_offset}];")?;
     } else {
         // Ids the model computed: whole numbers below the table's rows (`crate::id_range`), kept in f32 whatever
-        // the storage (`super::f32_values`) unless they are a model output too. In a half type, which holds whole
-        // numbers exactly only up to 2^8 (bf16) or 2^11 (f16), an id past that could be another row's, so such a
-        // table is refused in that storage rather than read at a rounded id.
+        // the storage (`super::f32_values`) unless a kernel that reads only the storage type reads them too. In a
+        // half type, which holds whole numbers exactly only up to 2^8 (bf16) or 2^11 (f16), an id past that could
+        // be another row's, so such a table is refused in that storage rather than read at a rounded id.
         let (exact, storage, instead) = if cx.storage == StorageType::F32 || cx.kept_f32(base) {
             (crate::id_range::F32_WHOLE_NUMBERS, "f32", "f32")
         } else if cx.storage == StorageType::F16 {

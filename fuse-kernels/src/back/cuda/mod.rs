@@ -41,7 +41,7 @@ use std::fmt::{self, Write};
 
 pub use launch::{gemm, launches, param_buffers, GemmDesc, GemmEpilogue, Grid, Launch, Role};
 
-use crate::ir::{DType, Graph, NodeId, Op};
+use crate::ir::{DType, Graph, NodeId, Op, ReduceOp, UnaryOp};
 use crate::plan::{Kernel, KernelKind, Mode, Plan};
 
 /// The hand-written device helpers every generated file starts with.
@@ -124,25 +124,85 @@ impl Ctx<'_> {
     }
 }
 
-/// The values stored as f32 whatever the storage type: ids the model computes (`crate::id_range`), which a gather
-/// reads as whole numbers. A half type holds whole numbers exactly only up to 2^8 (bf16) or 2^11 (f16), fewer than
-/// a position table has rows (RoBERTa's 514); f32 holds them up to 2^24. The arena's slots are sized for f32, so
-/// such a value fits its slot in any storage. A model output is not kept so (the runtime converts every output
-/// from the storage type): a gather of one still checks the half type's limit (`gather.rs`).
+/// The values stored as f32 whatever the storage type: every value a gather reads as ids, and whole numbers the
+/// model computes ([`crate::id_range`] bounds them: positions, computed ids, `argmax`'s picks) that a half type
+/// may not hold exactly. bf16 holds whole numbers exactly only up to 2^8 and f16 up to 2^11, fewer than a
+/// position table has rows (RoBERTa's 514) or a vocabulary has tokens; f32 holds them up to 2^24. The arena's
+/// slots are sized for f32, so such a value fits its slot in any storage, and a model output kept so comes back
+/// from a buffer of f32 ([`f32_outputs`]). Kernels that read or write only the storage type leave a value in it:
+/// a product's operands (cuBLAS multiplies the storage type), attention's reads, and the copies of a concat or a
+/// state write. A gather of ids left so checks the half type's limit (`gather.rs`).
 pub(crate) fn f32_values(plan: &Plan) -> BTreeSet<NodeId> {
     let g = &plan.graph;
-    plan.kernels
+    let gather_ids = plan.kernels.iter().filter_map(|k| {
+        let KernelKind::Gather { node } = k.kind else {
+            return None;
+        };
+        let Op::Embedding { ids, .. } = g.node(node).op else {
+            return None;
+        };
+        Some(k.reads.iter().find(|r| r.node == ids)?.access.base)
+    });
+    let whole_numbers = plan
+        .kernels
         .iter()
-        .filter_map(|k| {
-            let KernelKind::Gather { node } = k.kind else {
-                return None;
-            };
-            let Op::Embedding { ids, .. } = g.node(node).op else {
-                return None;
-            };
-            let base = k.reads.iter().find(|r| r.node == ids)?.access.base;
-            (g.ty(base).dtype != DType::I64 && !g.outputs.contains(&base)).then_some(base)
-        })
+        .map(|k| k.output)
+        .filter(|&v| large_whole_numbers(g, v));
+    let mut kept: BTreeSet<NodeId> = gather_ids
+        .chain(whole_numbers)
+        .filter(|&v| g.ty(v).dtype != DType::I64)
+        .collect();
+    for k in &plan.kernels {
+        let storage_only: Vec<NodeId> = match &k.kind {
+            KernelKind::Attention(_) | KernelKind::Concat { .. } | KernelKind::Write { .. } => {
+                k.reads.iter().map(|r| r.access.base).collect()
+            }
+            KernelKind::MatMul { .. } => match matmul::describe(g, k) {
+                Some(gemm) => [gemm.a, gemm.b]
+                    .iter()
+                    .filter_map(|&i| k.reads.get(i).map(|r| r.access.base))
+                    .collect(),
+                None => k.reads.iter().map(|r| r.access.base).collect(),
+            },
+            _ => Vec::new(),
+        };
+        for v in storage_only {
+            kept.remove(&v);
+        }
+    }
+    kept
+}
+
+/// Whether `v` holds whole numbers a half type may not hold exactly: a value [`crate::id_range`] bounds past bf16's
+/// whole numbers, or the negation or the largest along an axis of one (the steps of `min(axis, ..)` and `argmax`,
+/// each stored apart in an eager plan).
+fn large_whole_numbers(g: &Graph, v: NodeId) -> bool {
+    match crate::id_range::of(g, v) {
+        Some(r) => !exact_in_half_types(&r),
+        None => match g.node(v).op {
+            Op::Unary(UnaryOp::Neg, a)
+            | Op::Reduce {
+                op: ReduceOp::Max,
+                input: a,
+                ..
+            } => large_whole_numbers(g, a),
+            _ => false,
+        },
+    }
+}
+
+/// Whether every value in `r` is a whole number bf16 (and so f16) holds exactly: from -2^8 to 2^8.
+fn exact_in_half_types(r: &crate::id_range::IdRange) -> bool {
+    const BF16_WHOLE_NUMBERS: i64 = 1 << 8;
+    r.lo >= -BF16_WHOLE_NUMBERS && r.static_hi().is_some_and(|hi| hi <= BF16_WHOLE_NUMBERS)
+}
+
+/// The model outputs among [`f32_values`], as plan buffers: the runtime gives them buffers of f32 in every storage.
+pub fn f32_outputs(plan: &Plan) -> Vec<usize> {
+    f32_values(plan)
+        .into_iter()
+        .filter(|v| plan.graph.outputs.contains(v))
+        .filter_map(|v| plan.buffer_of(v))
         .collect()
 }
 

@@ -227,7 +227,8 @@ fn half_storage_converts_on_load_and_store() {
 
 /// Ids the model computes are kept in f32 in half storage: the scan that makes them stores `float`s and the gather
 /// reads them as such, so a table of 514 rows is read at exact ids in bf16, where a half type would round them.
-/// Ids that are also a model output stay in the storage type, and the gather refuses that table there.
+/// So are ids that are also a model output; ids a product multiplies stay in the storage type, and the gather
+/// refuses that table there.
 #[test]
 fn computed_ids_are_kept_in_f32_in_half_storage() {
     let bf16 = |p: &Plan| {
@@ -263,6 +264,7 @@ fn computed_ids_are_kept_in_f32_in_half_storage() {
     // In f32 storage nothing changes: every buffer is `fuse_t`.
     assert!(!write_cuda(&p, "M").contains("const float* __restrict__"));
 
+    // Ids that are also a model output are kept so too: the runtime gives that output a buffer of f32.
     let (_, _, returned) = generate(
         "#[shape(514, 8)] table: Tensor,",
         &format!(
@@ -270,7 +272,20 @@ fn computed_ids_are_kept_in_f32_in_half_storage() {
              (embedding(&self.table, &p), p) }}"
         ),
     );
-    assert!(bf16(&returned).contains("storage holds whole numbers exactly only up to 256"));
+    assert!(!bf16(&returned).contains("#error"), "{}", bf16(&returned));
+    assert_eq!(f32_outputs(&returned).len(), 1);
+    assert!(f32_outputs(&p).is_empty());
+    // Ids a product multiplies too stay in the storage type, the only one cuBLAS reads: the gather refuses the
+    // table in bf16 rather than read it at rounded ids.
+    let (_, _, multiplied) = generate(
+        "#[shape(514, 8)] table: Tensor, #[shape(1, 8)] w: Tensor,",
+        &format!(
+            "(&self, #[shape(batch, seq)] ids: Tensor<i64>) -> (Tensor, Tensor) {{ {positions} \
+             (embedding(&self.table, &p), p.reshape([ids.dim(0), ids.dim(1), 1]).matmul(&self.w)) }}"
+        ),
+    );
+    assert!(bf16(&multiplied).contains("storage holds whole numbers exactly only up to 256"));
+    assert!(f32_outputs(&multiplied).is_empty());
 }
 
 #[test]

@@ -39,6 +39,8 @@ const METHODS: &[(&str, &str)] = &[
     ("div", "a.div(&b)"),
     ("max", "a.max(&b) or x.max(axis, keepdim)"),
     ("min", "a.min(&b) or x.min(axis, keepdim)"),
+    ("argmax", "x.argmax(axis, keepdim)"),
+    ("argmin", "x.argmin(axis, keepdim)"),
     ("pow", "a.pow(&b)"),
     ("clamp", "x.clamp(lo, hi)"),
     ("lt", "a.lt(&b)"),
@@ -155,7 +157,7 @@ impl Lowerer<'_> {
         }
         let rank = self.g.ty(x).shape.rank();
         match (method.as_str(), args.len()) {
-            ("sum" | "mean" | "max" | "min", 2) => {
+            ("sum" | "mean" | "max" | "min" | "argmax" | "argmin", 2) => {
                 let op = match method.as_str() {
                     "sum" => ReduceOp::Sum,
                     "mean" => ReduceOp::Mean,
@@ -175,6 +177,13 @@ impl Lowerer<'_> {
                         return Value::Poison;
                     }
                 };
+                if let Some(smallest) = match method.as_str() {
+                    "argmax" => Some(false),
+                    "argmin" => Some(true),
+                    _ => None,
+                } {
+                    return self.first_extreme(x, axis, keepdim, smallest, at);
+                }
                 let make = move |input, axis| Op::Reduce {
                     op,
                     input,
@@ -547,6 +556,69 @@ impl Lowerer<'_> {
         self.along_last_axis_with(x, axis, at, build, true)
     }
 
+    /// PyTorch's `argmax` (`argmin` where `smallest`): the position along `axis` of the row's first largest
+    /// (smallest) value, or of its first NaN, which PyTorch counts as beyond every number. The positions are f32
+    /// whole numbers, as every id the model computes is (an `embedding` reads them; [`crate::id_range`] bounds them
+    /// by the axis). Made along the last axis from ops the planner fuses into one row kernel: `m`, the row's largest
+    /// of `x` (of `-x` for the smallest; equal to its first NaN where it has one), the positions where `x` equals
+    /// `m` or is NaN, and the least of them, the other positions standing in as the last one, which every row
+    /// reaches anyway. `+0.0` and `-0.0` are equal, as in PyTorch.
+    fn first_extreme(
+        &mut self,
+        x: NodeId,
+        axis: usize,
+        keepdim: bool,
+        smallest: bool,
+        at: At,
+    ) -> Value {
+        let build = |this: &mut Self, x: NodeId, last: usize| {
+            let largest_along = |input, keepdim| Op::Reduce {
+                op: ReduceOp::Max,
+                input,
+                axis: last,
+                keepdim,
+            };
+            let negated = |this: &mut Self, v| tensor(this.add(Op::Unary(UnaryOp::Neg, v), at));
+            let extreme = match smallest {
+                true => {
+                    let flipped = negated(this, x)?;
+                    let largest = tensor(this.add(largest_along(flipped, true), at))?;
+                    negated(this, largest)?
+                }
+                false => tensor(this.add(largest_along(x, true), at))?,
+            };
+            let hit = tensor(this.add(Op::Binary(BinaryOp::Eq, x, extreme), at))?;
+            let nan = tensor(this.add(Op::Binary(BinaryOp::Ne, x, x), at))?;
+            let len = this.g.ty(x).shape.0[last].clone();
+            let start = Dim::fixed(0);
+            let ids = tensor(this.add(Op::Arange { start, len }, at))?;
+            let positions = tensor(this.add(Op::Cast(ids, DType::F32), at))?;
+            // The last position: a constant where the axis is static; else the positions' last, a view of them
+            // that keeps their bound.
+            let final_position = match this.g.ty(x).shape.0[last].as_static() {
+                Some(n) => this.scalar((n - 1) as f64, at.start),
+                None => {
+                    let start = this.start_before_end(positions, 0, 1, at)?;
+                    let len = Dim::fixed(1);
+                    let last = Op::Slice {
+                        input: positions,
+                        axis: 0,
+                        start,
+                        len,
+                    };
+                    tensor(this.add(last, at))?
+                }
+            };
+            let at_hits = tensor(this.add(Op::Where(hit, positions, final_position), at))?;
+            let candidates = tensor(this.add(Op::Where(nan, positions, at_hits), at))?;
+            // The least candidate, made as `min(axis, ..)` is: the negated largest of the negated.
+            let flipped = negated(this, candidates)?;
+            let least = tensor(this.add(largest_along(flipped, keepdim), at))?;
+            negated(this, least)
+        };
+        self.along_last_axis_with(x, axis, at, build, keepdim)
+    }
+
     /// Canonicalises a reduction or softmax over `axis` to one over the last axis (the only form the planner and
     /// the kernels know): permute `axis` to the end, apply `make`, and permute back when the axis is kept.
     fn along_last_axis(
@@ -631,6 +703,40 @@ pub(super) fn tensor(v: Value) -> Option<NodeId> {
 #[cfg(test)]
 mod tests {
     use super::{unknown_method, ALIASES, METHODS};
+    use crate::front::capture_str;
+
+    /// The output shape of `x.<call>` for an input `x` of `shape`, or its capture errors.
+    fn shape_of(shape: &str, call: &str) -> Result<String, String> {
+        let source = format!(
+            "#[fused_model] mod m {{ pub struct M {{}} impl M {{ pub fn forward(&self, #[shape({shape})] x: \
+             Tensor) -> Tensor {{ x.{call} }} }} }}"
+        );
+        let capture = capture_str(&source).map_err(|e| e.to_string())?;
+        if let Some(errors) = capture.errors {
+            return Err(errors.to_string());
+        }
+        let g = &capture.models[0].graph;
+        Ok(g.fmt_shape(&g.ty(g.outputs[0]).shape))
+    }
+
+    /// `argmax` and `argmin` drop or keep their axis as the reductions do, and take `keepdim` as they do.
+    #[test]
+    fn first_extremes_have_a_reductions_shape() {
+        assert_eq!(
+            shape_of("b, 7, 5", "argmax(1, false)").as_deref(),
+            Ok("[b, 5]")
+        );
+        assert_eq!(
+            shape_of("b, 7, 5", "argmin(-1, true)").as_deref(),
+            Ok("[b, 7, 1]")
+        );
+        assert_eq!(shape_of("b, s", "argmax(1, true)").as_deref(), Ok("[b, 1]"));
+        let keepdim = shape_of("b, 3", "argmax(1, 1)").unwrap_err();
+        assert!(
+            keepdim.contains("keepdim must be `true` or `false`"),
+            "{keepdim}"
+        );
+    }
 
     /// An alias is only reached for a name that is not a method: one that became a method must leave the list.
     #[test]
