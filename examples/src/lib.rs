@@ -6,6 +6,7 @@ pub mod tokenize;
 
 pub mod models {
     pub mod chain;
+    pub mod clip_text;
     pub mod encoder;
     pub mod gpt2;
     pub mod layers;

@@ -20,8 +20,8 @@
 
 use fuse_examples::models::llama::tiny::{TinyLlama, TinyLlamaCached};
 use fuse_examples::models::{
-    chain::chain::Chain, encoder::encoder::EncoderLayer, gpt2::gpt2_tiny::Gpt2,
-    minilm::minilm::MiniLm, mlp::mlp::Mlp, mpnet::mpnet_tiny::MpNet,
+    chain::chain::Chain, clip_text::clip_text_tiny::ClipText, encoder::encoder::EncoderLayer,
+    gpt2::gpt2_tiny::Gpt2, minilm::minilm::MiniLm, mlp::mlp::Mlp, mpnet::mpnet_tiny::MpNet,
     roberta::roberta_tiny::Roberta, t5::t5_tiny::T5Encoder, vit::vit_tiny::Vit,
 };
 use fuse_kernels::back::cuda::{
@@ -286,6 +286,7 @@ fn specs() -> Vec<&'static ModelSpec> {
         MpNet::spec(),
         Roberta::spec(),
         Vit::spec(),
+        ClipText::spec(),
         Gpt2::spec(),
         T5Encoder::spec(),
         TinyLlama::spec(),
@@ -678,6 +679,38 @@ fn vit_on_gpu() {
     for batch in [1, 3] {
         let pixels = Tensor::randn(&[batch, CHANNELS, IMAGE, IMAGE], 5 + batch as u64);
         m.check(&format!("vit {batch}"), &[&pixels], 2e-4, 2e-4);
+    }
+}
+
+/// The example CLIP text tower: a causal encoder whose pooled row is each sequence's at its end-of-text token, found
+/// by `argmax` over the ids (that token, the vocabulary's last, ends each sequence and pads it, so the first of the
+/// ties is the one) and kept in f32 in every storage.
+#[test]
+fn clip_text_on_gpu() {
+    use fuse_examples::models::clip_text::clip_text_tiny::VOCAB;
+    let Some(device) = gpu() else { return };
+    let m = OnGpu::example(ClipText::random(29).into_compiled(), &device);
+    let end = VOCAB as i64 - 1;
+    for (batch, seq) in [(1, 3), (3, 16)] {
+        let mask = right_padded_mask(batch, seq);
+        let words = Tensor::uniform_ids(&[batch, seq], end, seq as u64);
+        let words = words.as_i64().expect("i64 ids");
+        let ids: Vec<i64> = (0..batch * seq)
+            .map(|i| {
+                let last_word = i % seq + 1 == seq || mask[i + 1] == 0.0;
+                if mask[i] == 0.0 || last_word {
+                    end
+                } else {
+                    words[i]
+                }
+            })
+            .collect();
+        let inputs = [
+            Tensor::from_i64(&[batch, seq], ids).expect("ids"),
+            Tensor::from_f32(&[batch, seq], mask).expect("mask"),
+        ];
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        m.check(&format!("clip text {batch}x{seq}"), &refs, 2e-4, 2e-4);
     }
 }
 
