@@ -157,7 +157,8 @@ pub mod ops {
 
     /// `argmax` and `argmin`, PyTorch's (the first position of the largest or smallest value, or of the first NaN):
     /// along the last axis of `VOCAB` values, as greedy decoding picks a token from its logits; along `seq`, an axis
-    /// before the last, keeping it; and the picked positions read as ids (the picked tokens' embedding rows).
+    /// before the last, keeping it; the picked positions read as ids (the picked tokens' embedding rows); and a mask's
+    /// first true (CLIP's end-of-text token, `ids.eq(end)`'s first).
     pub struct FirstExtremes {
         #[shape(VOCAB, D)]
         embed: Tensor,
@@ -166,13 +167,14 @@ pub mod ops {
         pub fn forward(
             &self,
             #[shape(batch, seq, VOCAB)] x: Tensor,
-        ) -> (Tensor, Tensor, Tensor, Tensor) {
+        ) -> (Tensor, Tensor, Tensor, Tensor, Tensor) {
             let token = x.argmax(2, false);
             (
                 token,
                 x.argmin(-1, true),
                 x.argmax(1, true),
                 embedding(&self.embed, &token.to_i64()),
+                x.gt(2.0).argmax(2, false),
             )
         }
     }

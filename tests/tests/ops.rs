@@ -96,7 +96,7 @@ fn first_extreme(row: impl Iterator<Item = f32>, smallest: bool) -> f32 {
 
 /// `argmax` and `argmin` against the reference, and against PyTorch's rule written out above (the reference
 /// interprets the graph the front end made, so it cannot tell a wrong lowering), on rows with ties, a NaN, ±∞ and
-/// signed zeros; the picked tokens' rows of the table match the reference's.
+/// signed zeros; the picked tokens' rows of the table match the reference's, and a mask's argmax is its first true.
 #[test]
 fn argmax_and_argmin_pick_the_first_extreme() {
     let m = FirstExtremes::random(30);
@@ -116,7 +116,11 @@ fn argmax_and_argmin_pick_the_first_extreme() {
                 along_seq.push(first_extreme(column, false));
             }
         }
-        let (token, smallest, over_seq, _) = m.forward(&x).expect("the model runs");
+        let first_above_two: Vec<f32> = v
+            .chunks(VOCAB)
+            .map(|row| row.iter().position(|&x| x > 2.0).unwrap_or(0) as f32)
+            .collect();
+        let (token, smallest, over_seq, _, above) = m.forward(&x).expect("the model runs");
         let shape = format!("{batch}x{seq}");
         assert_eq!(token.shape(), &[batch, seq], "{shape}");
         assert_eq!(token.to_f32_vec(), along_last(false), "argmax {shape}");
@@ -124,6 +128,11 @@ fn argmax_and_argmin_pick_the_first_extreme() {
         assert_eq!(smallest.to_f32_vec(), along_last(true), "argmin {shape}");
         assert_eq!(over_seq.shape(), &[batch, 1, VOCAB], "{shape}");
         assert_eq!(over_seq.to_f32_vec(), along_seq, "argmax over seq {shape}");
+        assert_eq!(
+            above.to_f32_vec(),
+            first_above_two,
+            "a mask's first true {shape}"
+        );
     }
 }
 

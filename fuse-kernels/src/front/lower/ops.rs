@@ -571,6 +571,26 @@ impl Lowerer<'_> {
         smallest: bool,
         at: At,
     ) -> Value {
+        let name = if smallest { "argmin" } else { "argmax" };
+        let x = match self.g.ty(x).dtype {
+            DType::F32 => x,
+            // A mask's 0.0 and 1.0, as PyTorch's `argmax` of a bool tensor finds the first true.
+            DType::Bool => match self.add(Op::Cast(x, DType::F32), at) {
+                Value::Tensor(x) => x,
+                other => return other,
+            },
+            DType::I64 => {
+                let shape = self.g.fmt_shape(&self.g.ty(x).shape);
+                self.diags.error(
+                    at,
+                    format!(
+                        "`{name}` needs f32 values, but this operand holds integer ids (i64 {shape}); convert them \
+                         with `.to_f32()` first (exact up to 2^24, as token ids are)"
+                    ),
+                );
+                return Value::Poison;
+            }
+        };
         let build = |this: &mut Self, x: NodeId, last: usize| {
             let largest_along = |input, keepdim| Op::Reduce {
                 op: ReduceOp::Max,
@@ -719,7 +739,8 @@ mod tests {
         Ok(g.fmt_shape(&g.ty(g.outputs[0]).shape))
     }
 
-    /// `argmax` and `argmin` drop or keep their axis as the reductions do, and take `keepdim` as they do.
+    /// `argmax` and `argmin` drop or keep their axis as the reductions do, take `keepdim` as they do, read a mask as
+    /// its 0.0 and 1.0, and name themselves when given integer ids.
     #[test]
     fn first_extremes_have_a_reductions_shape() {
         assert_eq!(
@@ -731,6 +752,16 @@ mod tests {
             Ok("[b, 7, 1]")
         );
         assert_eq!(shape_of("b, s", "argmax(1, true)").as_deref(), Ok("[b, 1]"));
+        let ids = shape_of("b, 3", "dim(1); arange(0, x.dim(1)).argmax(0, true)").unwrap_err();
+        assert!(
+            ids.contains("`argmax` needs f32 values, but this operand holds integer ids (i64 [3])"),
+            "{ids}"
+        );
+        // A mask's first true, as PyTorch's `argmax` of a bool tensor.
+        assert_eq!(
+            shape_of("b, 3", "gt(0.0).argmax(1, false)").as_deref(),
+            Ok("[b]")
+        );
         let keepdim = shape_of("b, 3", "argmax(1, 1)").unwrap_err();
         assert!(
             keepdim.contains("keepdim must be `true` or `false`"),
