@@ -882,6 +882,25 @@ fn computed_ids_on_gpu() {
     );
 }
 
+/// `cpu` moved to `device` in each storage type, with the relative error its rounding adds to a weight read as it
+/// is stored (an embedding row): 2⁻¹¹ of it at most in f16, 2⁻⁸ in bf16, none in f32.
+fn in_every_storage(cpu: &CompiledModel, device: &Device) -> Vec<(Precision, f64, CompiledModel)> {
+    [
+        (Precision::F32, 0.0),
+        (Precision::F16, 1e-3),
+        (Precision::Bf16, 4e-3),
+    ]
+    .into_iter()
+    .map(|(precision, rtol)| {
+        let options = GpuOptions {
+            precision,
+            ..GpuOptions::default()
+        };
+        (precision, rtol, moved(cpu, device, options))
+    })
+    .collect()
+}
+
 /// Computed ids into a table of 514 rows, past the whole numbers a half type holds exactly (bf16 256, f16 2048):
 /// they are kept in f32 in every storage, so each storage reads the rows at exact ids, and only the table's own
 /// rounding separates it from the CPU. (Stored in bf16, ids 257 to 301 would round to even ones, and a row read
@@ -892,19 +911,8 @@ fn computed_ids_past_a_half_types_whole_numbers_are_exact_in_every_storage() {
     let cpu = LongPositions::random(17).into_compiled();
     let ids = cumsum_inputs(2, 300, 5).swap_remove(1);
     let want = cpu.run(PlanMode::Fused, &[&ids]).expect("CPU run");
-    // A half type rounds each table value by 2⁻¹¹ (f16) or 2⁻⁸ (bf16) of it at most.
-    for (precision, rtol) in [
-        (Precision::F32, 0.0),
-        (Precision::F16, 1e-3),
-        (Precision::Bf16, 4e-3),
-    ] {
-        let options = GpuOptions {
-            precision,
-            ..GpuOptions::default()
-        };
-        let got = moved(&cpu, &device, options)
-            .run(PlanMode::Fused, &[&ids])
-            .expect("GPU run");
+    for (precision, rtol, gpu) in in_every_storage(&cpu, &device) {
+        let got = gpu.run(PlanMode::Fused, &[&ids]).expect("GPU run");
         assert_close(
             &format!("{precision:?}"),
             &got[0],
@@ -927,19 +935,11 @@ fn argmax_and_argmin_on_gpu_are_exact_in_every_storage() {
     });
     let Some(device) = gpu() else { return };
     let cpu = cpu();
+    let storages = in_every_storage(&cpu, &device);
     for (batch, seq, seed) in CASES {
         let x = extremes_inputs(batch, seq, seed);
         let want = cpu.run(PlanMode::Fused, &[&x]).expect("CPU run");
-        for (precision, rtol) in [
-            (Precision::F32, 0.0),
-            (Precision::F16, 1e-3),
-            (Precision::Bf16, 4e-3),
-        ] {
-            let options = GpuOptions {
-                precision,
-                ..GpuOptions::default()
-            };
-            let gpu = moved(&cpu, &device, options);
+        for (precision, rtol, gpu) in &storages {
             for mode in [PlanMode::Fused, PlanMode::Eager] {
                 let got = gpu.run(mode, &[&x]).expect("GPU run");
                 let what = format!("{precision:?} {mode:?} {batch}x{seq}");
@@ -947,7 +947,7 @@ fn argmax_and_argmin_on_gpu_are_exact_in_every_storage() {
                     let (g, w) = (got[i].to_f32_vec(), want[i].to_f32_vec());
                     assert_eq!(g, w, "{what} output {i}");
                 }
-                assert_close(&what, &got[3], &to_ref(&want[3]), 0.0, rtol);
+                assert_close(&what, &got[3], &to_ref(&want[3]), 0.0, *rtol);
             }
         }
     }

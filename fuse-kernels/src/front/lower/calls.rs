@@ -446,20 +446,7 @@ impl Lowerer<'_> {
 
 #[cfg(test)]
 mod tests {
-    use crate::front::capture_str;
-
-    /// The output shape of a one-struct model whose `forward` is `forward`, or its capture errors.
-    fn output_shape(forward: &str) -> Result<String, String> {
-        let source = format!(
-            "#[fused_model] mod m {{ pub struct M {{}} impl M {{ pub fn forward{forward} }} }}"
-        );
-        let capture = capture_str(&source).map_err(|e| e.to_string())?;
-        if let Some(errors) = capture.errors {
-            return Err(errors.to_string());
-        }
-        let g = &capture.models[0].graph;
-        Ok(g.fmt_shape(&g.ty(g.outputs[0]).shape))
-    }
+    use super::super::output_shape;
 
     #[test]
     fn concat_broadcasts_size_one_axes_outside_its_axis() {

@@ -387,3 +387,18 @@ fn edit_distance(a: &str, b: &str) -> usize {
     }
     prev[b.len()]
 }
+
+/// The shape of the first output of a one-struct model whose `forward` is `forward` (its signature and body), or its
+/// capture errors: what the lowering's tests check.
+#[cfg(test)]
+fn output_shape(forward: &str) -> Result<String, String> {
+    let source = format!(
+        "#[fused_model] mod m {{ pub struct M {{}} impl M {{ pub fn forward{forward} }} }}"
+    );
+    let capture = crate::front::capture_str(&source).map_err(|e| e.to_string())?;
+    if let Some(errors) = capture.errors {
+        return Err(errors.to_string());
+    }
+    let g = &capture.models[0].graph;
+    Ok(g.fmt_shape(&g.ty(g.outputs[0]).shape))
+}

@@ -722,21 +722,14 @@ pub(super) fn tensor(v: Value) -> Option<NodeId> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::output_shape;
     use super::{unknown_method, ALIASES, METHODS};
-    use crate::front::capture_str;
 
     /// The output shape of `x.<call>` for an input `x` of `shape`, or its capture errors.
     fn shape_of(shape: &str, call: &str) -> Result<String, String> {
-        let source = format!(
-            "#[fused_model] mod m {{ pub struct M {{}} impl M {{ pub fn forward(&self, #[shape({shape})] x: \
-             Tensor) -> Tensor {{ x.{call} }} }} }}"
-        );
-        let capture = capture_str(&source).map_err(|e| e.to_string())?;
-        if let Some(errors) = capture.errors {
-            return Err(errors.to_string());
-        }
-        let g = &capture.models[0].graph;
-        Ok(g.fmt_shape(&g.ty(g.outputs[0]).shape))
+        output_shape(&format!(
+            "(&self, #[shape({shape})] x: Tensor) -> Tensor {{ x.{call} }}"
+        ))
     }
 
     /// `argmax` and `argmin` drop or keep their axis as the reductions do, take `keepdim` as they do, read a mask as
