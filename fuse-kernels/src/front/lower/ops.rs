@@ -559,10 +559,11 @@ impl Lowerer<'_> {
     /// PyTorch's `argmax` (`argmin` where `smallest`): the position along `axis` of the row's first largest
     /// (smallest) value, or of its first NaN, which PyTorch counts as beyond every number. The positions are f32
     /// whole numbers, as every id the model computes is (an `embedding` reads them; [`crate::id_range`] bounds them
-    /// by the axis). Made along the last axis from ops the planner fuses into one row kernel: `m`, the row's largest
-    /// of `x` (of `-x` for the smallest; equal to its first NaN where it has one), the positions where `x` equals
-    /// `m` or is NaN, and the least of them, the other positions standing in as the last one, which every row
-    /// reaches anyway. `+0.0` and `-0.0` are equal, as in PyTorch.
+    /// by the axis). Made along the last axis from ops the planner makes two row kernels of: `m`, the row's largest
+    /// of `x` (of `-x` for the smallest; NaN where the row holds one), then the positions where `x` equals `m` or is
+    /// NaN, and the least of them, the other positions standing in as the last one, which every row reaches anyway.
+    /// `+0.0` and `-0.0` are equal, as in PyTorch. Over an axis of length 0 there is no position: a dynamic one
+    /// must be at least 1 (the plan report says so), as PyTorch refuses an empty reduction.
     fn first_extreme(
         &mut self,
         x: NodeId,
