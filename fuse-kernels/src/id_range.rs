@@ -3,11 +3,11 @@
 //! accepted as ids when this analysis bounds it, as RoBERTa's positions are, `tokens.cumsum(1) * tokens + 1.0`
 //! with `tokens` a padding mask: from 1 to `seq + 1`. Its building blocks are masks (comparisons, in 0..=1),
 //! non-negative integer constants, `arange` positions, and `+`, `*`, `-` of a constant, `max`, `min` (so `clamp`),
-//! `cumsum`, the largest or least along an axis (so `argmax` and `argmin`) and views of them, so a bounded value is
-//! a whole number: the bound is proved, not assumed, and a value fuse cannot bound is refused at the user's line.
-//! (A `clamp` of a value that is not bounded stays refused: an activation may be NaN, which no clamp removes.) The
-//! upper bound is a constant plus one monomial of the dims (`seq + 1`), which the runtime checks against the
-//! table's rows when it binds the dims, as it checks a slice.
+//! `cumsum`, the largest or least along an axis (so `argmax` and `argmin`), concats and views of them, so a bounded
+//! value is a whole number: the bound is proved, not assumed, and a value fuse cannot bound is refused at the
+//! user's line. (A `clamp` of a value that is not bounded stays refused: an activation may be NaN, which no clamp
+//! removes.) The upper bound is a constant plus one monomial of the dims (`seq + 1`), which the runtime checks
+//! against the table's rows when it binds the dims, as it checks a slice.
 
 use crate::ir::{BinaryOp, DType, Dim, Graph, NodeId, Op, ReduceOp, UnaryOp};
 
@@ -84,6 +84,20 @@ fn add_monomials(a: &Option<Dim>, b: &Option<Dim>) -> Option<Option<Dim>> {
         })),
         _ => None,
     }
+}
+
+/// A range holding the values of both `a` and `b`, when one upper bound holds both (the same monomial or none).
+fn either(a: IdRange, b: IdRange) -> Option<IdRange> {
+    let m = match (&a.m, &b.m) {
+        (None, None) => None,
+        (Some(x), Some(y)) if x == y => Some(x.clone()),
+        _ => return None,
+    };
+    Some(IdRange {
+        lo: a.lo.min(b.lo),
+        c: a.c.max(b.c),
+        m,
+    })
 }
 
 /// The range of `node`'s values, when the rules above bound it.
@@ -191,18 +205,11 @@ pub fn of(g: &Graph, node: NodeId) -> Option<IdRange> {
                 (None, None) => a.with_lo(lo),
             })
         }
-        Op::Where(_, a, b) => {
-            let (a, b) = (r(*a)?, r(*b)?);
-            let m = match (&a.m, &b.m) {
-                (None, None) => None,
-                (Some(x), Some(y)) if x == y => Some(x.clone()),
-                _ => return None,
-            };
-            Some(IdRange {
-                lo: a.lo.min(b.lo),
-                c: a.c.max(b.c),
-                m,
-            })
+        Op::Where(_, a, b) => either(r(*a)?, r(*b)?),
+        Op::Concat { inputs, .. } => {
+            let (first, rest) = inputs.split_first()?;
+            rest.iter()
+                .try_fold(r(*first)?, |all, &i| either(all, r(i)?))
         }
         // Running sums of values in lo..=hi along an axis of L: at most hi · L, at least lo (the first one).
         Op::Cumsum { input, axis } => {

@@ -157,8 +157,8 @@ pub mod ops {
 
     /// `argmax` and `argmin`, PyTorch's (the first position of the largest or smallest value, or of the first NaN):
     /// along the last axis of `VOCAB` values, as greedy decoding picks a token from its logits; along `seq`, an axis
-    /// before the last, keeping it; the picked positions read as ids (the picked tokens' embedding rows); and a mask's
-    /// first true (CLIP's end-of-text token, `ids.eq(end)`'s first).
+    /// before the last, keeping it; the picked positions read as ids (the picked tokens' embedding rows); a mask's
+    /// first true (CLIP's end-of-text token, `ids.eq(end)`'s first); and both picks side by side (a concat's copy).
     pub struct FirstExtremes {
         #[shape(VOCAB, D)]
         embed: Tensor,
@@ -167,14 +167,17 @@ pub mod ops {
         pub fn forward(
             &self,
             #[shape(batch, seq, VOCAB)] x: Tensor,
-        ) -> (Tensor, Tensor, Tensor, Tensor, Tensor) {
+        ) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) {
+            let (b, s) = (x.dim(0), x.dim(1));
             let token = x.argmax(2, false);
+            let smallest = x.argmin(-1, true);
             (
                 token,
-                x.argmin(-1, true),
+                smallest,
                 x.argmax(1, true),
                 embedding(&self.embed, &token.to_i64()),
                 x.gt(2.0).argmax(2, false),
+                concat([token.reshape([b, s, 1]), smallest], 2),
             )
         }
     }

@@ -96,7 +96,8 @@ fn first_extreme(row: impl Iterator<Item = f32>, smallest: bool) -> f32 {
 
 /// `argmax` and `argmin` against the reference, and against PyTorch's rule written out above (the reference
 /// interprets the graph the front end made, so it cannot tell a wrong lowering), on rows with ties, a NaN, ±∞ and
-/// signed zeros; the picked tokens' rows of the table match the reference's, and a mask's argmax is its first true.
+/// signed zeros; the picked tokens' rows of the table match the reference's, a mask's argmax is its first true, and
+/// a concat of picks holds them.
 #[test]
 fn argmax_and_argmin_pick_the_first_extreme() {
     let m = FirstExtremes::random(30);
@@ -120,7 +121,7 @@ fn argmax_and_argmin_pick_the_first_extreme() {
             .chunks(VOCAB)
             .map(|row| row.iter().position(|&x| x > 2.0).unwrap_or(0) as f32)
             .collect();
-        let (token, smallest, over_seq, _, above) = m.forward(&x).expect("the model runs");
+        let (token, smallest, over_seq, _, above, both) = m.forward(&x).expect("the model runs");
         let shape = format!("{batch}x{seq}");
         assert_eq!(token.shape(), &[batch, seq], "{shape}");
         assert_eq!(token.to_f32_vec(), along_last(false), "argmax {shape}");
@@ -133,6 +134,12 @@ fn argmax_and_argmin_pick_the_first_extreme() {
             first_above_two,
             "a mask's first true {shape}"
         );
+        let side_by_side: Vec<f32> = along_last(false)
+            .into_iter()
+            .zip(along_last(true))
+            .flat_map(|(a, b)| [a, b])
+            .collect();
+        assert_eq!(both.to_f32_vec(), side_by_side, "both picks {shape}");
     }
 }
 

@@ -159,3 +159,21 @@ fn first_extremes_lie_along_their_axis() {
     assert_eq!(range("x.min(1, true)"), None);
     assert_eq!(range("x.max(1, true)"), None);
 }
+
+/// A concat holds its inputs' values: bounded when one upper bound holds them all.
+#[test]
+fn concats_hold_their_inputs_ranges() {
+    assert_eq!(
+        range("concat([x.argmax(1, true), x.argmin(1, true) + 2.0], 1)"),
+        Some(IdRange {
+            lo: 0,
+            c: 1,
+            m: seq(1)
+        })
+    );
+    assert_eq!(range("concat([x.argmax(1, true), x], 1)"), None);
+    assert_eq!(
+        range("concat([x.argmax(1, true), x.argmax(0, true).reshape([1, x.dim(1)])], 0)"),
+        None
+    );
+}

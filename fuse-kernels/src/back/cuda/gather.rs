@@ -5,7 +5,6 @@ use std::collections::BTreeSet;
 use std::fmt::{self, Write};
 
 use super::elementwise::THREADS;
-use super::StorageType;
 use super::{expr, signature, Ctx};
 use crate::ir::{DType, NodeId, Op};
 
@@ -64,23 +63,14 @@ pub fn write_gather(w: &mut String, cx: &Ctx, symbol: &str, node: NodeId) -> fmt
         writeln!(w, "{ind}const long long id = in{r}[{ids_offset}];")?;
     } else {
         // Ids the model computed: whole numbers below the table's rows (`crate::id_range`), kept in f32 whatever
-        // the storage (`super::f32_values`) unless a kernel that reads only the storage type reads them too. In a
-        // half type, which holds whole numbers exactly only up to 2^8 (bf16) or 2^11 (f16), an id past that could
-        // be another row's, so such a table is refused in that storage rather than read at a rounded id.
-        let (exact, storage, instead) = if cx.storage == StorageType::F32 || cx.kept_f32(base) {
-            (crate::id_range::F32_WHOLE_NUMBERS, "f32", "f32")
-        } else if cx.storage == StorageType::F16 {
-            (1 << 11, "f16", "f32")
-        } else {
-            (1 << 8, "bf16", "f32 or f16")
-        };
+        // the storage (`super::f32_values`), which holds them exactly up to 2^24.
         let rows = vocab.as_static().unwrap_or(usize::MAX);
+        let exact = crate::id_range::F32_WHOLE_NUMBERS;
         if rows > exact + 1 {
             writeln!(
                 w,
-                "#error \"fuse: an embedding reads ids the model computes from a table of {rows} rows, but {storage} \
-                 storage holds whole numbers exactly only up to {exact}, so an id could be rounded to another \
-                 row's; run this model with {instead} storage on the GPU\""
+                "#error \"fuse: an embedding reads ids the model computes from a table of {rows} rows, but f32 holds \
+                 whole numbers exactly only up to {exact}, so an id could be rounded to another row's\""
             )?;
         }
         writeln!(

@@ -129,9 +129,8 @@ impl Ctx<'_> {
 /// may not hold exactly. bf16 holds whole numbers exactly only up to 2^8 and f16 up to 2^11, fewer than a
 /// position table has rows (RoBERTa's 514) or a vocabulary has tokens; f32 holds them up to 2^24. The arena's
 /// slots are sized for f32, so such a value fits its slot in any storage, and a model output kept so comes back
-/// from a buffer of f32 ([`f32_outputs`]). Kernels that read or write only the storage type leave a value in it:
-/// a product's operands (cuBLAS multiplies the storage type), attention's reads, and the copies of a concat or a
-/// state write. A gather of ids left so checks the half type's limit (`gather.rs`).
+/// from a buffer of f32 ([`f32_outputs`]). Every kernel converts what it loads and stores, except three readers
+/// of the storage type alone, which refuse such a value in a half type ([`storage_only_reads`]).
 pub(crate) fn f32_values(plan: &Plan) -> BTreeSet<NodeId> {
     let g = &plan.graph;
     let gather_ids = plan.kernels.iter().filter_map(|k| {
@@ -148,29 +147,48 @@ pub(crate) fn f32_values(plan: &Plan) -> BTreeSet<NodeId> {
         .iter()
         .map(|k| k.output)
         .filter(|&v| large_whole_numbers(g, v));
-    let mut kept: BTreeSet<NodeId> = gather_ids
+    gather_ids
         .chain(whole_numbers)
         .filter(|&v| g.ty(v).dtype != DType::I64)
-        .collect();
-    for k in &plan.kernels {
-        let storage_only: Vec<NodeId> = match &k.kind {
-            KernelKind::Attention(_) | KernelKind::Concat { .. } | KernelKind::Write { .. } => {
-                k.reads.iter().map(|r| r.access.base).collect()
-            }
-            KernelKind::MatMul { .. } => match matmul::describe(g, k) {
-                Some(gemm) => [gemm.a, gemm.b]
-                    .iter()
-                    .filter_map(|&i| k.reads.get(i).map(|r| r.access.base))
-                    .collect(),
-                None => k.reads.iter().map(|r| r.access.base).collect(),
-            },
-            _ => Vec::new(),
-        };
-        for v in storage_only {
-            kept.remove(&v);
+        .collect()
+}
+
+/// The values kernel `k` reads as the storage type whatever [`f32_values`] says: a product's operands (cuBLAS
+/// multiplies the storage type), attention's reads, and the value a state write copies as it is.
+fn storage_only_reads(g: &Graph, k: &Kernel) -> Vec<NodeId> {
+    let bases = |reads: &[usize]| -> Vec<NodeId> {
+        reads
+            .iter()
+            .filter_map(|&i| k.reads.get(i).map(|r| r.access.base))
+            .collect()
+    };
+    match &k.kind {
+        KernelKind::Attention(_) | KernelKind::Write { .. } => {
+            k.reads.iter().map(|r| r.access.base).collect()
         }
+        KernelKind::MatMul { .. } => match matmul::describe(g, k) {
+            Some(gemm) => bases(&[gemm.a, gemm.b]),
+            None => k.reads.iter().map(|r| r.access.base).collect(),
+        },
+        _ => Vec::new(),
     }
-    kept
+}
+
+/// An `#error` line for a kernel that reads a value kept in f32 as the storage type ([`storage_only_reads`]):
+/// read as a half type it would be wrong, so the model does not compile in that storage, and says why.
+fn storage_only_refusal(cx: &Ctx) -> Option<String> {
+    if cx.storage == StorageType::F32 {
+        return None;
+    }
+    let v = storage_only_reads(cx.g, cx.k)
+        .into_iter()
+        .find(|v| cx.f32_values.contains(v))?;
+    Some(format!(
+        "#error \"fuse: {} reads {v}, whole numbers the model computes (positions, ids, argmax's picks) that a \
+         half type may round, as the storage type, the only one it reads; run this model with f32 storage on the \
+         GPU\"",
+        cx.k.kind.name()
+    ))
 }
 
 /// Whether `v` holds whole numbers a half type may not hold exactly: a value [`crate::id_range`] bounds past bf16's
@@ -309,6 +327,9 @@ fn write_source(
                 )?;
             }
             None => write_kernel(w, &cx, &kernel_symbol(plan, model_name, k))?,
+        }
+        if let Some(refusal) = storage_only_refusal(&cx) {
+            writeln!(w, "{refusal}")?;
         }
     }
     Ok(())

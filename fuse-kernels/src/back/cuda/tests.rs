@@ -227,8 +227,8 @@ fn half_storage_converts_on_load_and_store() {
 
 /// Ids the model computes are kept in f32 in half storage: the scan that makes them stores `float`s and the gather
 /// reads them as such, so a table of 514 rows is read at exact ids in bf16, where a half type would round them.
-/// So are ids that are also a model output; ids a product multiplies stay in the storage type, and the gather
-/// refuses that table there.
+/// So are ids that are also a model output; a product that multiplies them, which reads the storage type alone,
+/// refuses them in half storage.
 #[test]
 fn computed_ids_are_kept_in_f32_in_half_storage() {
     let bf16 = |p: &Plan| {
@@ -275,8 +275,8 @@ fn computed_ids_are_kept_in_f32_in_half_storage() {
     assert!(!bf16(&returned).contains("#error"), "{}", bf16(&returned));
     assert_eq!(f32_outputs(&returned).len(), 1);
     assert!(f32_outputs(&p).is_empty());
-    // Ids a product multiplies too stay in the storage type, the only one cuBLAS reads: the gather refuses the
-    // table in bf16 rather than read it at rounded ids.
+    // Ids a product multiplies too are refused in half storage: cuBLAS reads the storage type alone, which would
+    // round them. f32 storage runs them.
     let (_, _, multiplied) = generate(
         "#[shape(514, 8)] table: Tensor, #[shape(1, 8)] w: Tensor,",
         &format!(
@@ -284,7 +284,13 @@ fn computed_ids_are_kept_in_f32_in_half_storage() {
              (embedding(&self.table, &p), p.reshape([ids.dim(0), ids.dim(1), 1]).matmul(&self.w)) }}"
         ),
     );
-    assert!(bf16(&multiplied).contains("storage holds whole numbers exactly only up to 256"));
+    let refused = bf16(&multiplied);
+    assert!(refused.contains("#error \"fuse: matmul reads"), "{refused}");
+    assert!(
+        refused.contains("run this model with f32 storage"),
+        "{refused}"
+    );
+    assert!(!write_cuda(&multiplied, "M").contains("#error"));
     assert!(f32_outputs(&multiplied).is_empty());
 }
 
