@@ -129,8 +129,9 @@ impl Ctx<'_> {
 /// may not hold exactly. bf16 holds whole numbers exactly only up to 2^8 and f16 up to 2^11, fewer than a
 /// position table has rows (RoBERTa's 514) or a vocabulary has tokens; f32 holds them up to 2^24. The arena's
 /// slots are sized for f32, so such a value fits its slot in any storage, and a model output kept so comes back
-/// from a buffer of f32 ([`f32_outputs`]). Every kernel converts what it loads and stores, except three readers
-/// of the storage type alone, which refuse such a value in a half type ([`storage_only_reads`]).
+/// from a buffer of f32 ([`f32_outputs`]). Every kernel converts what it loads and stores (attention's queries,
+/// keys and values too), except two readers of the storage type alone, which refuse such a value in a half type
+/// ([`storage_only_reads`]).
 pub(crate) fn f32_values(plan: &Plan) -> BTreeSet<NodeId> {
     let g = &plan.graph;
     let gather_ids = plan.kernels.iter().filter_map(|k| {
@@ -154,7 +155,7 @@ pub(crate) fn f32_values(plan: &Plan) -> BTreeSet<NodeId> {
 }
 
 /// The values kernel `k` reads as the storage type whatever [`f32_values`] says: a product's operands (cuBLAS
-/// multiplies the storage type), attention's reads, and the value a state write copies as it is.
+/// multiplies the storage type) and the value a state write copies as it is.
 fn storage_only_reads(g: &Graph, k: &Kernel) -> Vec<NodeId> {
     let bases = |reads: &[usize]| -> Vec<NodeId> {
         reads
@@ -163,9 +164,7 @@ fn storage_only_reads(g: &Graph, k: &Kernel) -> Vec<NodeId> {
             .collect()
     };
     match &k.kind {
-        KernelKind::Attention(_) | KernelKind::Write { .. } => {
-            k.reads.iter().map(|r| r.access.base).collect()
-        }
+        KernelKind::Write { .. } => k.reads.iter().map(|r| r.access.base).collect(),
         KernelKind::MatMul { .. } => match matmul::describe(g, k) {
             Some(gemm) => bases(&[gemm.a, gemm.b]),
             None => k.reads.iter().map(|r| r.access.base).collect(),
