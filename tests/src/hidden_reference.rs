@@ -90,10 +90,23 @@ pub fn assert_plans_match_rows(
     atol: f64,
     rtol: f64,
 ) {
+    assert_plans_match_output_rows(model, inputs, 0, rows, atol, rtol);
+}
+
+/// [`assert_plans_match_rows`] for output `output` of `model`.
+pub fn assert_plans_match_output_rows(
+    model: &CompiledModel,
+    inputs: &[&Tensor],
+    output: usize,
+    rows: &[RefRow],
+    atol: f64,
+    rtol: f64,
+) {
     for mode in [PlanMode::Fused, PlanMode::Eager] {
-        let got = model
-            .run_one(mode, inputs)
-            .expect("the model runs")
+        let outputs = model.run(mode, inputs).expect("the model runs");
+        let got = outputs
+            .get(output)
+            .unwrap_or_else(|| panic!("the model has no output {output}"))
             .to_f32_vec();
         let mut worst = 0.0f64;
         for row in rows {

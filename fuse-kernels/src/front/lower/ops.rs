@@ -611,12 +611,13 @@ impl Lowerer<'_> {
             let hit = tensor(this.add(Op::Binary(BinaryOp::Eq, x, extreme), at))?;
             let nan = tensor(this.add(Op::Binary(BinaryOp::Ne, x, x), at))?;
             let len = this.g.ty(x).shape.0[last].clone();
+            let static_len = len.as_static();
             let start = Dim::fixed(0);
             let ids = tensor(this.add(Op::Arange { start, len }, at))?;
             let positions = tensor(this.add(Op::Cast(ids, DType::F32), at))?;
             // The last position: a constant where the axis is static; else the positions' last, a view of them
             // that keeps their bound.
-            let final_position = match this.g.ty(x).shape.0[last].as_static() {
+            let final_position = match static_len {
                 Some(n) => this.scalar((n - 1) as f64, at.start),
                 None => {
                     let start = this.start_before_end(positions, 0, 1, at)?;
